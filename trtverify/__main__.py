@@ -1,0 +1,3 @@
+from trtverify.cli import main
+
+main()

@@ -1,0 +1,192 @@
+"""Command line: the only module that prints, reads argv and chooses exit codes.
+
+Exit codes: 0 every check passed; 1 a check failed (or a model under test could not run);
+2 usage or suite error; 3 missing dependency or hardware; 4 internal error (traceback shown).
+Heavy modules are imported inside the commands so `trtverify --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from trtverify import __version__
+from trtverify.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
+
+
+class _Progress:
+    """One updating line on a terminal; plain stage lines when stderr is not a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.tty = enabled and sys.stderr.isatty()
+        self.enabled = enabled
+        self.last = 0.0
+        self.seen: set[tuple[str, str]] = set()
+
+    def __call__(self, stage: str, done: int, total: int, what: str) -> None:
+        if not self.enabled:
+            return
+        if self.tty:
+            now = time.monotonic()
+            if done == total or now - self.last > 0.1:
+                self.last = now
+                width = 24
+                fill = int(width * done / max(total, 1))
+                sys.stderr.write(f"\r  {stage:<10} {what:<14} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}\033[K")
+                if done == total:
+                    sys.stderr.write("\n")
+                sys.stderr.flush()
+        elif (stage, what) not in self.seen:
+            self.seen.add((stage, what))
+            click.echo(f"  {stage}: {what} on {total} sample(s)...", err=True)
+
+
+def _fail(exc: TrtVerifyError) -> None:
+    from trtverify.errors import SuiteError
+
+    click.echo(str(exc) if isinstance(exc, SuiteError) else f"error: {exc}", err=True)
+    sys.exit(exc.exit_code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="trtverify")
+def cli() -> None:
+    """Accuracy gate and debugger for models deployed with TensorRT.
+
+    \b
+    Exit codes: 0 passed, 1 a check failed, 2 usage or suite error,
+                3 missing dependency or hardware, 4 internal error.
+    """
+
+
+@cli.command()
+@click.argument("suite", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--stage", "stages", multiple=True, metavar="NAME", help="Run only this stage (repeatable).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), help="Output folder [default: reports/<suite name>].")
+@click.option("--update-reference", is_flag=True, help="Recompute and rewrite the stored reference outputs.")
+@click.option("--reference-dir", type=click.Path(path_type=Path, file_okay=False), help="Reference store root [default: the suite's reference_dir].")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+def run(suite: Path, stages: tuple[str, ...], out_dir: Path | None, update_reference: bool, reference_dir: Path | None, quiet: bool) -> None:
+    """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
+    from trtverify.config import load_suite
+    from trtverify.runner import run_suite
+
+    loaded = load_suite(suite)
+    out = out_dir or Path("reports") / loaded.suite.name
+    if not quiet:
+        click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}' ({suite})", err=True)
+    result = run_suite(
+        loaded,
+        out,
+        stages=stages,
+        update_reference=update_reference,
+        reference_dir=reference_dir,
+        progress=_Progress(not quiet),
+    )
+    _summary(result.results, quiet)
+    click.echo(f"results: {out / 'results.json'}\nreport:  {out / 'report.html'}", err=quiet)
+    for stage in result.stages:
+        if stage.error and stage.error.get("traceback"):
+            click.echo(f"\ninternal error in stage {stage.name}:\n{stage.error['traceback']}", err=True)
+    sys.exit(result.exit_code)
+
+
+def _fmt(v: Any) -> str:
+    from trtverify.report import _fmt as f
+
+    return f(v)
+
+
+def _summary(results: dict[str, Any], quiet: bool) -> None:
+    if not quiet:
+        for s in results["stages"]:
+            checks = s.get("checks", [])
+            failed = [c for c in checks if not c["passed"]]
+            click.echo(f"[{s['status'].upper():^7}] {s['name']}: {len(checks) - len(failed)}/{len(checks)} checks passed ({s.get('duration_s', 0):.2f} s)")
+            for note in s.get("notes", []):
+                click.echo(f"          note: {note}")
+            for c in failed[:20]:
+                click.echo(f"          FAIL {c['name']}: {_fmt(c['value'])} (limit {c['op']} {_fmt(c['threshold'])})")
+            if len(failed) > 20:
+                click.echo(f"          ... and {len(failed) - 20} more failed checks (see results.json)")
+            if s.get("error"):
+                click.echo(f"          {s['error']['kind']} error: {s['error']['message']}")
+    verdict = "PASSED" if results["passed"] else "FAILED"
+    click.echo(f"{verdict}: suite '{results['suite']['name']}' (exit {results['exit_code']})")
+
+
+@cli.command()
+@click.argument("suites", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+def validate(suites: tuple[Path, ...]) -> None:
+    """Check suite files without running anything (no torch, no TensorRT imported)."""
+    from trtverify.config import load_suite
+    from trtverify.errors import SuiteError
+    from trtverify.runner import preflight
+
+    bad = 0
+    for path in suites:
+        try:
+            preflight(load_suite(path))
+            click.echo(f"ok: {path}")
+        except SuiteError as exc:
+            bad += 1
+            click.echo(str(exc), err=True)
+    sys.exit(EXIT_USAGE if bad else 0)
+
+
+@cli.command()
+def schema() -> None:
+    """Print the JSON Schema of suite files (for editor completion)."""
+    import json
+
+    from trtverify.config.models import Suite
+
+    s = Suite.model_json_schema()
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "trtverify suite"
+    click.echo(json.dumps(s, indent=2))
+
+
+@cli.command()
+@click.argument("results", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), help="Output HTML [default: report.html beside RESULTS].")
+def report(results: Path, out: Path | None) -> None:
+    """Re-render the HTML report from a results.json."""
+    import json
+
+    from trtverify.report import write_report
+
+    try:
+        data = json.loads(results.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise TrtVerifyError(f"{results}: not valid JSON ({exc})") from exc
+    target = out or results.with_name("report.html")
+    write_report(data, target)
+    click.echo(f"report: {target}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="trtverify", standalone_mode=False)
+    except TrtVerifyError as exc:
+        _fail(exc)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception:  # a bug in trtverify: show everything
+        click.echo("internal error (a bug in trtverify; please report it with this traceback):", err=True)
+        click.echo(traceback.format_exc(), err=True)
+        sys.exit(EXIT_INTERNAL)

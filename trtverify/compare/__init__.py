@@ -1,0 +1,1 @@
+"""Comparison of tensors: metrics (pure numpy), pairing by name, check evaluation."""

@@ -1,0 +1,214 @@
+"""Tensor comparison metrics, vectorised numpy with float64 accumulation.
+
+Conventions (reference `a`, candidate `b`):
+- metrics are computed over positions where both tensors are finite;
+- NaN/Inf are counted separately for each side, and `nonfinite_mismatch` counts positions
+  where the two sides disagree about being finite (or hold different non-finite values);
+  any such position fails the comparison, whatever the thresholds;
+- 0/0 ratios are 0 (identical), x/0 ratios are +inf (a real difference against nothing);
+- a tensor with no elements cannot be compared: it is reported as an error, never a pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+Better = Literal["lower", "higher"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    better: Better
+    doc: str
+    low: float | None = None  # valid threshold range (inclusive)
+    high: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # parameter -> default
+
+    @property
+    def threshold_key(self) -> str:
+        return "max" if self.better == "lower" else "min"
+
+
+METRICS: dict[str, MetricSpec] = {
+    m.name: m
+    for m in [
+        MetricSpec("max_abs", "lower", "largest |b - a|", low=0.0),
+        MetricSpec("mean_abs", "lower", "mean |b - a|", low=0.0),
+        MetricSpec("max_rel", "lower", "largest |b - a| / |a| (0/0 = 0, x/0 = inf)", low=0.0),
+        MetricSpec("rel_l2", "lower", "||b - a||_2 / ||a||_2", low=0.0),
+        MetricSpec("cosine", "higher", "cosine similarity of the flattened tensors", low=-1.0, high=1.0),
+        MetricSpec("sqnr", "higher", "signal-to-quantisation-noise ratio in dB: 10 log10(sum a^2 / sum (b-a)^2)"),
+        MetricSpec(
+            "frac_outside_tol",
+            "lower",
+            "fraction of elements with |b - a| > atol + rtol * |a|",
+            low=0.0,
+            high=1.0,
+            params={"atol": 1e-5, "rtol": 1e-3},
+        ),
+        MetricSpec(
+            "topk_agreement",
+            "higher",
+            "fraction of rows (last axis = classes) whose top-k class sets agree; k=1 is argmax agreement",
+            low=0.0,
+            high=1.0,
+            params={"k": 1},
+        ),
+    ]
+}
+
+BASE_METRICS = ("max_abs", "mean_abs", "max_rel", "rel_l2", "cosine", "sqnr")
+
+
+class CompareError(ValueError):
+    """The two tensors cannot be compared (shape mismatch, no elements, ...)."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """All metrics of one reference/candidate tensor pair."""
+
+    metrics: dict[str, float]
+    numel: int
+    ref_nan: int
+    ref_inf: int
+    cand_nan: int
+    cand_inf: int
+    nonfinite_mismatch: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metrics": dict(self.metrics),
+            "numel": self.numel,
+            "ref_nan": self.ref_nan,
+            "ref_inf": self.ref_inf,
+            "cand_nan": self.cand_nan,
+            "cand_inf": self.cand_inf,
+            "nonfinite_mismatch": self.nonfinite_mismatch,
+        }
+
+
+def _ratio(num: float, den: float) -> float:
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
+
+
+def _as_float64(x: np.ndarray) -> np.ndarray:
+    if x.dtype == np.float64:
+        return x
+    if x.dtype.kind in "fiub":
+        return x.astype(np.float64)
+    # bfloat16 and friends arrive as named numpy dtypes from ml_dtypes; go through float32
+    return x.astype(np.float32).astype(np.float64)
+
+
+def topk_agreement(a: np.ndarray, b: np.ndarray, k: int) -> float:
+    """Fraction of rows whose top-k index sets (over the last axis) are equal."""
+    if a.ndim == 0:
+        raise CompareError("topk_agreement needs at least one axis (classes on the last axis)")
+    classes = a.shape[-1]
+    if not 1 <= k <= classes:
+        raise CompareError(f"topk_agreement k={k} but the last axis has {classes} classes")
+    ra = a.reshape(-1, classes)
+    rb = b.reshape(-1, classes)
+    if k == 1:
+        return float(np.mean(np.argmax(ra, axis=1) == np.argmax(rb, axis=1)))
+    ta = np.sort(np.argpartition(-ra, k - 1, axis=1)[:, :k], axis=1)
+    tb = np.sort(np.argpartition(-rb, k - 1, axis=1)[:, :k], axis=1)
+    return float(np.mean(np.all(ta == tb, axis=1)))
+
+
+def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] | None = None) -> Comparison:
+    """Compare two tensors of the same shape.
+
+    `extra` asks for parameterised metrics: {"frac_outside_tol": {"atol": .., "rtol": ..},
+    "topk_agreement": {"k": 5}}; results are keyed by `metric_key(name, params)`.
+    """
+    ref = np.asarray(ref)
+    cand = np.asarray(cand)
+    if ref.shape != cand.shape:
+        raise CompareError(f"shape mismatch: reference {list(ref.shape)} vs candidate {list(cand.shape)}")
+    if ref.size == 0:
+        raise CompareError("the tensors have no elements; nothing can be compared")
+    a = _as_float64(ref).ravel()
+    b = _as_float64(cand).ravel()
+
+    a_fin = np.isfinite(a)
+    b_fin = np.isfinite(b)
+    both = a_fin & b_fin
+    ref_nan = int(np.count_nonzero(np.isnan(a)))
+    cand_nan = int(np.count_nonzero(np.isnan(b)))
+    ref_inf = int(a.size - ref_nan - np.count_nonzero(a_fin))
+    cand_inf = int(b.size - cand_nan - np.count_nonzero(b_fin))
+    # positions where finiteness differs, or both non-finite but not the same value (NaN vs inf, +inf vs -inf)
+    mismatch = int(np.count_nonzero(a_fin != b_fin))
+    if ref_nan + ref_inf + cand_nan + cand_inf:
+        nf = ~a_fin & ~b_fin
+        same = (np.isnan(a[nf]) & np.isnan(b[nf])) | (a[nf] == b[nf])
+        mismatch += int(np.count_nonzero(~same))
+        a, b = a[both], b[both]
+
+    metrics: dict[str, float] = {}
+    if a.size == 0:
+        for name in BASE_METRICS:
+            metrics[name] = math.nan
+    else:
+        d = b - a
+        absd = np.abs(d)
+        abs_a = np.abs(a)
+        metrics["max_abs"] = float(absd.max())
+        metrics["mean_abs"] = float(absd.mean())
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = absd / abs_a
+        rel[(abs_a == 0) & (absd == 0)] = 0.0
+        metrics["max_rel"] = float(rel.max())
+        saa = float(np.dot(a, a))
+        sbb = float(np.dot(b, b))
+        sdd = float(np.dot(d, d))
+        sab = float(np.dot(a, b))
+        metrics["rel_l2"] = _ratio(math.sqrt(sdd), math.sqrt(saa))
+        if saa == 0.0 and sbb == 0.0:
+            cos = 1.0
+        elif saa == 0.0 or sbb == 0.0:
+            cos = 0.0
+        else:
+            cos = max(-1.0, min(1.0, sab / math.sqrt(saa * sbb)))
+        metrics["cosine"] = cos
+        if sdd == 0.0:
+            metrics["sqnr"] = math.inf
+        elif saa == 0.0:
+            metrics["sqnr"] = -math.inf
+        else:
+            metrics["sqnr"] = 10.0 * math.log10(saa / sdd)
+
+    for name, params in (extra or {}).items():
+        spec = METRICS[name]
+        p = {**spec.params, **params}
+        key = metric_key(name, p)
+        if name == "frac_outside_tol":
+            if a.size == 0:
+                outside = 0
+            else:
+                outside = int(np.count_nonzero(np.abs(b - a) > p["atol"] + p["rtol"] * np.abs(a)))
+            metrics[key] = (outside + mismatch) / ref.size
+        elif name == "topk_agreement":
+            metrics[key] = topk_agreement(_as_float64(ref).reshape(ref.shape), _as_float64(cand).reshape(cand.shape), int(p["k"]))
+        else:
+            raise KeyError(f"metric {name} takes no parameters")
+
+    return Comparison(metrics, int(ref.size), ref_nan, ref_inf, cand_nan, cand_inf, mismatch)
+
+
+def metric_key(name: str, params: dict[str, Any] | None) -> str:
+    """Stable key of a (possibly parameterised) metric, e.g. 'topk_agreement@k=5'."""
+    spec = METRICS[name]
+    if not spec.params:
+        return name
+    p = {**spec.params, **(params or {})}
+    return name + "@" + ",".join(f"{k}={p[k]:g}" if isinstance(p[k], float) else f"{k}={p[k]}" for k in sorted(p))

@@ -1,0 +1,126 @@
+"""Load and validate a suite file, reporting every problem with file, line and dotted path."""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trtverify.config.models import Suite
+from trtverify.config.yamlload import LocatedDocument, PathKey, dotted, load_yaml
+from trtverify.errors import Problem, SuiteError
+
+
+@dataclass(frozen=True)
+class LoadedSuite:
+    suite: Suite
+    path: Path
+    doc: LocatedDocument
+
+    def problem(self, loc: PathKey, message: str) -> Problem:
+        return Problem(self.doc.file, self.doc.line_of(loc), dotted(loc), message)
+
+
+def _unwrap(tp: Any) -> Any:
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp = args[0] if len(args) == 1 else tp
+            if len(args) != 1:
+                return tp
+        else:
+            return tp
+
+
+def _model_at(loc: PathKey) -> type[BaseModel] | None:
+    """The pydantic model class that validates the mapping at `loc`, if one does."""
+    tp: Any = Suite
+    for part in loc:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if not isinstance(part, str) or part not in tp.model_fields:
+                return None
+            tp = tp.model_fields[part].annotation
+            continue
+        origin = typing.get_origin(tp)
+        if origin in (list, tuple) and isinstance(part, int):
+            tp = typing.get_args(tp)[0]
+        elif origin is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    tp = _unwrap(tp)
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _message(err: dict[str, Any]) -> str:
+    kind = err["type"]
+    loc = tuple(err["loc"])
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        known = list(model.model_fields) if model else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        allowed = f" (allowed here: {', '.join(known)})" if known else ""
+        return f"unknown key '{loc[-1]}'{hint}{allowed}"
+    if kind == "missing":
+        return "required key is missing"
+    msg = str(err["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    if kind not in ("value_error", "assertion_error") and "input" in err:
+        value = err["input"]
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            msg += f", got {value!r}"
+        else:
+            msg += f", got a {type(value).__name__}"
+    return msg
+
+
+def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
+    """Cross-field rules that pydantic cannot place on a precise path."""
+    out: list[Problem] = []
+
+    def add(loc: PathKey, message: str) -> None:
+        out.append(Problem(doc.file, doc.line_of(loc), dotted(loc), message))
+
+    fw = suite.stages.framework
+    if fw is not None and suite.models.pytorch is None:
+        add(("stages", "framework"), "stage 'framework' compares PyTorch with ONNX Runtime: add models.pytorch")
+    if fw is not None:
+        for name in fw.ignore:
+            if name in fw.outputs:
+                add(("stages", "framework", "outputs", name), f"output '{name}' is both ignored and given checks")
+        targets = list(fw.rename.values())
+        for t in sorted({t for t in targets if targets.count(t) > 1}):
+            add(("stages", "framework", "rename"), f"two outputs are renamed to '{t}'")
+    return out
+
+
+def load_suite(path: str | Path, *, check_files: bool = True) -> LoadedSuite:
+    """Parse and validate a suite file; raise SuiteError listing every problem found."""
+    path = Path(path)
+    display = str(path)
+    doc = load_yaml(path, display)
+    context = {"base_dir": path.resolve().parent, "check_files": check_files}
+    try:
+        suite = Suite.model_validate(doc.data, context=context)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            loc = tuple(err["loc"])
+            problems.append(Problem(display, doc.line_of(loc), dotted(loc), _message(err)))
+        raise SuiteError(problems) from None
+    problems = _semantic_problems(suite, doc)
+    if problems:
+        raise SuiteError(problems)
+    return LoadedSuite(suite, path, doc)

@@ -1,0 +1,306 @@
+"""The suite file as pydantic models. Unknown keys are rejected everywhere.
+
+Paths are resolved against the suite file's folder (passed in the validation context as
+`base_dir`) and must exist. Nothing here imports torch, onnxruntime or tensorrt.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from trtverify.compare.metrics import METRICS
+from trtverify.hooks import is_hook_spec
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _resolve(value: Path, info: ValidationInfo) -> Path:
+    base = (info.context or {}).get("base_dir")
+    p = Path(value).expanduser()
+    if not p.is_absolute() and base is not None:
+        p = Path(base) / p
+    return Path(p).resolve() if base is not None else p
+
+
+def _existing_file(value: Path, info: ValidationInfo) -> Path:
+    p = _resolve(value, info)
+    if (info.context or {}).get("check_files", True):
+        if not p.exists():
+            raise ValueError(f"file not found: {p}")
+        if not p.is_file():
+            raise ValueError(f"not a file: {p}")
+    return p
+
+
+def _existing_dir(value: Path, info: ValidationInfo) -> Path:
+    p = _resolve(value, info)
+    if (info.context or {}).get("check_files", True) and not p.is_dir():
+        raise ValueError(f"folder not found: {p}")
+    return p
+
+
+def _hook(value: str) -> str:
+    if not is_hook_spec(value):
+        raise ValueError(f"'{value}' is not of the form 'module:callable' (for example 'mypkg.data:make_feeds')")
+    return value
+
+
+def _suffix(*suffixes: str):
+    def check(p: Path) -> Path:
+        if p.suffix.lower() not in suffixes:
+            raise ValueError(f"expected a {' or '.join(suffixes)} file, got '{p.name}'")
+        return p
+
+    return check
+
+
+FilePath = Annotated[Path, AfterValidator(_existing_file)]
+OnnxPath = Annotated[Path, AfterValidator(_existing_file), AfterValidator(_suffix(".onnx"))]
+DirPath = Annotated[Path, AfterValidator(_existing_dir)]
+OutPath = Annotated[Path, AfterValidator(_resolve)]
+HookSpec = Annotated[str, AfterValidator(_hook)]
+Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
+
+DTYPES = ("float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool")
+DType = Literal["float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool"]
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+class Check(Strict):
+    """One threshold on one metric, e.g. {metric: cosine, min: 0.9999}."""
+
+    metric: str
+    min: float | None = None
+    max: float | None = None
+    atol: float | None = Field(default=None, ge=0)
+    rtol: float | None = Field(default=None, ge=0)
+    k: int | None = Field(default=None, ge=1)
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, v: str) -> str:
+        if v not in METRICS:
+            close = difflib.get_close_matches(v, METRICS, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ValueError(f"unknown metric '{v}'{hint} (known: {', '.join(METRICS)})")
+        return v
+
+    @model_validator(mode="after")
+    def _threshold(self) -> "Check":
+        spec = METRICS[self.metric]
+        want = spec.threshold_key
+        other = "min" if want == "max" else "max"
+        if getattr(self, other) is not None:
+            raise ValueError(
+                f"'{self.metric}' is {'lower' if want == 'max' else 'higher'}-is-better: give '{want}', not '{other}'"
+            )
+        value = getattr(self, want)
+        if value is None:
+            raise ValueError(f"'{self.metric}' needs a threshold: {{metric: {self.metric}, {want}: VALUE}}")
+        if value != value:
+            raise ValueError(f"threshold '{want}' is NaN")
+        if spec.low is not None and value < spec.low:
+            raise ValueError(f"threshold {want}: {value} is out of range for {self.metric} (must be >= {spec.low:g})")
+        if spec.high is not None and value > spec.high:
+            raise ValueError(f"threshold {want}: {value} is out of range for {self.metric} (must be <= {spec.high:g})")
+        for p in ("atol", "rtol", "k"):
+            if getattr(self, p) is not None and p not in spec.params:
+                allowed = ", ".join(spec.params) or "none"
+                raise ValueError(f"'{p}' does not apply to metric '{self.metric}' (its parameters: {allowed})")
+        return self
+
+    @property
+    def threshold(self) -> float:
+        return float(self.max if self.max is not None else self.min)  # type: ignore[arg-type]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        spec = METRICS[self.metric]
+        return {p: (getattr(self, p) if getattr(self, p) is not None else d) for p, d in spec.params.items()}
+
+    def passes(self, value: float) -> bool:
+        if value != value:  # NaN never passes
+            return False
+        return value <= self.threshold if self.max is not None else value >= self.threshold
+
+    @property
+    def op(self) -> str:
+        return "<=" if self.max is not None else ">="
+
+
+class OutputOverride(Strict):
+    checks: list[Check] = Field(min_length=1)
+
+
+def _default_framework_checks() -> list[Check]:
+    return [Check(metric="rel_l2", max=1e-4), Check(metric="cosine", min=0.99999)]
+
+
+class FrameworkStage(Strict):
+    """Stage 1: the PyTorch model vs the reference ONNX under ONNX Runtime."""
+
+    checks: list[Check] = Field(default_factory=_default_framework_checks, min_length=1)
+    outputs: dict[str, OutputOverride] = Field(default_factory=dict, description="per-output checks replacing `checks`")
+    rename: dict[str, str] = Field(default_factory=dict, description="PyTorch output name -> ONNX output name")
+    ignore: list[str] = Field(default_factory=list, description="outputs to leave out (listed as ignored in the results)")
+    samples: int | None = Field(default=None, ge=1, description="use only the first N input samples")
+
+
+class Stages(Strict):
+    framework: FrameworkStage | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> "Stages":
+        if not any(getattr(self, n) is not None for n in type(self).model_fields):
+            raise ValueError(f"no stage configured; add one of: {', '.join(type(self).model_fields)}")
+        return self
+
+
+# ----------------------------------------------------------------------------- models
+
+
+class PyTorchModel(Strict):
+    """The PyTorch source: a factory plus weights, a TorchScript file, or a torch.export file."""
+
+    factory: HookSpec | None = Field(default=None, description="'module:callable' returning an nn.Module")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
+    weights: FilePath | None = Field(default=None, description="state_dict file, loaded with torch.load(weights_only=True)")
+    torchscript: FilePath | None = None
+    exported: FilePath | None = Field(default=None, description="a torch.export .pt2 file")
+    input_names: list[str] | None = Field(
+        default=None, description="feed names passed positionally to forward(); default: the ONNX inputs in graph order"
+    )
+    output_names: list[str] | None = Field(
+        default=None, description="names of the returned tensors, in order (not needed when forward returns a dict)"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "PyTorchModel":
+        given = [k for k in ("factory", "torchscript", "exported") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of factory, torchscript, exported (got {', '.join(given) or 'none'})")
+        if given[0] != "factory" and (self.weights is not None or self.kwargs):
+            raise ValueError("'weights' and 'kwargs' go with 'factory' only")
+        for key in ("input_names", "output_names"):
+            names = getattr(self, key)
+            if names is not None and len(set(names)) != len(names):
+                raise ValueError(f"{key} has duplicates: {names}")
+        return self
+
+
+class Candidate(Strict):
+    path: OnnxPath
+    backend: str = "onnxruntime"
+    description: str | None = None
+
+
+def _candidate_shorthand(v: Any) -> Any:
+    return {"path": v} if isinstance(v, str) else v
+
+
+class Models(Strict):
+    reference: OnnxPath = Field(description="the reference FP32 ONNX model")
+    pytorch: PyTorchModel | None = None
+    candidates: dict[Name, Annotated[Candidate, BeforeValidator(_candidate_shorthand)]] = Field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+class GeneratedInput(Strict):
+    shape: list[Annotated[int, Field(ge=1)]] = Field(description="concrete shape; dynamic dimensions given values")
+    dtype: DType = "float32"
+    range: tuple[float, float] = (0.0, 1.0)
+    seed: int | None = Field(default=None, description="default: inputs.seed plus the input's position")
+
+    @field_validator("range")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not v[0] < v[1]:
+            raise ValueError(f"range must be [low, high] with low < high, got {list(v)}")
+        return v
+
+
+class FileArray(Strict):
+    key: str | None = Field(default=None, description="array name in the .npz (default: the input name)")
+    dtype: DType | None = Field(default=None, description="cast to this type after scaling")
+    scale: float = 1.0
+    offset: float = 0.0
+
+
+class Inputs(Strict):
+    """Exactly one source: `generate`, `file` or `hook`."""
+
+    samples: int | None = Field(default=None, ge=1, description="number of feeds (default: 4 generated, or all)")
+    seed: int = 0
+    generate: dict[str, GeneratedInput] | None = None
+    file: Annotated[FilePath, AfterValidator(_suffix(".npz", ".npy"))] | None = None
+    arrays: dict[str, FileArray] | None = None
+    batch_size: int | None = Field(default=None, ge=1, description="rows of the file per feed (default 1)")
+    hook: HookSpec | None = Field(default=None, description="'module:callable' yielding feed dicts")
+    args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the hook")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Inputs":
+        given = [k for k in ("generate", "file", "hook") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one input source: generate, file or hook (got {', '.join(given) or 'none'})")
+        if self.generate is not None and not self.generate:
+            raise ValueError("generate: needs at least one input")
+        if (self.arrays is not None or self.batch_size is not None) and self.file is None:
+            raise ValueError("'arrays' and 'batch_size' go with 'file' only")
+        if self.args and self.hook is None:
+            raise ValueError("'args' goes with 'hook' only")
+        if self.file is not None and self.file.suffix.lower() == ".npy" and (self.arrays is None or len(self.arrays) != 1):
+            raise ValueError("a .npy file holds one array: name the input it feeds with arrays: {INPUT_NAME: {}}")
+        return self
+
+
+# ----------------------------------------------------------------------------- backends
+
+
+class OnnxRuntimeOptions(Strict):
+    providers: list[str] = Field(default_factory=lambda: ["CPUExecutionProvider"], min_length=1)
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] = "all"
+    intra_op_num_threads: int = Field(default=0, ge=0, description="0 = ONNX Runtime's default")
+    inter_op_num_threads: int = Field(default=0, ge=0)
+
+
+class TorchOptions(Strict):
+    device: Annotated[str, Field(pattern=r"^(cpu|cuda(:\d+)?)$")] = "cpu"
+
+
+class Backends(Strict):
+    onnxruntime: OnnxRuntimeOptions = Field(default_factory=OnnxRuntimeOptions)
+    torch: TorchOptions = Field(default_factory=TorchOptions)
+
+
+# ----------------------------------------------------------------------------- suite
+
+
+class Suite(Strict):
+    name: Name
+    description: str | None = None
+    python_path: list[DirPath] = Field(default_factory=list, description="folders searched for module:callable hooks")
+    reference_dir: OutPath = Field(default=Path("reference_outputs"), description="reference store root")
+    models: Models
+    inputs: Inputs
+    backends: Backends = Field(default_factory=Backends)
+    stages: Stages

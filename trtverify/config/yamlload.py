@@ -1,0 +1,111 @@
+"""Load YAML safely while remembering the line of every value.
+
+Values are built with yaml.SafeLoader's constructors (no code execution); the walk records
+`path -> line` for each mapping key and sequence item and rejects duplicate keys, which
+PyYAML would otherwise merge silently.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trtverify.errors import Problem, SuiteError
+
+PathKey = tuple[str | int, ...]
+
+
+class LocatedDocument:
+    """A parsed YAML document plus the line (1-based) of each path in it."""
+
+    def __init__(self, data: Any, lines: dict[PathKey, int], file: str):
+        self.data = data
+        self.lines = lines
+        self.file = file
+
+    def line_of(self, path: PathKey) -> int | None:
+        """Line of `path`, or of its nearest ancestor that has one."""
+        p = tuple(path)
+        while p:
+            if p in self.lines:
+                return self.lines[p]
+            p = p[:-1]
+        return self.lines.get((), None)
+
+
+def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: PathKey, lines: dict[PathKey, int], problems: list[Problem], file: str) -> Any:
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        loader.flatten_mapping(node)  # resolves '<<' merge keys
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                problems.append(Problem(file, key_node.start_mark.line + 1, _dotted(path), f"mapping keys must be plain scalars, got {type(key).__name__}"))
+                continue
+            key_s = str(key) if not isinstance(key, str) else key
+            child = path + (key_s,)
+            if key_s in out:
+                problems.append(Problem(file, key_node.start_mark.line + 1, _dotted(child), f"duplicate key '{key_s}' (first defined on line {lines[child]})"))
+                continue
+            lines[child] = key_node.start_mark.line + 1
+            out[key_s] = _walk(loader, value_node, child, lines, problems, file)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        items = []
+        for i, item in enumerate(node.value):
+            child = path + (i,)
+            lines[child] = item.start_mark.line + 1
+            items.append(_walk(loader, item, child, lines, problems, file))
+        return items
+    return loader.construct_object(node, deep=True)
+
+
+def _dotted(path: PathKey) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + part
+    return out
+
+
+dotted = _dotted
+
+
+def load_yaml(path: Path, display: str | None = None) -> LocatedDocument:
+    """Parse one YAML file; every problem is raised together as a SuiteError."""
+    file = display or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SuiteError([Problem(file, None, "", "file not found")]) from None
+    except IsADirectoryError:
+        raise SuiteError([Problem(file, None, "", "is a directory, expected a YAML file")]) from None
+    except UnicodeDecodeError as exc:
+        raise SuiteError([Problem(file, None, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
+    loader = yaml.SafeLoader(text)
+    problems: list[Problem] = []
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise SuiteError([Problem(file, 1, "", "the file is empty; a suite needs at least 'name' and 'models'")])
+        lines: dict[PathKey, int] = {}
+        data = _walk(loader, node, (), lines, problems, file)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        msg = " ".join(x for x in (exc.context, exc.problem) if x)
+        raise SuiteError([Problem(file, line, "", f"YAML syntax error: {msg}")]) from None
+    except yaml.YAMLError as exc:
+        raise SuiteError([Problem(file, None, "", f"YAML error: {exc}")]) from None
+    finally:
+        loader.dispose()
+    if problems:
+        raise SuiteError(problems)
+    if not isinstance(data, dict):
+        raise SuiteError([Problem(file, lines.get((), 1), "", f"the top level must be a mapping of keys (name:, models:, ...), got {type(data).__name__}")])
+    return LocatedDocument(data, lines, file)

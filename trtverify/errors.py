@@ -1,0 +1,66 @@
+"""One exception family for user-facing errors.
+
+Each carries the exit code the CLI returns. Internal bugs stay ordinary exceptions
+(the CLI prints their traceback and exits with EXIT_INTERNAL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+EXIT_DEPENDENCY = 3
+EXIT_INTERNAL = 4
+
+
+class TrtVerifyError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+    exit_code = EXIT_USAGE
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One located problem in a suite file."""
+
+    file: str
+    line: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+
+
+class SuiteError(TrtVerifyError):
+    """The suite file is invalid; holds every problem found, not only the first."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class UsageError(TrtVerifyError):
+    exit_code = EXIT_USAGE
+
+
+class MissingDependency(TrtVerifyError):
+    """A library a backend or stage needs is not installed, or hardware is absent."""
+
+    exit_code = EXIT_DEPENDENCY
+
+    def __init__(self, what: str, fix: str):
+        self.what = what
+        self.fix = fix
+        super().__init__(f"{what}\n  fix: {fix}")
+
+
+class BackendError(TrtVerifyError):
+    """A model could not be loaded or run by a backend (the thing under test is broken)."""
+
+    exit_code = EXIT_CHECK_FAILED

@@ -1,0 +1,190 @@
+"""Build the list of feed dicts a suite describes: generated, loaded from .npz/.npy, or from a hook."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtverify.config.loader import LoadedSuite
+from trtverify.config.models import GeneratedInput
+from trtverify.errors import Problem, SuiteError, UsageError
+from trtverify.hooks import load_hook
+from trtverify.onnxinfo import TensorMeta, shape_matches
+
+DEFAULT_GENERATED_SAMPLES = 4
+
+
+def np_dtype(name: str) -> Any:
+    if name == "bfloat16":
+        import ml_dtypes  # shipped with onnx
+
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
+
+
+def _generate(name: str, spec: GeneratedInput, seed: int, sample: int) -> np.ndarray:
+    rng = np.random.default_rng([seed, sample])
+    low, high = spec.range
+    shape = tuple(spec.shape)
+    if spec.dtype == "bool":
+        return rng.random(shape) < 0.5
+    if spec.dtype.startswith(("int", "uint")):
+        return rng.integers(int(np.ceil(low)), int(np.floor(high)) + 1, size=shape).astype(spec.dtype)
+    return rng.uniform(low, high, size=shape).astype(np_dtype(spec.dtype))
+
+
+class HookError(UsageError):
+    """The user's input hook raised; its traceback is the user's to read."""
+
+
+def build_samples(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
+    cfg = loaded.suite.inputs
+    if cfg.generate is not None:
+        n = cfg.samples or DEFAULT_GENERATED_SAMPLES
+        specs = list(cfg.generate.items())
+        return [
+            {name: _generate(name, spec, spec.seed if spec.seed is not None else cfg.seed + j, i) for j, (name, spec) in enumerate(specs)}
+            for i in range(n)
+        ]
+    if cfg.file is not None:
+        return _from_file(loaded)
+    return _from_hook(loaded)
+
+
+def _from_file(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
+    cfg = loaded.suite.inputs
+    path = Path(cfg.file)  # type: ignore[arg-type]
+    try:
+        data = np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        raise UsageError(f"{path}: cannot read without pickle ({exc}); store plain numeric arrays") from exc
+    except OSError as exc:
+        raise UsageError(f"{path}: not a readable .npy/.npz file ({exc})") from exc
+    if isinstance(data, np.ndarray):
+        ((name, spec),) = cfg.arrays.items()  # type: ignore[union-attr]
+        columns = {name: (data, spec)}
+    else:
+        with data:
+            mapping = cfg.arrays
+            if mapping is None:
+                from trtverify.config.models import FileArray
+
+                mapping = {k: FileArray() for k in data.files}
+            columns = {}
+            for name, spec in mapping.items():
+                key = spec.key or name
+                if key not in data.files:
+                    raise loaded_error(loaded, ("inputs", "arrays", name), f"{path.name} has no array '{key}' (it has: {', '.join(data.files)})")
+                columns[name] = (data[key], spec)
+    rows = {len(arr) if arr.ndim else 0 for arr, _ in columns.values()}
+    if len(rows) != 1 or 0 in rows:
+        raise UsageError(f"{path}: the arrays must share a non-empty first axis (rows per array: { {n: (a.shape[0] if a.ndim else 0) for n, (a, _) in columns.items()} })")
+    total = rows.pop()
+    batch = cfg.batch_size or 1
+    n = total // batch
+    if cfg.samples is not None:
+        if cfg.samples > n:
+            raise loaded_error(loaded, ("inputs", "samples"), f"asks for {cfg.samples} samples of batch {batch} but {path.name} holds {total} rows ({n} samples)")
+        n = cfg.samples
+    if n == 0:
+        raise loaded_error(loaded, ("inputs", "batch_size"), f"batch_size {batch} is larger than the {total} rows of {path.name}")
+    out = []
+    for i in range(n):
+        feed = {}
+        for name, (arr, spec) in columns.items():
+            x = arr[i * batch : (i + 1) * batch]
+            if spec.scale != 1.0 or spec.offset != 0.0:
+                x = x.astype(np.float64) * spec.scale + spec.offset
+            if spec.dtype is not None:
+                x = x.astype(np_dtype(spec.dtype))
+            feed[name] = np.ascontiguousarray(x)
+        out.append(feed)
+    return out
+
+
+def _from_hook(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
+    cfg = loaded.suite.inputs
+    fn = load_hook(cfg.hook, loaded.suite.python_path or [loaded.path.resolve().parent], what="inputs.hook")  # type: ignore[arg-type]
+    out: list[dict[str, np.ndarray]] = []
+    try:
+        for i, feed in enumerate(fn(**cfg.args)):
+            if cfg.samples is not None and i >= cfg.samples:
+                break
+            if not isinstance(feed, dict):
+                raise HookError(f"inputs.hook '{cfg.hook}' yielded a {type(feed).__name__} as sample {i}; yield dicts of input name -> array")
+            out.append({str(k): np.asarray(v) for k, v in feed.items()})
+    except HookError:
+        raise
+    except Exception as exc:
+        tb = "".join(traceback.format_exception(exc)[-6:])
+        raise HookError(f"inputs.hook '{cfg.hook}' raised {type(exc).__name__}: {exc}\n{tb}") from exc
+    if not out:
+        raise HookError(f"inputs.hook '{cfg.hook}' yielded no samples; comparing zero samples is never a pass")
+    return out
+
+
+def loaded_error(loaded: LoadedSuite, loc: tuple[str | int, ...], message: str) -> SuiteError:
+    return SuiteError([loaded.problem(loc, message)])
+
+
+def static_input_problems(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta]) -> list[Problem]:
+    """Problems visible without running anything: generated/array names and shapes vs the model."""
+    cfg = loaded.suite.inputs
+    declared = {m.name: m for m in model_inputs}
+    problems = []
+    names: dict[str, tuple[str | int, ...]] = {}
+    if cfg.generate is not None:
+        names = {n: ("inputs", "generate", n) for n in cfg.generate}
+    elif cfg.arrays is not None:
+        names = {n: ("inputs", "arrays", n) for n in cfg.arrays}
+    ref = Path(loaded.suite.models.reference).name
+    for name, loc in names.items():
+        if name not in declared:
+            problems.append(loaded.problem(loc, f"'{name}' is not an input of {ref} (its inputs: {', '.join(declared)})"))
+    if names:
+        for name in declared:
+            if name not in names:
+                problems.append(loaded.problem(loc_parent(names), f"input '{name}' of {ref} is not given"))
+    if cfg.generate is not None:
+        for name, spec in cfg.generate.items():
+            if name in declared:
+                why = shape_matches(declared[name].shape, tuple(spec.shape))
+                if why:
+                    problems.append(loaded.problem(("inputs", "generate", name, "shape"), why))
+                if declared[name].dtype != spec.dtype and not (spec.dtype.startswith("float") and declared[name].dtype.startswith("float")):
+                    problems.append(loaded.problem(("inputs", "generate", name, "dtype"), f"{spec.dtype} but {ref} declares {declared[name].dtype}"))
+    pt = loaded.suite.models.pytorch
+    if pt is not None and pt.input_names is not None:
+        for i, name in enumerate(pt.input_names):
+            if name not in declared:
+                problems.append(loaded.problem(("models", "pytorch", "input_names", i), f"'{name}' is not an input of {ref} (its inputs: {', '.join(declared)})"))
+    return problems
+
+
+def loc_parent(names: dict[str, tuple[str | int, ...]]) -> tuple[str | int, ...]:
+    return next(iter(names.values()))[:-1]
+
+
+def check_samples(samples: list[dict[str, np.ndarray]], model_inputs: Sequence[TensorMeta], source: str) -> None:
+    """Every sample must feed exactly the model's inputs with fitting shapes."""
+    if not samples:
+        raise UsageError(f"{source}: no input samples; comparing zero samples is never a pass")
+    declared = {m.name: m for m in model_inputs}
+    for i, feed in enumerate(samples):
+        missing = sorted(set(declared) - set(feed))
+        extra = sorted(set(feed) - set(declared))
+        if missing or extra:
+            raise UsageError(
+                f"{source}: sample {i} does not match the model inputs"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; unknown {', '.join(extra)}" if extra else "")
+                + f" (model inputs: {', '.join(declared)})"
+            )
+        for name, arr in feed.items():
+            why = shape_matches(declared[name].shape, tuple(arr.shape))
+            if why:
+                raise UsageError(f"{source}: sample {i}, input '{name}': {why}")

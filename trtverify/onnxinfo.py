@@ -1,0 +1,80 @@
+"""Static facts about an ONNX file (inputs, outputs, dtypes) without running it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtverify.errors import UsageError
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    name: str
+    dtype: str  # numpy-style name: float32, float16, int64, ...
+    shape: tuple[Dim, ...] | None  # None: rank unknown; str: a named dynamic dimension
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
+
+
+def onnx_dtype_name(elem_type: int) -> str:
+    import onnx
+
+    try:
+        np_dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    except (KeyError, ValueError):
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    name = str(np_dtype)
+    return "bfloat16" if elem_type == onnx.TensorProto.BFLOAT16 else name
+
+
+def _meta(value_info: Any) -> TensorMeta:
+    t = value_info.type.tensor_type
+    shape: tuple[Dim, ...] | None = None
+    if t.HasField("shape"):
+        dims: list[Dim] = []
+        for d in t.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param"):
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+        shape = tuple(dims)
+    return TensorMeta(value_info.name, onnx_dtype_name(t.elem_type), shape)
+
+
+def load_onnx(path: Path, with_weights: bool = False) -> Any:
+    """onnx.ModelProto of `path`; a clear error instead of a protobuf traceback."""
+    import onnx
+
+    try:
+        return onnx.load(str(path), load_external_data=with_weights)
+    except FileNotFoundError as exc:
+        raise UsageError(f"{path}: file not found") from exc
+    except Exception as exc:  # protobuf DecodeError and friends: the file is not an ONNX model
+        raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+
+
+def graph_io(model: Any) -> tuple[list[TensorMeta], list[TensorMeta]]:
+    """Real inputs (initializers excluded) and outputs of an ONNX model."""
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [_meta(v) for v in model.graph.input if v.name not in inits]
+    outputs = [_meta(v) for v in model.graph.output]
+    return inputs, outputs
+
+
+def shape_matches(expected: tuple[Dim, ...] | None, actual: tuple[int, ...]) -> str | None:
+    """None when `actual` fits the declared shape, else the reason it does not."""
+    if expected is None:
+        return None
+    if len(expected) != len(actual):
+        return f"rank {len(actual)} {list(actual)} but the model declares rank {len(expected)} {list(expected)}"
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if isinstance(e, int) and e > 0 and e != a:
+            return f"dimension {i} is {a} but the model fixes it to {e} (declared {list(expected)})"
+    return None
