@@ -79,7 +79,10 @@ def _from_file(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
                 key = spec.key or name
                 if key not in data.files:
                     raise loaded_error(loaded, ("inputs", "arrays", name), f"{path.name} has no array '{key}' (it has: {', '.join(data.files)})")
-                columns[name] = (data[key], spec)
+                try:
+                    columns[name] = (data[key], spec)
+                except ValueError as exc:  # npz members load lazily: object arrays fail here
+                    raise UsageError(f"{path}: array '{key}' cannot be read without pickle ({exc}); store plain numeric arrays") from exc
     rows = {len(arr) if arr.ndim else 0 for arr, _ in columns.values()}
     if len(rows) != 1 or 0 in rows:
         raise UsageError(f"{path}: the arrays must share a non-empty first axis (rows per array: { {n: (a.shape[0] if a.ndim else 0) for n, (a, _) in columns.items()} })")

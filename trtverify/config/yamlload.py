@@ -35,8 +35,15 @@ class LocatedDocument:
         return self.lines.get((), None)
 
 
+_PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
+
+
 def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: PathKey, lines: dict[PathKey, int], problems: list[Problem], file: str) -> Any:
     lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_TAGS:
+        # collections are built here, not by a constructor: refuse tags instead of ignoring them
+        problems.append(Problem(file, node.start_mark.line + 1, _dotted(path), f"unsupported YAML tag '{node.tag}' (tags are not allowed in suite files)"))
+        return None
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)  # resolves '<<' merge keys
         out: dict[Any, Any] = {}
@@ -60,7 +67,11 @@ def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: PathKey, lines: dict[P
             lines[child] = item.start_mark.line + 1
             items.append(_walk(loader, item, child, lines, problems, file))
         return items
-    return loader.construct_object(node, deep=True)
+    try:
+        return loader.construct_object(node, deep=True)
+    except yaml.constructor.ConstructorError as exc:
+        problems.append(Problem(file, node.start_mark.line + 1, _dotted(path), f"{exc.problem} (tags are not allowed in suite files)"))
+        return None
 
 
 def _dotted(path: PathKey) -> str:
@@ -99,6 +110,8 @@ def load_yaml(path: Path, display: str | None = None) -> LocatedDocument:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         msg = " ".join(x for x in (exc.context, exc.problem) if x)
+        if exc.context_mark is not None and exc.problem_mark is not None and exc.context_mark.line != exc.problem_mark.line:
+            msg += f" (the construct started on line {exc.context_mark.line + 1})"
         raise SuiteError([Problem(file, line, "", f"YAML syntax error: {msg}")]) from None
     except yaml.YAMLError as exc:
         raise SuiteError([Problem(file, None, "", f"YAML error: {exc}")]) from None

@@ -1,0 +1,96 @@
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tests.conftest import TINY
+from trtverify.backends import REGISTRY, backend_class
+from trtverify.backends.base import Backend
+from trtverify.config.models import OnnxRuntimeOptions
+from trtverify.errors import BackendError, MissingDependency, UsageError
+
+X = np.random.default_rng(0).uniform(-1, 1, (3, 1, 8, 8)).astype(np.float32)
+
+
+def test_registry_and_protocol():
+    assert set(REGISTRY) >= {"onnxruntime", "torch"}
+    b = backend_class("onnxruntime")(TINY / "tiny.onnx")
+    assert isinstance(b, Backend)
+    with pytest.raises(UsageError, match="did you mean 'onnxruntime'"):
+        backend_class("onnxruntim")
+
+
+def test_infer_and_metadata():
+    b = backend_class("onnxruntime")(TINY / "tiny.onnx")
+    b.load()
+    assert [(m.name, m.dtype, m.shape) for m in b.inputs()] == [("input", "float32", ("batch", 1, 8, 8))]
+    out = b.infer({"input": X})
+    assert list(out) == ["logits"] and out["logits"].shape == (3, 5)
+
+
+@pytest.mark.parametrize("level", ["disable", "basic", "extended", "all"])
+def test_optimisation_levels_agree(level: str):
+    b = backend_class("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level=level, intra_op_num_threads=1))
+    ref = backend_class("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level="disable"))
+    np.testing.assert_allclose(b.infer({"input": X})["logits"], ref.infer({"input": X})["logits"], rtol=1e-5, atol=1e-6)
+
+
+def test_expose_intermediates_declares_no_wrong_shapes():
+    b = backend_class("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level="disable"))
+    b.load()
+    names = b.intermediates()
+    assert len(names) >= 5
+    exposed = b.expose(names)
+    out = b.infer({"input": X})
+    assert set(exposed) <= set(out) and "logits" in out
+    relu = [n for n in exposed if "Relu" in n]
+    assert relu and all(out[n].min() >= 0 for n in relu)
+
+
+def test_feed_mismatch_and_float_cast():
+    b = backend_class("onnxruntime")(TINY / "tiny.onnx")
+    with pytest.raises(BackendError, match="missing: input"):
+        b.infer({"x": X})
+    out = b.infer({"input": X.astype(np.float64)})  # float64 -> float32 is a recorded cast
+    assert out["logits"].dtype == np.float32 and b.casts == {"input": ("float64", "float32")}
+    with pytest.raises(BackendError, match="expects float32"):
+        b.infer({"input": X.astype(np.int32)})
+
+
+def test_fp16_model_with_fp16_io(tmp_path: Path):
+    # a genuinely FP16 graph (FP16 input, weights and output), as FP16 converters produce with keep_io_types=False
+    w = helper.make_tensor("w", TensorProto.FLOAT16, [2, 2], np.array([[1, 2], [3, 4]], np.float16).tobytes(), raw=True)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 2])],
+        [w],
+    )
+    path = tmp_path / "fp16.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+    b = backend_class("onnxruntime")(path)
+    y = b.infer({"x": np.array([[1.0, 1.0]], np.float32)})["y"]
+    assert y.dtype == np.float16 and y.tolist() == [[4.0, 6.0]]
+
+
+def test_broken_model_is_a_backend_error(tmp_path: Path):
+    g = helper.make_graph(
+        [helper.make_node("NoSuchOp", ["x"], ["y"], name="n")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    path = tmp_path / "bad.onnx"
+    onnx.save(helper.make_model(g, ir_version=9), str(path))
+    with pytest.raises(BackendError, match="cannot load"):
+        backend_class("onnxruntime")(path).load()
+
+
+def test_unavailable_provider_names_the_fix():
+    b = backend_class("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(providers=["CUDAExecutionProvider"]))
+    with pytest.raises(MissingDependency, match="onnxruntime-gpu") as info:
+        b.load()
+    assert info.value.exit_code == 3

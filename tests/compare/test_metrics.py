@@ -1,0 +1,129 @@
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from trtverify.compare.metrics import METRICS, CompareError, compare, metric_key, topk_agreement
+
+
+def test_identical_tensors():
+    a = np.linspace(-3, 3, 60, dtype=np.float32).reshape(3, 20)
+    c = compare(a, a.copy())
+    assert c.metrics["max_abs"] == 0 and c.metrics["mean_abs"] == 0 and c.metrics["rel_l2"] == 0
+    assert c.metrics["cosine"] == 1.0 and c.metrics["sqnr"] == math.inf and c.metrics["max_rel"] == 0
+    assert c.nonfinite_mismatch == 0 and c.numel == 60
+
+
+def test_known_values():
+    a = np.array([1.0, 2.0, -2.0, 4.0])
+    b = np.array([1.0, 2.5, -2.0, 3.0])
+    c = compare(a, b, {"frac_outside_tol": {"atol": 0.1, "rtol": 0.0}})
+    assert c.metrics["max_abs"] == pytest.approx(1.0)
+    assert c.metrics["mean_abs"] == pytest.approx(0.375)
+    assert c.metrics["max_rel"] == pytest.approx(0.25)
+    d = b - a
+    assert c.metrics["rel_l2"] == pytest.approx(np.linalg.norm(d) / np.linalg.norm(a))
+    assert c.metrics["cosine"] == pytest.approx(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+    assert c.metrics["sqnr"] == pytest.approx(10 * np.log10((a @ a) / (d @ d)))
+    assert c.metrics["frac_outside_tol@atol=0.1,rtol=0"] == pytest.approx(0.5)
+
+
+def test_scale_error_gives_rel_l2_of_the_scale():
+    a = np.random.default_rng(0).normal(size=(64, 10)).astype(np.float32)
+    c = compare(a, a * np.float32(1.01))
+    assert c.metrics["rel_l2"] == pytest.approx(0.01, rel=1e-4)
+    assert c.metrics["cosine"] == pytest.approx(1.0)
+
+
+def test_float64_accumulation_on_float16():
+    # sum of squares of 1e5 float16 values of 200 overflows float16 (max 65504); float64 must not
+    a = np.full(100_000, 200, dtype=np.float16)
+    b = a.copy()
+    b[0] = np.float16(201)
+    c = compare(a, b)
+    assert math.isfinite(c.metrics["rel_l2"]) and c.metrics["rel_l2"] > 0
+    assert c.metrics["cosine"] == pytest.approx(1.0)
+
+
+def test_nan_in_candidate_where_reference_finite_counts_as_mismatch():
+    a = np.ones(10, np.float32)
+    b = a.copy()
+    b[3] = np.nan
+    b[4] = np.inf
+    c = compare(a, b, {"frac_outside_tol": {}})
+    assert c.cand_nan == 1 and c.cand_inf == 1 and c.ref_nan == 0
+    assert c.nonfinite_mismatch == 2
+    assert c.metrics["frac_outside_tol@atol=1e-05,rtol=0.001"] == pytest.approx(0.2)
+
+
+def test_same_nonfinite_values_match_but_different_ones_do_not():
+    a = np.array([np.nan, np.inf, -np.inf, 1.0])
+    assert compare(a, a.copy()).nonfinite_mismatch == 0
+    assert compare(a, np.array([np.inf, np.inf, np.inf, 1.0])).nonfinite_mismatch == 2
+
+
+def test_all_nonfinite_gives_nan_metrics():
+    a = np.array([np.nan, np.nan])
+    c = compare(a, a.copy())
+    assert all(math.isnan(c.metrics[k]) for k in ("max_abs", "cosine"))
+
+
+def test_zero_reference():
+    z = np.zeros(5)
+    assert compare(z, z).metrics["rel_l2"] == 0.0
+    c = compare(z, np.full(5, 1e-3))
+    assert c.metrics["rel_l2"] == math.inf and c.metrics["max_rel"] == math.inf
+    assert c.metrics["cosine"] == 0.0 and c.metrics["sqnr"] == -math.inf
+
+
+def test_empty_and_mismatched_shapes_are_errors():
+    with pytest.raises(CompareError, match="no elements"):
+        compare(np.zeros((0, 3)), np.zeros((0, 3)))
+    with pytest.raises(CompareError, match="shape mismatch"):
+        compare(np.zeros((2, 3)), np.zeros((3, 2)))
+
+
+def test_topk_agreement():
+    a = np.array([[0.1, 0.5, 0.4], [0.9, 0.05, 0.05]])
+    b = np.array([[0.1, 0.4, 0.5], [0.9, 0.06, 0.04]])
+    assert topk_agreement(a, b, 1) == 0.5
+    assert topk_agreement(a, b, 2) == 1.0
+    with pytest.raises(CompareError):
+        topk_agreement(a, b, 4)
+
+
+def test_metric_key():
+    assert metric_key("cosine", None) == "cosine"
+    assert metric_key("topk_agreement", {"k": 5}) == "topk_agreement@k=5"
+
+
+def test_integer_and_bool_tensors():
+    c = compare(np.array([1, 2, 3], np.int64), np.array([1, 2, 4], np.int64))
+    assert c.metrics["max_abs"] == 1.0
+    assert compare(np.array([True, False]), np.array([True, False])).metrics["max_abs"] == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hnp.arrays(np.float32, hnp.array_shapes(min_dims=1, max_dims=3, max_side=6), elements=st.floats(-1e6, 1e6, width=32)),
+    st.floats(-1e3, 1e3),
+)
+def test_metric_invariants(a, noise):
+    b = (a + np.float32(noise)).astype(np.float32)
+    c = compare(a, b, {"frac_outside_tol": {}, "topk_agreement": {"k": 1}})
+    m = c.metrics
+    assert m["max_abs"] >= m["mean_abs"] >= 0
+    assert -1.0 <= m["cosine"] <= 1.0
+    assert 0.0 <= m["frac_outside_tol@atol=1e-05,rtol=0.001"] <= 1.0
+    assert 0.0 <= m["topk_agreement@k=1"] <= 1.0
+    assert c.nonfinite_mismatch == 0
+    # symmetry of the absolute error
+    assert compare(b, a).metrics["max_abs"] == pytest.approx(m["max_abs"])
+
+
+def test_every_metric_declares_its_direction():
+    for spec in METRICS.values():
+        assert spec.better in ("lower", "higher")

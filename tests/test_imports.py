@@ -1,0 +1,54 @@
+"""`import trtverify` and `trtverify --help` must not import torch or tensorrt; every module imports without them."""
+
+from __future__ import annotations
+
+import os
+import pkgutil
+import subprocess
+import sys
+import time
+
+import trtverify
+from tests.conftest import ROOT, run_cli
+
+MODULES = sorted(m.name for m in pkgutil.walk_packages(trtverify.__path__, "trtverify.") if m.name != "trtverify.__main__")
+HEAVY = ("torch", "tensorrt", "tensorrt_rtx", "polygraphy")
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_every_module_imports_with_heavy_libraries_unimportable():
+    assert len(MODULES) > 15
+    block = "".join(f"sys.modules[{m!r}] = None\n" for m in HEAVY)
+    code = "import importlib, sys\n" + block + "".join(f"importlib.import_module({m!r})\n" for m in MODULES) + "print('ok')"
+    p = _python(code)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_help_imports_neither_torch_nor_tensorrt_and_is_fast():
+    code = (
+        "import sys, time\nt = time.perf_counter()\nfrom trtverify.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'tensorrt', 'tensorrt_rtx', 'polygraphy', 'onnxruntime')]\n"
+        "print('HEAVY', heavy, 'T', time.perf_counter() - t)\n"
+    )
+    p = _python(code)
+    assert p.returncode == 0, p.stderr
+    line = [x for x in p.stdout.splitlines() if x.startswith("HEAVY")][0]
+    assert line.startswith("HEAVY [] T"), line
+    assert float(line.split()[-1]) < 0.5
+
+
+def test_help_subprocess_wall_time():
+    t = time.perf_counter()
+    r = run_cli("--help")
+    assert r.code == 0 and "Exit codes" in r.out
+    assert time.perf_counter() - t < 3.0  # interpreter start included; --help itself is measured above
+
+
+def test_import_trtverify_is_light():
+    p = _python("import sys, trtverify\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('torch','tensorrt','onnxruntime','onnx','pydantic')))")
+    assert p.stdout.strip() == "[]", p.stdout
