@@ -218,7 +218,9 @@ def _candidate_shorthand(v: Any) -> Any:
 class Models(Strict):
     reference: OnnxPath = Field(description="the reference FP32 ONNX model")
     pytorch: PyTorchModel | None = None
-    candidates: dict[Name, Annotated[Candidate, BeforeValidator(_candidate_shorthand)]] = Field(default_factory=dict)
+    candidates: dict[Name, Annotated[Candidate, BeforeValidator(_candidate_shorthand, json_schema_input_type=str | Candidate)]] = Field(
+        default_factory=dict, description="name -> ONNX path, or {path, backend, description}"
+    )
 
 
 # ----------------------------------------------------------------------------- inputs

@@ -1,0 +1,26 @@
+# Two entry points a fresh machine needs (python3, pip and make; nothing else):
+#   make demo   install trtverify into .venv and run the bundled demo suite
+#   make test   install trtverify[torch,dev] (CPU torch pinned in constraints/ci.txt) and run every test
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: demo test venv clean
+
+$(BIN)/python:
+	@# Debian/Ubuntu ship venv without ensurepip unless python3-venv is installed: fall back to the system pip
+	$(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); $(PYTHON) -m venv --without-pip $(VENV) && $(PYTHON) -m pip --python $(BIN)/python install -q pip; }
+
+venv: $(BIN)/python
+
+demo: $(BIN)/python
+	$(PIP) install -e .
+	$(BIN)/trtverify run suites/fashion_mnist.yaml
+
+test: $(BIN)/python
+	$(PIP) install -c constraints/ci.txt -e '.[torch,dev]'
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) reports/*/ .pytest_cache
