@@ -1,0 +1,74 @@
+"""The bundled demo: real Fashion-MNIST images, the trained CNN, its ONNX exports and stored reference."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from tests.stages.test_framework import scale_first_conv
+from trtverify.backends import backend_class
+from trtverify.config import load_suite
+from trtverify.inputs import build_samples
+
+DEMO = ROOT / "demo" / "fashion_mnist"
+SUITE = ROOT / "suites" / "fashion_mnist.yaml"
+
+
+@pytest.fixture
+def demo_copy(tmp_path: Path) -> Path:
+    """suite + demo + stored reference copied with the same relative layout."""
+    for sub in ("suites", "demo", "reference_outputs"):
+        shutil.copytree(ROOT / sub, tmp_path / sub)
+    return tmp_path / "suites" / "fashion_mnist.yaml"
+
+
+def test_demo_gate_runs_without_torch(tmp_path: Path, demo_copy: Path):
+    r = run_cli("run", str(demo_copy), "--out", str(tmp_path / "out"), block=("torch",))
+    assert r.code == 0, r.out + r.err
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    stage = res["stages"][0]
+    assert stage["reference"]["source"] == "stored" and stage["samples"] == 16
+    assert stage["outputs"][0]["metrics"]["topk_agreement@k=1"]["worst"] == 1.0
+
+
+def test_committed_reference_equals_pytorch_today():
+    pytest.importorskip("torch")
+    loaded = load_suite(SUITE)
+    samples = build_samples(loaded)
+    stored = np.load(ROOT / "reference_outputs" / "fashion_mnist" / "pytorch" / "outputs.npz", allow_pickle=False)
+    manifest = json.loads((ROOT / "reference_outputs" / "fashion_mnist" / "pytorch" / "manifest.json").read_text())
+    torch_backend = backend_class("torch")(loaded.suite.models.pytorch, search_path=loaded.suite.python_path, default_input_names=["input"])
+    for feed, entry in zip(samples, manifest["outputs"]):
+        fresh = torch_backend.infer(feed)["logits"]
+        np.testing.assert_allclose(fresh, stored[entry["logits"]], rtol=1e-5, atol=1e-5)
+
+
+def test_scaled_conv_in_the_demo_model_fails_naming_the_output(tmp_path: Path, demo_copy: Path):
+    model = demo_copy.parents[1] / "demo" / "fashion_mnist" / "fashion_cnn_fp32.onnx"
+    scale_first_conv(model, model, 1.01)
+    r = run_cli("run", str(demo_copy), "--out", str(tmp_path / "out"), block=("torch",))
+    assert r.code == 1, r.out + r.err
+    assert "FAIL logits: rel_l2" in r.out
+
+
+def test_deleted_demo_model_is_exit_2(tmp_path: Path, demo_copy: Path):
+    (demo_copy.parents[1] / "demo" / "fashion_mnist" / "fashion_cnn_fp32.onnx").unlink()
+    r = run_cli("run", str(demo_copy), "--out", str(tmp_path / "out"))
+    assert r.code == 2 and "models.reference: file not found" in r.err and "fashion_cnn_fp32.onnx" in r.err
+
+
+@pytest.mark.parametrize("model, key", [("fashion_cnn_fp32.onnx", "ort_fp32"), ("fashion_cnn_fp16.onnx", "ort_fp16"), ("fashion_cnn_int8_qdq.onnx", "ort_int8_qdq")])
+def test_shipped_models_keep_their_measured_accuracy(model: str, key: str):
+    data = np.load(DEMO / "data" / "test_subset.npz", allow_pickle=False)
+    images, labels = data["images"], data["labels"]
+    assert images.shape == (2000, 1, 28, 28) and images.dtype == np.uint8
+    assert np.bincount(labels).tolist() == [200] * 10
+    b = backend_class("onnxruntime")(DEMO / model)
+    preds = np.concatenate([b.infer({"input": (images[i : i + 500] / 255.0).astype(np.float32)})["logits"].argmax(1) for i in range(0, 2000, 500)])
+    expected = json.loads((DEMO / "metrics.json").read_text())["results"][key]["accuracy"]
+    assert abs(float((preds == labels).mean()) - expected) < 0.002
