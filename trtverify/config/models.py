@@ -210,6 +210,17 @@ class Candidate(Strict):
     backend: str = "onnxruntime"
     description: str | None = None
 
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        from trtverify.backends import REGISTRY  # a dict of strings: imports no backend library
+
+        if v not in REGISTRY:
+            close = difflib.get_close_matches(v, REGISTRY, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ValueError(f"unknown backend '{v}'{hint} (known: {', '.join(REGISTRY)})")
+        return v
+
 
 def _candidate_shorthand(v: Any) -> Any:
     return {"path": v} if isinstance(v, str) else v
