@@ -64,3 +64,13 @@ class BackendError(TrtVerifyError):
     """A model could not be loaded or run by a backend (the thing under test is broken)."""
 
     exit_code = EXIT_CHECK_FAILED
+
+
+def unknown(what: str, value: str, known: "list[str] | dict[str, object]") -> str:
+    """'unknown metric 'cosin'; did you mean 'cosine'? (known: ...)' — one wording everywhere."""
+    import difflib
+
+    names = list(known)
+    close = difflib.get_close_matches(value, names, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"unknown {what} '{value}'{hint} (known: {', '.join(names)})"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from typing import Any
 
 from trtverify.backends.base import Backend
-from trtverify.errors import UsageError
+from trtverify.errors import UsageError, unknown
 
 REGISTRY: dict[str, str] = {
     "onnxruntime": "trtverify.backends.onnxruntime:OnnxRuntimeBackend",
@@ -20,9 +19,7 @@ def backend_class(name: str) -> type[Any]:
     try:
         target = REGISTRY[name]
     except KeyError:
-        close = difflib.get_close_matches(name, REGISTRY, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise UsageError(f"unknown backend '{name}'{hint} (known: {', '.join(REGISTRY)})") from None
+        raise UsageError(unknown("backend", name, REGISTRY)) from None
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import types
 import typing
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from trtverify.config.models import Suite
 from trtverify.config.yamlload import LocatedDocument, PathKey, dotted, load_yaml
-from trtverify.errors import Problem, SuiteError
+from trtverify.errors import Problem, SuiteError, unknown
 
 
 @dataclass(frozen=True)
@@ -66,11 +65,7 @@ def _message(err: dict[str, Any]) -> str:
     loc = tuple(err["loc"])
     if kind == "extra_forbidden":
         model = _model_at(loc[:-1])
-        known = list(model.model_fields) if model else []
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        allowed = f" (allowed here: {', '.join(known)})" if known else ""
-        return f"unknown key '{loc[-1]}'{hint}{allowed}"
+        return unknown("key", str(loc[-1]), list(model.model_fields)) if model else f"unknown key '{loc[-1]}'"
     if kind == "missing":
         return "required key is missing"
     msg = str(err["msg"])

@@ -6,7 +6,6 @@ Paths are resolved against the suite file's folder (passed in the validation con
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,6 +21,7 @@ from pydantic import (
 )
 
 from trtverify.compare.metrics import METRICS
+from trtverify.errors import unknown
 from trtverify.hooks import is_hook_spec
 
 
@@ -97,9 +97,7 @@ class Check(Strict):
     @classmethod
     def _known_metric(cls, v: str) -> str:
         if v not in METRICS:
-            close = difflib.get_close_matches(v, METRICS, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ValueError(f"unknown metric '{v}'{hint} (known: {', '.join(METRICS)})")
+            raise ValueError(unknown("metric", v, METRICS))
         return v
 
     @model_validator(mode="after")
@@ -216,9 +214,7 @@ class Candidate(Strict):
         from trtverify.backends import REGISTRY  # a dict of strings: imports no backend library
 
         if v not in REGISTRY:
-            close = difflib.get_close_matches(v, REGISTRY, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ValueError(f"unknown backend '{v}'{hint} (known: {', '.join(REGISTRY)})")
+            raise ValueError(unknown("backend", v, REGISTRY))
         return v
 
 
