@@ -11,7 +11,13 @@ from trtverify.errors import UsageError, unknown
 REGISTRY: dict[str, str] = {
     "onnxruntime": "trtverify.backends.onnxruntime:OnnxRuntimeBackend",
     "torch": "trtverify.backends.torch:TorchBackend",
+    "tensorrt": "trtverify.backends.tensorrt:TensorRTBackend",
+    "tensorrt-rtx": "trtverify.backends.tensorrt:TensorRTRTXBackend",
 }
+
+# Backends that can run an ONNX model as a candidate. Each class offers
+# from_config(model_path, backends_config, samples) -> a backend ready to load.
+CANDIDATE_BACKENDS = ("onnxruntime", "tensorrt", "tensorrt-rtx")
 
 
 def backend_class(name: str) -> type[Any]:
@@ -24,4 +30,11 @@ def backend_class(name: str) -> type[Any]:
     return getattr(importlib.import_module(module), cls)
 
 
-__all__ = ["Backend", "REGISTRY", "backend_class"]
+def candidate_backend(name: str, model_path: Any, backends_config: Any, samples: Any = ()) -> Any:
+    """A backend instance for a candidate model, configured from the suite's `backends:` section."""
+    if name not in CANDIDATE_BACKENDS:
+        raise UsageError(f"backend '{name}' cannot run candidate ONNX models (use one of: {', '.join(CANDIDATE_BACKENDS)})")
+    return backend_class(name).from_config(model_path, backends_config, samples)
+
+
+__all__ = ["Backend", "CANDIDATE_BACKENDS", "REGISTRY", "backend_class", "candidate_backend"]

@@ -32,7 +32,13 @@ class OnnxRuntimeBackend:
         self._inputs: list[TensorMeta] = []
         self._outputs: list[TensorMeta] = []
         self._exposed: list[str] = []
+        self._light: Any = None
+        self._workdir: Any = None
         self.casts: dict[str, tuple[str, str]] = {}  # input -> (fed dtype, model dtype), for the record
+
+    @classmethod
+    def from_config(cls, model_path: Path, backends: Any, samples: Any = ()) -> "OnnxRuntimeBackend":
+        return cls(model_path, backends.onnxruntime)
 
     # -- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -107,37 +113,37 @@ class OnnxRuntimeBackend:
         return dict(zip(names, values))
 
     # -- intermediates ---------------------------------------------------------------------
+    @property
+    def light(self) -> Any:
+        """The model with its weights moved to one external file (made once, on first use)."""
+        if self._light is None:
+            import tempfile
+
+            from trtverify.graph import LightModel
+
+            self._workdir = tempfile.TemporaryDirectory(prefix="trtverify-ort-")
+            self._light = LightModel(self.model_path, Path(self._workdir.name))
+        return self._light
+
     def intermediates(self) -> list[str]:
-        """Node outputs whose element type is known after shape inference (shape-only tensors included)."""
-        return list(self._typed_values())
-
-    def _typed_values(self) -> dict[str, int]:
-        import onnx
-
-        if self._model is None:
-            self._model = load_onnx(self.model_path, with_weights=False)
-        inferred = onnx.shape_inference.infer_shapes(self._model)
-        types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
-        out: dict[str, int] = {}
-        for node in self._model.graph.node:
-            for t in node.output:
-                if t and types.get(t):
-                    out[t] = types[t]
-        return out
+        """Node outputs that carry values derived from the inputs (shape-only tensors left out)."""
+        return self.light.info.value_tensors()
 
     def expose(self, names: Sequence[str]) -> list[str]:
-        """Add `names` as graph outputs, declaring only the element type (never a guessed shape)."""
-        import onnx
-
-        typed = self._typed_values()
-        existing = {o.name for o in self._model.graph.output}
-        chosen = [n for n in names if n in typed and n not in existing]
-        model = onnx.load(str(self.model_path), load_external_data=True)
-        for n in chosen:
-            model.graph.output.append(onnx.helper.make_tensor_value_info(n, typed[n], None))
-        self._session = self._make_session(model.SerializeToString())
+        """Make `names` graph outputs too. Outputs are declared untyped: ONNX Runtime infers
+        their real type, so FP16, INT8 QDQ and mixed graphs never get a wrong declaration."""
+        if self._session is None:
+            self.load()
+        known = set(self.light.info.producers) | set(self.light.info.inputs)
+        chosen = [n for n in dict.fromkeys(names) if n in known]
+        path = self.light.with_outputs(chosen)
+        self._session = self._make_session(str(path))
         self._exposed = chosen
         return chosen
 
     def close(self) -> None:
         self._session = None
+        self._light = None
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None

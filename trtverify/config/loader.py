@@ -98,6 +98,17 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         targets = list(fw.rename.values())
         for t in sorted({t for t in targets if targets.count(t) > 1}):
             add(("stages", "framework", "rename"), f"two outputs are renamed to '{t}'")
+    lw = suite.stages.layerwise
+    if lw is not None:
+        names = lw.candidates if lw.candidates is not None else list(suite.models.candidates)
+        if not suite.models.candidates:
+            add(("stages", "layerwise"), "stage 'layerwise' compares candidates with the reference: add models.candidates")
+        for i, name in enumerate(lw.candidates or []):
+            if name not in suite.models.candidates:
+                add(("stages", "layerwise", "candidates", i), unknown("candidate", name, list(suite.models.candidates)))
+        for name in lw.candidate_checks:
+            if name not in names:
+                add(("stages", "layerwise", "candidate_checks", name), unknown("candidate", name, names))
     return out
 
 

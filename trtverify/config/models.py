@@ -161,8 +161,37 @@ class FrameworkStage(Strict):
     samples: int | None = Field(default=None, ge=1, description="use only the first N input samples")
 
 
+def _default_layerwise_checks() -> list[Check]:
+    # rel_l2 catches scale errors that cosine cannot see; FP16 activations sit near 1e-3
+    return [Check(metric="rel_l2", max=0.01), Check(metric="cosine", min=0.999)]
+
+
+class TensorOverride(Strict):
+    checks: list[Check] = Field(min_length=1)
+
+
+class LayerwiseStage(Strict):
+    """Stage 2: every intermediate tensor of the reference vs each candidate; first divergence and root causes."""
+
+    candidates: list[Name] | None = Field(default=None, description="names from models.candidates (default: all of them)")
+    checks: list[Check] = Field(default_factory=_default_layerwise_checks, min_length=1, description="applied to every compared tensor")
+    candidate_checks: dict[Name, list[Check]] = Field(default_factory=dict, description="per-candidate checks replacing `checks`")
+    tensors: dict[str, TensorOverride] = Field(default_factory=dict, description="per-tensor checks replacing the candidate's checks")
+    rename: dict[str, str] = Field(default_factory=dict, description="reference tensor name -> candidate tensor name")
+    ignore: list[str] = Field(default_factory=list, description="tensors left out (listed as ignored)")
+    samples: int | None = Field(default=None, ge=1, description="use only the first N input samples (default: all)")
+    root_causes: int = Field(default=5, ge=1, description="how many root-cause suspects to report")
+    root_cause_method: Literal["auto", "isolate", "amplification"] = Field(
+        default="auto",
+        description="isolate: run each candidate node on the reference's inputs (ONNX candidates); "
+        "amplification: rank by error added at each layer (any backend); auto: isolate where possible",
+    )
+    memory_budget_mb: float = Field(default=2048, gt=0, description="bound on intermediate tensors held in memory at once")
+
+
 class Stages(Strict):
     framework: FrameworkStage | None = None
+    layerwise: LayerwiseStage | None = None
 
     @model_validator(mode="after")
     def _some(self) -> "Stages":

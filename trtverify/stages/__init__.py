@@ -9,6 +9,7 @@ from trtverify.stages.base import StageContext, StageResult
 
 STAGES: dict[str, str] = {
     "framework": "trtverify.stages.framework:run",
+    "layerwise": "trtverify.stages.layerwise:run",
 }
 
 
