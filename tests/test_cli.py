@@ -35,3 +35,33 @@ def test_quiet_prints_only_the_verdict(tmp_path: Path, tiny_suite: Path):
     r = run_cli("run", str(tiny_suite), "--out", str(tmp_path / "o"), "-q")
     assert r.out.strip() == "PASSED: suite 'tiny' (exit 0)"
     assert json.loads((tmp_path / "o" / "results.json").read_text())["passed"] is True
+
+
+DEMO = ROOT / "demo" / "fashion_mnist"
+
+
+def test_layerwise_command_without_a_suite(tmp_path: Path):
+    import numpy as np
+
+    np.savez(tmp_path / "in.npz", input=np.random.default_rng(0).uniform(0, 1, (3, 1, 28, 28)).astype(np.float32))
+    out = tmp_path / "o"
+    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), str(DEMO / "fashion_cnn_fp16.onnx"), "--inputs", str(tmp_path / "in.npz"), "--out", str(out))
+    assert r.code == 0, r.out + r.err
+    assert "fashion_cnn_fp16: 15 tensors compared; no divergence" in r.out
+    res = json.loads((out / "results.json").read_text())
+    stage = res["stages"][0]
+    assert stage["name"] == "layerwise" and stage["samples"] == 3 and len(stage["candidates"][0]["rows"]) == 15
+    # the written suite reruns the same comparison
+    r2 = run_cli("run", str(out / "suite.yaml"), "--out", str(tmp_path / "again"))
+    assert r2.code == 0 and "15 tensors compared" in r2.out
+
+
+def test_layerwise_command_generated_inputs_and_checks(tmp_path: Path):
+    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), str(DEMO / "fashion_cnn_int8_qdq.onnx"), "--dim", "batch=4", "--check", "cosine>=0.99999", "--out", str(tmp_path / "o"))
+    assert r.code == 1 and "first divergence /features/block1/conv/Conv_output_0" in r.out
+    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), str(DEMO / "fashion_cnn_fp16.onnx"), "--check", "cosine=1", "--out", str(tmp_path / "p"))
+    assert r.code == 2 and "expected METRIC<=VALUE" in r.err
+    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), "--out", str(tmp_path / "q"))
+    assert r.code == 2 and "give a CANDIDATE" in r.err
+    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), str(DEMO / "fashion_cnn_fp16.onnx"), "--dim", "batch=zero", "--out", str(tmp_path / "r"))
+    assert r.code == 2 and "--dim 'batch=zero'" in r.err

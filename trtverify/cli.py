@@ -74,12 +74,16 @@ def cli() -> None:
 def run(suite: Path, stages: tuple[str, ...], out_dir: Path | None, update_reference: bool, reference_dir: Path | None, quiet: bool) -> None:
     """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
     from trtverify.config import load_suite
-    from trtverify.runner import run_suite
 
     loaded = load_suite(suite)
-    out = out_dir or Path("reports") / loaded.suite.name
+    _execute(loaded, out_dir or Path("reports") / loaded.suite.name, stages, update_reference, reference_dir, quiet)
+
+
+def _execute(loaded: Any, out: Path, stages: tuple[str, ...], update_reference: bool, reference_dir: Path | None, quiet: bool) -> None:
+    from trtverify.runner import run_suite
+
     if not quiet:
-        click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}' ({suite})", err=True)
+        click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}' ({loaded.path})", err=True)
     result = run_suite(
         loaded,
         out,
@@ -110,6 +114,19 @@ def _summary(results: dict[str, Any], quiet: bool) -> None:
             click.echo(f"[{s['status'].upper():^7}] {s['name']}: {len(checks) - len(failed)}/{len(checks)} checks passed ({s.get('duration_s', 0):.2f} s)")
             for note in s.get("notes", []):
                 click.echo(f"          note: {note}")
+            for cand in s.get("candidates", []):
+                fd = cand.get("first_divergence")
+                rc = (cand.get("root_causes") or [None])[0]
+                line = f"          {cand['name']}: {len(cand.get('rows', []))} tensors compared; "
+                if fd:
+                    line += f"first divergence {fd['tensor']} ({fd['op_type']} {fd['node']}, rel_l2 {_fmt(fd['metrics'].get('rel_l2'))})"
+                else:
+                    line += "no divergence"
+                click.echo(line)
+                if rc:
+                    kind = "local" if cand.get("root_cause_method") == "isolate" else "added"
+                    label = "root cause #1" if fd else "largest own error"
+                    click.echo(f"          {cand['name']}: {label} {rc['node']} ({rc['op_type']}), {kind} rel_l2 {_fmt(rc['score'])}")
             for c in failed[:20]:
                 click.echo(f"          FAIL {c['name']}: {_fmt(c['value'])} (limit {c['op']} {_fmt(c['threshold'])})")
             if len(failed) > 20:
@@ -118,6 +135,61 @@ def _summary(results: dict[str, Any], quiet: bool) -> None:
                 click.echo(f"          {s['error']['kind']} error: {s['error']['message']}")
     verdict = "PASSED" if results["passed"] else "FAILED"
     click.echo(f"{verdict}: suite '{results['suite']['name']}' (exit {results['exit_code']})")
+
+
+@cli.command()
+@click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("candidates", nargs=-1, type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--inputs", "inputs_file", type=click.Path(path_type=Path, dir_okay=False, exists=True), help=".npz/.npy of inputs (keys = input names, first axis = rows) [default: random inputs].")
+@click.option("--samples", type=click.IntRange(min=1), help="Number of samples [default: 1 generated, or every row of --inputs].")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE", help="Value of a dynamic dimension for generated inputs (repeatable) [default: 1].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated inputs.")
+@click.option("--backend", default="onnxruntime", show_default=True, type=click.Choice(["onnxruntime", "tensorrt", "tensorrt-rtx"]), help="Backend running the candidates.")
+@click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp16", "bf16", "int8", "fp8", "tf32"]), help="TensorRT <= 10 builder flag (repeatable); with no CANDIDATE the reference itself is built.")
+@click.option("--check", "checks", multiple=True, metavar="METRIC<=X|METRIC>=X", help="Check for every tensor (repeatable) [default: rel_l2<=0.01, cosine>=0.999].")
+@click.option("--memory-budget", type=float, metavar="MB", help="Bound on intermediates held in memory [default: 2048].")
+@click.option("--root-causes", type=click.IntRange(min=1), help="How many suspects to report [default: 5].")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), help="Output folder [default: reports/layerwise-<reference name>].")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+def layerwise(
+    reference: Path,
+    candidates: tuple[Path, ...],
+    inputs_file: Path | None,
+    samples: int | None,
+    dims: tuple[str, ...],
+    seed: int,
+    backend: str,
+    precisions: tuple[str, ...],
+    checks: tuple[str, ...],
+    memory_budget: float | None,
+    root_causes: int | None,
+    out_dir: Path | None,
+    quiet: bool,
+) -> None:
+    """Compare every intermediate tensor of REFERENCE with each CANDIDATE, without a suite file.
+
+    Writes the suite it ran (suite.yaml) beside results.json and report.html, so the run
+    can be repeated and extended with `trtverify run`.
+    """
+    from trtverify.adhoc import layerwise_suite
+    from trtverify.config import load_suite
+
+    out = out_dir or Path("reports") / f"layerwise-{reference.stem}"
+    path = layerwise_suite(
+        out,
+        reference,
+        list(candidates),
+        inputs_file=inputs_file,
+        samples=samples,
+        dims=dims,
+        seed=seed,
+        backend=backend,
+        precisions=list(precisions),
+        checks=list(checks),
+        memory_budget=memory_budget,
+        root_causes=root_causes,
+    )
+    _execute(load_suite(path), out, ("layerwise",), False, None, quiet)
 
 
 @cli.command()

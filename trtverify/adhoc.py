@@ -1,0 +1,111 @@
+"""Suites made from command-line arguments (`trtverify layerwise REF CAND`).
+
+The suite is written to the output folder as YAML and then loaded like any other, so the
+command-line path goes through the same validation and runner, and leaves a suite the
+user can rerun and edit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trtverify.errors import UsageError
+from trtverify.fsutil import atomic_write_text
+from trtverify.onnxinfo import graph_io, load_onnx
+
+_CHECK = re.compile(r"^\s*([a-z_]+)\s*(<=|>=)\s*([-+0-9.eE]+|inf)\s*$")
+
+
+def parse_check(text: str) -> dict[str, Any]:
+    m = _CHECK.match(text)
+    if not m:
+        raise UsageError(f"--check '{text}': expected METRIC<=VALUE or METRIC>=VALUE, e.g. rel_l2<=0.01 or cosine>=0.999")
+    metric, op, value = m.groups()
+    return {"metric": metric, ("max" if op == "<=" else "min"): float(value)}
+
+
+def _name(path: Path, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem) or "candidate"
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    taken.add(name)
+    return name
+
+
+def _generated_inputs(reference: Path, dims: Sequence[str], seed: int) -> dict[str, Any]:
+    values: dict[str, int] = {}
+    for d in dims:
+        key, _, val = d.partition("=")
+        if not key or not val.isdigit() or int(val) < 1:
+            raise UsageError(f"--dim '{d}': expected NAME=VALUE with a positive integer, e.g. --dim batch=8")
+        values[key] = int(val)
+    inputs, _ = graph_io(load_onnx(reference))
+    spec: dict[str, Any] = {}
+    for m in inputs:
+        if m.shape is None:
+            raise UsageError(f"{reference}: input '{m.name}' has no declared shape; pass --inputs FILE.npz")
+        shape = [d if isinstance(d, int) and d > 0 else values.get(str(d), 1) for d in m.shape]
+        dtype = m.dtype if m.dtype in ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool") else "float32"
+        spec[m.name] = {"shape": shape, "dtype": dtype, "range": [0.0, 1.0]}
+    return {"samples": 1, "seed": seed, "generate": spec}
+
+
+def layerwise_suite(
+    out: Path,
+    reference: Path,
+    candidates: list[Path],
+    *,
+    inputs_file: Path | None,
+    samples: int | None,
+    dims: Sequence[str],
+    seed: int,
+    backend: str,
+    precisions: list[str],
+    checks: list[str],
+    memory_budget: float | None,
+    root_causes: int | None,
+) -> Path:
+    """Write `out/suite.yaml` for a layerwise comparison and return its path."""
+    reference = reference.resolve()
+    if not candidates:
+        if backend == "onnxruntime":
+            raise UsageError("give a CANDIDATE model, or --backend tensorrt/tensorrt-rtx to build the reference itself")
+        candidates = [reference]
+    taken: set[str] = set()
+    cands = {_name(c, taken): {"path": str(c.resolve()), "backend": backend} for c in candidates}
+    if inputs_file is not None:
+        inputs: dict[str, Any] = {"file": str(inputs_file.resolve())}
+        if samples:
+            inputs["samples"] = samples
+    else:
+        inputs = _generated_inputs(reference, dims, seed)
+        if samples:
+            inputs["samples"] = samples
+    stage: dict[str, Any] = {}
+    if checks:
+        stage["checks"] = [parse_check(c) for c in checks]
+    if memory_budget is not None:
+        stage["memory_budget_mb"] = memory_budget
+    if root_causes is not None:
+        stage["root_causes"] = root_causes
+    suite: dict[str, Any] = {
+        "name": re.sub(r"[^A-Za-z0-9_.-]", "_", f"layerwise-{reference.stem}"),
+        "description": "made by `trtverify layerwise`",
+        "models": {"reference": str(reference), "candidates": cands},
+        "inputs": inputs,
+        "stages": {"layerwise": stage},
+    }
+    if precisions:
+        if backend == "onnxruntime":
+            raise UsageError("--precision is a TensorRT builder flag: use it with --backend tensorrt")
+        suite["backends"] = {backend.replace("-", "_"): {"precision": precisions}}
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "suite.yaml"
+    atomic_write_text(path, "# written by trtverify layerwise; rerun with: trtverify run " + str(path) + "\n" + yaml.safe_dump(suite, sort_keys=False))
+    return path
