@@ -127,3 +127,17 @@ def test_metric_invariants(a, noise):
 def test_every_metric_declares_its_direction():
     for spec in METRICS.values():
         assert spec.better in ("lower", "higher")
+
+
+def test_huge_float32_values_do_not_overflow_the_sums():
+    a = np.array([3e19, -2e19, 1e20], np.float32)
+    b = (a * np.float32(1.001)).astype(np.float32)
+    c = compare(a, b)
+    assert c.metrics["rel_l2"] == pytest.approx(1e-3, rel=1e-3)
+    assert c.metrics["cosine"] == pytest.approx(1.0) and math.isfinite(c.metrics["sqnr"])
+
+
+def test_relu_like_zeros_in_the_reference():
+    a = np.array([0.0, 0.0, 2.0, 4.0], np.float32)
+    assert compare(a, np.array([0.0, 0.0, 2.2, 4.0], np.float32)).metrics["max_rel"] == pytest.approx(0.1)
+    assert compare(a, np.array([0.0, 1e-3, 2.0, 4.0], np.float32)).metrics["max_rel"] == math.inf

@@ -99,6 +99,17 @@ def _ratio(num: float, den: float) -> float:
     return num / den
 
 
+def _working(x: np.ndarray) -> np.ndarray:
+    """Flat array in the type elementwise work happens in: float32 for float16/bfloat16/float32
+    (exact: both widen into it), float64 for everything else. Sums are float64 regardless."""
+    x = np.asarray(x)
+    if x.dtype in (np.float32, np.float16):
+        return x.astype(np.float32, copy=False).ravel()
+    if x.dtype.kind == "V" or str(x.dtype) == "bfloat16":
+        return x.astype(np.float32).ravel()
+    return _as_float64(x).ravel()
+
+
 def _as_float64(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.float64:
         return x
@@ -124,6 +135,39 @@ def topk_agreement(a: np.ndarray, b: np.ndarray, k: int) -> float:
     return float(np.mean(np.all(ta == tb, axis=1)))
 
 
+def _core(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    """Base metrics of two finite flat arrays: elementwise work in their type, sums in float64."""
+    metrics: dict[str, float] = {}
+    d = b - a
+    saa = float(np.add.reduce(a * a, dtype=np.float64))
+    sbb = float(np.add.reduce(b * b, dtype=np.float64))
+    sdd = float(np.add.reduce(d * d, dtype=np.float64))
+    sab = float(np.add.reduce(a * b, dtype=np.float64))
+    absd = np.abs(d, out=d)
+    metrics["max_abs"] = float(absd.max())
+    metrics["mean_abs"] = float(np.add.reduce(absd, dtype=np.float64)) / absd.size
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        rel = np.divide(absd, np.abs(a))
+    # fmax skips NaN (0/0: identical zeros count as 0) and keeps inf (x/0)
+    max_rel = float(np.fmax.reduce(rel))
+    metrics["max_rel"] = 0.0 if max_rel != max_rel else max_rel
+    metrics["rel_l2"] = _ratio(math.sqrt(sdd), math.sqrt(saa))
+    if saa == 0.0 and sbb == 0.0:
+        cos = 1.0
+    elif saa == 0.0 or sbb == 0.0:
+        cos = 0.0
+    else:
+        cos = max(-1.0, min(1.0, sab / math.sqrt(saa * sbb)))
+    metrics["cosine"] = cos
+    if sdd == 0.0:
+        metrics["sqnr"] = math.inf
+    elif saa == 0.0:
+        metrics["sqnr"] = -math.inf
+    else:
+        metrics["sqnr"] = 10.0 * math.log10(saa / sdd)
+    return metrics
+
+
 def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] | None = None) -> Comparison:
     """Compare two tensors of the same shape.
 
@@ -136,11 +180,10 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
         raise CompareError(f"shape mismatch: reference {list(ref.shape)} vs candidate {list(cand.shape)}")
     if ref.size == 0:
         raise CompareError("the tensors have no elements; nothing can be compared")
-    a = _as_float64(ref).ravel()
-    b = _as_float64(cand).ravel()
+    a, b = _working(ref), _working(cand)
 
     # fast path: a finite float64 sum proves every element finite (one pass per side)
-    if math.isfinite(float(a.sum())) and math.isfinite(float(b.sum())):
+    if math.isfinite(float(a.sum(dtype=np.float64))) and math.isfinite(float(b.sum(dtype=np.float64))):
         ref_nan = ref_inf = cand_nan = cand_inf = mismatch = 0
     else:
         a_fin = np.isfinite(a)
@@ -162,39 +205,11 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
         for name in BASE_METRICS:
             metrics[name] = math.nan
     else:
-        d = b - a
-        saa = float(np.dot(a, a))
-        sbb = float(np.dot(b, b))
-        sdd = float(np.dot(d, d))
-        sab = float(np.dot(a, b))
-        absd = np.abs(d, out=d)
-        abs_a = np.abs(a)
-        metrics["max_abs"] = float(absd.max())
-        metrics["mean_abs"] = float(absd.mean())
-        zero = abs_a == 0
-        if zero.any():
-            # 0/0 counts as 0 (identical), x/0 as inf
-            max_rel = math.inf if float(absd[zero].max()) > 0 else 0.0
-            nz = ~zero
-            if nz.any() and max_rel == 0.0:
-                max_rel = float((absd[nz] / abs_a[nz]).max())
-        else:
-            max_rel = float(np.divide(absd, abs_a, out=abs_a).max())
-        metrics["max_rel"] = max_rel
-        metrics["rel_l2"] = _ratio(math.sqrt(sdd), math.sqrt(saa))
-        if saa == 0.0 and sbb == 0.0:
-            cos = 1.0
-        elif saa == 0.0 or sbb == 0.0:
-            cos = 0.0
-        else:
-            cos = max(-1.0, min(1.0, sab / math.sqrt(saa * sbb)))
-        metrics["cosine"] = cos
-        if sdd == 0.0:
-            metrics["sqnr"] = math.inf
-        elif saa == 0.0:
-            metrics["sqnr"] = -math.inf
-        else:
-            metrics["sqnr"] = 10.0 * math.log10(saa / sdd)
+        with np.errstate(over="ignore"):
+            metrics = _core(a, b)
+        if a.dtype == np.float32 and any(math.isinf(metrics[k]) for k in ("max_rel", "rel_l2", "sqnr", "max_abs")):
+            # float32 products can overflow where float64 would not (|x| > 1.8e19): redo in float64
+            metrics = _core(a.astype(np.float64), b.astype(np.float64))
 
     for name, params in (extra or {}).items():
         spec = METRICS[name]
@@ -204,7 +219,8 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
             if a.size == 0:
                 outside = 0
             else:
-                outside = int(np.count_nonzero(np.abs(b - a) > p["atol"] + p["rtol"] * np.abs(a)))
+                a64, b64 = a.astype(np.float64), b.astype(np.float64)
+                outside = int(np.count_nonzero(np.abs(b64 - a64) > p["atol"] + p["rtol"] * np.abs(a64)))
             metrics[key] = (outside + mismatch) / ref.size
         elif name == "topk_agreement":
             metrics[key] = topk_agreement(_as_float64(ref).reshape(ref.shape), _as_float64(cand).reshape(cand.shape), int(p["k"]))
