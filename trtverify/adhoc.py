@@ -16,7 +16,7 @@ import yaml
 
 from trtverify.errors import UsageError
 from trtverify.fsutil import atomic_write_text
-from trtverify.onnxinfo import graph_io, load_onnx
+from trtverify.onnxinfo import graph_io, load_io
 
 _CHECK = re.compile(r"^\s*([a-z_]+)\s*(<=|>=)\s*([-+0-9.eE]+|inf)\s*$")
 
@@ -45,7 +45,7 @@ def _generated_inputs(reference: Path, dims: Sequence[str], seed: int) -> dict[s
         if not key or not val.isdigit() or int(val) < 1:
             raise UsageError(f"--dim '{d}': expected NAME=VALUE with a positive integer, e.g. --dim batch=8")
         values[key] = int(val)
-    inputs, _ = graph_io(load_onnx(reference))
+    inputs, _ = graph_io(load_io(reference))
     spec: dict[str, Any] = {}
     for m in inputs:
         if m.shape is None:

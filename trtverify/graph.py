@@ -252,10 +252,10 @@ class LightModel:
     def __init__(self, path: Path, workdir: Path):
         import onnx
 
+        from trtverify.onnxwire import externalize
+
         self.dir = Path(tempfile.mkdtemp(prefix="model-", dir=workdir))
-        full = onnx.load(str(path), load_external_data=True)
-        onnx.save(full, str(self.dir / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin", size_threshold=1024)
-        del full
+        externalize(Path(path), self.dir / "model.onnx")  # one tensor at a time: no full copy of the weights in memory
         self.model = onnx.load(str(self.dir / "model.onnx"), load_external_data=False)
         self.info = GraphInfo.from_model(self.model)
         self._count = 0

@@ -60,6 +60,18 @@ def load_onnx(path: Path, with_weights: bool = False) -> Any:
         raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
 
 
+def load_io(path: Path) -> Any:
+    """A ModelProto with only the graph's inputs, outputs and initializer names (no weights read)."""
+    from trtverify.onnxwire import io_model
+
+    try:
+        return io_model(Path(path))
+    except FileNotFoundError as exc:
+        raise UsageError(f"{path}: file not found") from exc
+    except Exception as exc:  # malformed protobuf: the file is not an ONNX model
+        raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+
+
 def graph_io(model: Any) -> tuple[list[TensorMeta], list[TensorMeta]]:
     """Real inputs (initializers excluded) and outputs of an ONNX model."""
     inits = {i.name for i in model.graph.initializer}

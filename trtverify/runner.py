@@ -25,7 +25,7 @@ from trtverify.errors import (
 )
 from trtverify.fsutil import atomic_write_json, sha256_file
 from trtverify.inputs import build_samples, check_samples, static_input_problems
-from trtverify.onnxinfo import TensorMeta, graph_io, load_onnx
+from trtverify.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.reference import ReferenceStore
 from trtverify.stages import STAGES, stage_function
 from trtverify.stages.base import Progress, StageContext, StageResult, no_progress
@@ -51,7 +51,7 @@ def preflight(loaded: LoadedSuite) -> list[TensorMeta]:
     """Checks that need the model file but run nothing; raises SuiteError with every problem."""
     ref = loaded.suite.models.reference
     try:
-        model = load_onnx(Path(ref))
+        model = load_io(Path(ref))
     except UsageError as exc:
         raise SuiteError([loaded.problem(("models", "reference"), str(exc))]) from None
     inputs, _ = graph_io(model)

@@ -86,11 +86,11 @@ def test_broken_model_is_a_backend_error(tmp_path: Path):
     path = tmp_path / "bad.onnx"
     onnx.save(helper.make_model(g, ir_version=9), str(path))
     with pytest.raises(BackendError, match="cannot load"):
-        backend_class("onnxruntime")(path).load()
+        backend_class("onnxruntime")(path).infer({"x": np.zeros(1, np.float32)})
 
 
 def test_unavailable_provider_names_the_fix():
     b = backend_class("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(providers=["CUDAExecutionProvider"]))
     with pytest.raises(MissingDependency, match="onnxruntime-gpu") as info:
-        b.load()
+        b.infer({"input": X})
     assert info.value.exit_code == 3

@@ -11,7 +11,7 @@ import numpy as np
 from trtverify.config.models import OnnxRuntimeOptions
 from trtverify.deps import require
 from trtverify.errors import BackendError
-from trtverify.onnxinfo import TensorMeta, graph_io, load_onnx
+from trtverify.onnxinfo import TensorMeta, graph_io, load_io
 
 _LEVELS = {
     "disable": "ORT_DISABLE_ALL",
@@ -34,6 +34,7 @@ class OnnxRuntimeBackend:
         self._exposed: list[str] = []
         self._light: Any = None
         self._workdir: Any = None
+        self._loaded = False
         self.casts: dict[str, tuple[str, str]] = {}  # input -> (fed dtype, model dtype), for the record
 
     @classmethod
@@ -42,9 +43,19 @@ class OnnxRuntimeBackend:
 
     # -- loading ---------------------------------------------------------------------------
     def load(self) -> None:
-        self._model = load_onnx(self.model_path, with_weights=False)
-        self._inputs, self._outputs = graph_io(self._model)
-        self._session = self._make_session(str(self.model_path))
+        """Read the model's inputs and outputs; the session itself is created on first use."""
+        self._inputs, self._outputs = graph_io(load_io(self.model_path))
+        self._loaded = True
+
+    def _ensure_session(self) -> None:
+        if not self._loaded:
+            self.load()
+        if self._session is None:
+            self._session = self._make_session(str(self.model_path))
+
+    def release(self) -> None:
+        """Free the session (and the weights it holds) but keep what `expose` prepared."""
+        self._session = None
 
     def _make_session(self, model: str | bytes) -> Any:
         ort = require("onnxruntime", "the onnxruntime backend")
@@ -101,8 +112,7 @@ class OnnxRuntimeBackend:
         return out
 
     def infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._session is None:
-            self.load()
+        self._ensure_session()
         names = [o.name for o in self._session.get_outputs()]
         try:
             values = self._session.run(names, self._prepare(feed))
@@ -132,11 +142,12 @@ class OnnxRuntimeBackend:
     def expose(self, names: Sequence[str]) -> list[str]:
         """Make `names` graph outputs too. Outputs are declared untyped: ONNX Runtime infers
         their real type, so FP16, INT8 QDQ and mixed graphs never get a wrong declaration."""
-        if self._session is None:
+        if not self._loaded:
             self.load()
         known = set(self.light.info.producers) | set(self.light.info.inputs)
         chosen = [n for n in dict.fromkeys(names) if n in known]
         path = self.light.with_outputs(chosen)
+        self._session = None
         self._session = self._make_session(str(path))
         self._exposed = chosen
         return chosen

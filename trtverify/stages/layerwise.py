@@ -278,6 +278,8 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
             ctx.progress(NAME, ci * len(samples) + si + 1, steps, f"{name}: compare")
             del out
     result.timings[f"{name}.candidate_s"] = time.perf_counter() - t0
+    if isinstance(backend, OnnxRuntimeBackend):
+        backend.release()  # its weights are not needed while the isolation model runs
 
     # rows, in the reference's topological order
     rows: list[dict[str, Any]] = []
