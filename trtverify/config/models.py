@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from trtverify.backends.tensorrt_options import TensorRTOptions
 from trtverify.compare.metrics import METRICS
 from trtverify.errors import unknown
 from trtverify.hooks import is_hook_spec
@@ -328,6 +329,8 @@ class TorchOptions(Strict):
 class Backends(Strict):
     onnxruntime: OnnxRuntimeOptions = Field(default_factory=OnnxRuntimeOptions)
     torch: TorchOptions = Field(default_factory=TorchOptions)
+    tensorrt: TensorRTOptions = Field(default_factory=TensorRTOptions, description="TensorRT (<= 10: flags and calibration; 11: strongly typed)")
+    tensorrt_rtx: TensorRTOptions = Field(default_factory=TensorRTOptions, description="TensorRT-RTX (strongly typed)")
 
 
 # ----------------------------------------------------------------------------- suite

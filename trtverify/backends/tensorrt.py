@@ -1,0 +1,592 @@
+"""TensorRT and TensorRT-RTX backends: thin wrappers over Polygraphy's TensorRT loaders and runner.
+
+Nothing heavy is imported at module import time: Polygraphy and TensorRT are imported in
+`load()` through `trtverify.deps.require`, so a machine without them gets MissingDependency
+(exit code 3) with the pip command, and only when one of these backends is used.
+
+What the Polygraphy calls are (all in `polygraphy.backend.trt`, Polygraphy 0.53):
+`NetworkFromOnnxPath(strongly_typed=...)` parses the ONNX file; `ModifyNetworkOutputs`
+marks network outputs (names escaped: it treats `* ? [ ]` as wildcards); `MarkDebug` marks
+debug tensors; `SetLayerPrecisions` pins layer precisions; `CreateConfig` (precision flags,
+`Calibrator`, `Profile`s, precision constraints, optimisation level, memory pools, timing
+cache); `EngineBytesFromNetwork` builds the serialized engine; `EngineFromBytes` /
+`EngineFromPath` deserialize; `TrtRunner` runs. The build log is Polygraphy's `G_LOGGER`
+output, which includes every TensorRT message (Polygraphy's TensorRT logger forwards them),
+captured through `G_LOGGER.use_python_logging_system`.
+
+Pairing TensorRT tensors with the reference (what the layerwise stage needs to know):
+
+- Names are ONNX tensor names. TensorRT's ONNX parser names the output of the layer that
+  implements an ONNX node after that node's output. Helper layers the parser adds (a Gemm
+  becomes a matrix multiply, a reshape and an add) get generated names such as
+  `(Unnamed Layer* 19) [Matrix Multiply]_output`; they exist only in TensorRT, so
+  `intermediates()` leaves them out.
+- TensorRT fuses layers (Conv+ReLU, Q/DQ into the convolution, pointwise chains) and then
+  only the fused group's output exists in the engine. Marking a tensor as a network output
+  forces TensorRT to materialise it, which can prevent a fusion: an engine built with marked
+  intermediates may differ slightly from the deployed one (other kernels, other
+  accumulation). Compare final outputs of the unmarked engine too; intermediate errors
+  describe the marked build.
+- `intermediates()` leaves out Q/DQ layer outputs: they are quantisation plumbing (INT8/FP8
+  values that the FP32 reference does not have), and marking them stops TensorRT from
+  fusing Q/DQ into the quantised kernels, so the engine would no longer quantise as
+  deployed. `expose()` still marks them when named explicitly.
+- Tensors keep the graph's type: FP16 tensors come back as float16, INT8 ones as int8.
+- Debug tensors (`outputs_mode: debug_tensors`, TensorRT >= 10 / TensorRT-RTX with
+  `IDebugListener`) leave the network outputs unchanged; `TrtRunner` collects them with
+  its own listener and returns them next to the outputs. Polygraphy's listener skips
+  FP8/INT4/FP4/BF16 debug tensors (with a warning).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtverify.backends.tensorrt_options import TensorRTOptions, resolve_strongly_typed
+from trtverify.deps import require
+from trtverify.errors import BackendError, TrtVerifyError, UsageError
+from trtverify.onnxinfo import TensorMeta, graph_io, load_onnx
+
+Feed = dict[str, np.ndarray]
+
+# suite log_verbosity -> G_LOGGER severity attribute. Polygraphy's TensorRT logger forwards
+# TensorRT VERBOSE as G_LOGGER.extra_verbose and TensorRT INFO as G_LOGGER.verbose.
+_SEVERITY = {"verbose": "EXTRA_VERBOSE", "info": "VERBOSE", "warning": "WARNING"}
+_LAYER_DTYPES = {"fp32": "FLOAT", "fp16": "HALF", "bf16": "BF16", "int8": "INT8", "fp8": "FP8"}
+_QDQ_LAYER_TYPES = ("QUANTIZE", "DEQUANTIZE", "DYNAMIC_QUANTIZE")
+_NOT_MARKABLE_LAYER_TYPES = ("SHAPE", "CONSTANT")  # as in Polygraphy's mark_layerwise
+# TensorRT cannot mark tensors inside a loop body as network outputs (layers are in topological
+# order: a body starts at its trip-limit / iterator / recurrence layer and ends at LOOP_OUTPUT)
+_LOOP_BODY_START = ("TRIP_LIMIT", "ITERATOR", "RECURRENCE")
+_LOOP_BODY_END = ("LOOP_OUTPUT",)
+_NOT_MARKABLE = set(_NOT_MARKABLE_LAYER_TYPES) | {"SHAPE_TENSOR", "LOOP_BODY"}
+ENV_RTX = "POLYGRAPHY_USE_TENSORRT_RTX"
+# Polygraphy modules that bind tensorrt or tensorrt_rtx when they are imported
+_BOUND_MODULES = ("polygraphy.backend.trt", "polygraphy.datatype.tensorrt")
+
+
+def _literal(name: str) -> str:
+    """`name` as an fnmatch pattern that matches only itself.
+
+    Polygraphy's `ModifyNetworkOutputs(outputs=...)` treats names containing `* ? [ ]` as
+    wildcard patterns; TensorRT's generated names (`(Unnamed Layer* 3) [Shuffle]_output`)
+    contain them and would otherwise match nothing or the wrong tensors.
+    """
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
+
+
+def _python_warnings(caught: Sequence[warnings.WarningMessage] | None) -> list[str]:
+    return [f"# python warning: {w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})" for w in caught or ()]
+
+
+def _error_lines(lines: Sequence[str]) -> list[str]:
+    return [ln for ln in lines if ln.startswith(("[E]", "[!]"))]
+
+
+class TensorRTBackend:
+    """ONNX model -> TensorRT engine (built with Polygraphy) -> outputs and marked intermediates."""
+
+    name = "tensorrt"
+    module = "tensorrt"  # the Python module of the TensorRT library
+    rtx = False
+    config_attr = "tensorrt"  # attribute of the suite's `backends:` section
+
+    def __init__(self, model_path: Path, options: TensorRTOptions | None = None, *, calibration_feeds: Sequence[Feed] = ()):
+        self.model_path = Path(model_path)
+        self.options = options or TensorRTOptions()
+        self.calibration_feeds = list(calibration_feeds)
+        self.build_log = ""  # text of the last build (or engine load)
+        self.runtime_log = ""  # text of the last engine deserialisation / runner activation
+        self.build_info: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        self.casts: dict[str, tuple[str, str]] = {}
+        self.version: str | None = None
+        self.strongly_typed: bool | None = None
+        self.marked: list[str] = []  # network outputs (or debug tensors) of the last build
+        self._trt: Any = None
+        self._pg: Any = None  # polygraphy.backend.trt
+        self._G: Any = None  # polygraphy.logger.G_LOGGER
+        self._inputs: list[TensorMeta] | None = None
+        self._outputs: list[TensorMeta] | None = None
+        self._exposed: list[str] = []
+        self._tensor_kinds: dict[str, str] | None = None  # tensor -> producing layer type, parsed network
+        self._onnx_names: list[str] | None = None
+        self._engine_bytes: bytes | None = None
+        self._runner: Any = None
+
+    @classmethod
+    def from_config(cls, model_path: Path, backends: Any, samples: Sequence[Feed] = ()) -> "TensorRTBackend":
+        """Options from `backends.<config_attr>` (defaults when absent); samples double as calibration feeds."""
+        options = getattr(backends, cls.config_attr, None) if backends is not None else None
+        if isinstance(options, dict):
+            options = TensorRTOptions.model_validate(options)
+        return cls(model_path, options, calibration_feeds=list(samples or ()))
+
+    # -- loading ---------------------------------------------------------------------------
+    def _import(self) -> None:
+        if self._pg is not None:
+            return
+        purpose = f"the {self.name} backend"
+        if self.rtx:
+            os.environ[ENV_RTX] = "1"  # read by polygraphy.config at its first import
+        self._trt = require(self.module, purpose)
+        require("polygraphy", purpose)
+        from polygraphy import config as pg_config
+
+        if bool(pg_config.USE_TENSORRT_RTX) != self.rtx:
+            if any(m in sys.modules for m in _BOUND_MODULES):
+                raise UsageError(
+                    f"the {self.name} backend cannot run in this process: Polygraphy is already bound to "
+                    f"{'tensorrt_rtx' if pg_config.USE_TENSORRT_RTX else 'tensorrt'} (it picks one TensorRT module per "
+                    f"process, from {ENV_RTX}); use tensorrt and tensorrt-rtx candidates in separate runs"
+                )
+            pg_config.USE_TENSORRT_RTX = self.rtx  # what polygraphy.mod.trt_importer reads
+        self._pg = require("polygraphy.backend.trt", purpose)
+        from polygraphy.logger import G_LOGGER
+
+        self._G = G_LOGGER
+        self.version = str(self._trt.__version__)
+
+    def load(self) -> None:
+        """Import Polygraphy and TensorRT; read the I/O of the ONNX model (or of the prebuilt engine)."""
+        self._import()
+        if self.options.engine is not None:
+            self._engine_io()
+        else:
+            self._onnx_io()
+
+    def _onnx_io(self) -> None:
+        if self._inputs is None:
+            model = load_onnx(self.model_path, with_weights=False)
+            self._inputs, self._outputs = graph_io(model)
+            self._onnx_names = [t for n in model.graph.node for t in n.output if t]
+
+    def _engine_io(self) -> None:
+        from polygraphy.datatype import DataType
+
+        engine = self._deserialize()
+        trt = self._trt
+        ins, outs = [], []
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            pg_dtype = DataType.from_dtype(engine.get_tensor_dtype(name))
+            try:
+                dtype = str(np.dtype(DataType.to_dtype(pg_dtype, "numpy")))
+            except Exception:  # no NumPy type (bfloat16, fp8, ...)
+                dtype = str(pg_dtype.name).lower()
+            meta = TensorMeta(name, dtype, tuple(d if d >= 0 else None for d in engine.get_tensor_shape(name)))
+            (ins if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else outs).append(meta)
+        self._inputs, self._outputs = ins, outs
+
+    # -- logging ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _captured_log(self) -> Iterator[list[str]]:
+        """Route Polygraphy's G_LOGGER (and so TensorRT's messages) into a list, not stdout.
+
+        Uses the documented switch `G_LOGGER.use_python_logging_system` (messages go to the
+        Python logger "Polygraphy") and `G_LOGGER.verbosity(...)`. TensorRT warnings are logged
+        once per process by Polygraphy; the once-set is emptied for the capture so every build
+        log is complete.
+        """
+        G = self._G
+        lines: list[str] = []
+
+        class _Collect(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(record.getMessage())
+
+        py_logger = logging.getLogger("Polygraphy")
+        handler = _Collect(level=1)
+        saved = (G.use_python_logging_system, G.colors, G.once_logged, py_logger.level, py_logger.propagate)
+        G.use_python_logging_system = True
+        G.colors = False
+        G.once_logged = set()
+        py_logger.setLevel(1)
+        py_logger.propagate = False
+        py_logger.addHandler(handler)
+        try:
+            with G.verbosity(getattr(G, _SEVERITY[self.options.log_verbosity])):
+                yield lines
+        finally:
+            py_logger.removeHandler(handler)
+            G.use_python_logging_system, G.colors = saved[0], saved[1]
+            G.once_logged = saved[2] | G.once_logged
+            py_logger.setLevel(saved[3])
+            py_logger.propagate = saved[4]
+
+    def _fail(self, what: str, exc: BaseException, lines: Sequence[str]) -> BackendError:
+        errors = _error_lines(lines)
+        detail = "\n  ".join(errors[-8:]) if errors else f"{type(exc).__name__}: {exc}"
+        text = " ".join(errors) + f" {exc}"
+        if "cannot run on this GPU" in text or ("compute capabilit" in text and "upported" in text):
+            where = (
+                "TensorRT-RTX runs on Ampere, Ada and Blackwell GPUs, not on Hopper (H100/H200): run there, "
+                "or use the tensorrt backend on this GPU"
+                if self.rtx
+                else "see the TensorRT support matrix for the GPUs this version runs on"
+            )
+            return BackendError(
+                f"{'TensorRT-RTX' if self.rtx else 'TensorRT'} {self.version} cannot run engines on this GPU "
+                f"({self.model_path.name}): building works, but the runtime does not support this GPU's compute "
+                f"capability. {where}.\n  {detail}"
+            )
+        return BackendError(f"{self.name}: {what} failed for {self.model_path.name}:\n  {detail}")
+
+    # -- metadata --------------------------------------------------------------------------
+    def _io(self) -> None:
+        if self._inputs is None:
+            if self.options.engine is not None:
+                self.load()
+            else:
+                self._onnx_io()
+
+    def inputs(self) -> list[TensorMeta]:
+        self._io()
+        return list(self._inputs or [])
+
+    def outputs(self) -> list[TensorMeta]:
+        self._io()
+        return list(self._outputs or [])
+
+    # -- network ---------------------------------------------------------------------------
+    def _resolve_mode(self) -> bool:
+        if self.strongly_typed is None:
+            try:
+                self.strongly_typed = resolve_strongly_typed(self.options, rtx=self.rtx, version=self.version or "0")
+            except ValueError as exc:
+                raise UsageError(f"backends.{self.config_attr}: {exc}") from None
+        return self.strongly_typed
+
+    def _parse(self) -> Any:
+        """The Polygraphy loader that parses the ONNX file (strongly typed when applicable)."""
+        strong = self._resolve_mode()
+        flag = strong and hasattr(self._trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
+        # TensorRT 11 keeps STRONGLY_TYPED only for compatibility (ignored); where a library has
+        # dropped the flag its networks are strongly typed anyway.
+        return self._pg.NetworkFromOnnxPath(str(self.model_path), strongly_typed=flag)
+
+    def _kinds(self) -> dict[str, str]:
+        """Tensor -> producing layer type of every layer output in the parsed network."""
+        if self._tensor_kinds is None:
+            self._import()
+            self._onnx_io()
+            with self._captured_log() as lines:
+                try:
+                    _builder, network, _parser = self._parse()()
+                    kinds: dict[str, str] = {}
+                    in_loop = False
+                    for layer in network:
+                        if layer.type.name in _LOOP_BODY_START:
+                            in_loop = True
+                        elif layer.type.name in _LOOP_BODY_END:
+                            in_loop = False
+                        for i in range(layer.num_outputs):
+                            t = layer.get_output(i)
+                            if t is None:
+                                continue
+                            shape_tensor = False
+                            with contextlib.suppress(Exception):
+                                shape_tensor = bool(t.is_shape_tensor)
+                            kinds[t.name] = "LOOP_BODY" if in_loop else "SHAPE_TENSOR" if shape_tensor else layer.type.name
+                    inputs = {network.get_input(i).name for i in range(network.num_inputs)}
+                except TrtVerifyError:
+                    raise
+                except Exception as exc:
+                    raise self._fail("parsing the ONNX model", exc, lines) from exc
+            self._tensor_kinds = {k: v for k, v in kinds.items() if k not in inputs}
+        return self._tensor_kinds
+
+    def intermediates(self) -> list[str]:
+        """Layer outputs of the parsed network that can be compared with the ONNX reference.
+
+        The rule of Polygraphy's mark-all (no SHAPE or CONSTANT layers, nothing inside loop
+        bodies), minus shape tensors, Q/DQ layer outputs and TensorRT-only helper tensors; in
+        network order. ONNX names. (Not `ModifyNetworkOutputs(outputs=MARK_ALL)` itself: in
+        Polygraphy 0.53.6 it passes TensorRT's generated names through fnmatch, which drops
+        `(Unnamed Layer* 3) [Shuffle]_output`-style tensors.)
+        A prebuilt engine has none (its outputs are fixed).
+        """
+        if self.options.engine is not None:
+            return []
+        kinds = self._kinds()
+        onnx_names = set(self._onnx_names or [])
+        skip = _NOT_MARKABLE | set(_QDQ_LAYER_TYPES)
+        return [t for t, kind in kinds.items() if kind not in skip and t in onnx_names]
+
+    def expose(self, names: Sequence[str]) -> list[str]:
+        """Remember `names` to mark for the next build (network outputs, or debug tensors).
+
+        Returns those the parsed network has and that can be marked (not network inputs, not
+        outputs of SHAPE/CONSTANT layers, not shape tensors, not inside loop bodies, not
+        already model outputs). Any
+        engine built before is dropped: the next `infer()` rebuilds.
+        """
+        if self.options.engine is not None:
+            return []
+        kinds = self._kinds()
+        existing = {m.name for m in self.outputs()}
+        chosen = [n for n in dict.fromkeys(names) if n in kinds and kinds[n] not in _NOT_MARKABLE and n not in existing]
+        if chosen != self._exposed:
+            self._exposed = chosen
+            self._drop_engine()
+        return list(chosen)
+
+    # -- building --------------------------------------------------------------------------
+    def _profiles(self, extra: Sequence[Feed] = ()) -> list[Any] | None:
+        """Polygraphy Profiles from the options, or one spanning the known feeds' shapes."""
+        Profile = self._pg.Profile
+        declared = {m.name: m for m in self.inputs()}
+        if self.options.profiles:
+            out = []
+            for i, prof in enumerate(self.options.profiles):
+                unknown = sorted(set(prof) - set(declared))
+                if unknown:
+                    raise UsageError(
+                        f"backends.{self.config_attr}.profiles[{i}]: {', '.join(unknown)} not inputs of "
+                        f"{self.model_path.name} (inputs: {', '.join(declared)})"
+                    )
+                p = Profile()
+                for name, r in prof.items():
+                    p.add(name, min=tuple(r.min), opt=tuple(r.opt), max=tuple(r.max))
+                out.append(p)
+            return out
+        dynamic = [m.name for m in declared.values() if m.shape is None or any(not isinstance(d, int) or d < 0 for d in m.shape)]
+        feeds = [f for f in list(self.calibration_feeds) + list(extra) if all(n in f for n in dynamic)]
+        if not dynamic or not feeds:
+            return None  # Polygraphy's default profile: dynamic dimensions set to 1
+        p = Profile()
+        for name in dynamic:
+            shapes = [tuple(np.shape(f[name])) for f in feeds]
+            ranks = {len(s) for s in shapes}
+            if len(ranks) != 1:
+                raise UsageError(f"input '{name}': samples have different ranks {sorted(ranks)}; give backends.{self.config_attr}.profiles")
+            opt = Counter(shapes).most_common(1)[0][0]
+            p.add(name, min=tuple(map(min, zip(*shapes))), opt=opt, max=tuple(map(max, zip(*shapes))))
+        return [p]
+
+    def _has_qdq(self) -> bool:
+        model = load_onnx(self.model_path, with_weights=False)
+        return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+
+    def _config(self, strong: bool, profiles: list[Any] | None) -> Any:
+        """Polygraphy CreateConfig from the options (precision flags only when weakly typed)."""
+        pg, trt, o = self._pg, self._trt, self.options
+        flags = set(o.precisions)
+        kwargs: dict[str, Any] = {
+            "tf32": "tf32" in flags,
+            "profiles": profiles,
+            "builder_optimization_level": o.builder_optimization_level,
+            "load_timing_cache": str(o.timing_cache) if o.timing_cache else None,
+        }
+        if o.workspace_mb is not None:
+            kwargs["memory_pool_limits"] = {trt.MemoryPoolType.WORKSPACE: o.workspace_mb << 20}
+        if not strong:
+            kwargs.update(fp16="fp16" in flags, bf16="bf16" in flags, int8="int8" in flags, fp8="fp8" in flags)
+            if o.precision_constraints != "none":
+                kwargs["precision_constraints"] = o.precision_constraints
+            if "int8" in flags:
+                feeds = self.calibration_feeds[: o.calibration_samples] if o.calibration_samples else self.calibration_feeds
+                if profiles:  # TensorRT calibrates with the opt shapes of the last profile
+                    opt = {n: tuple(s.opt) for n, s in profiles[-1].items()}
+                    usable = [f for f in feeds if all(tuple(np.shape(f[n])) == shp for n, shp in opt.items() if n in f)]
+                    if len(usable) < len(feeds):
+                        self.warnings.append(
+                            f"INT8 calibration uses the {len(usable)} of {len(feeds)} samples whose shapes equal the "
+                            f"calibration profile's opt shapes {opt} (TensorRT calibrates at opt shapes only)"
+                        )
+                    feeds = usable
+                cache = str(o.calibration_cache) if o.calibration_cache else None
+                if feeds or (o.calibration_cache is not None and o.calibration_cache.is_file()):
+                    feeds32 = [{k: np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v) for k, v in f.items()} for f in feeds]
+                    kwargs["calibrator"] = pg.Calibrator(feeds32, cache=cache)
+                elif not self._has_qdq():
+                    self.warnings.append(
+                        "precisions has int8 but there are no calibration samples, no calibration cache and no Q/DQ "
+                        "nodes in the model: TensorRT has no INT8 scales and runs those layers in higher precision"
+                    )
+        return pg.CreateConfig(**kwargs)
+
+    def _network(self) -> Any:
+        pg, o = self._pg, self.options
+        net = self._parse()
+        if o.layer_precisions:
+            trt = self._trt
+            net = pg.SetLayerPrecisions(net, {k: getattr(trt.DataType, _LAYER_DTYPES[v]) for k, v in o.layer_precisions.items()})
+        if self._exposed:
+            if o.outputs_mode == "debug_tensors":
+                net = pg.MarkDebug(net, mark_debug=list(self._exposed))
+            else:
+                keep = [m.name for m in self.outputs()]
+                net = pg.ModifyNetworkOutputs(net, outputs=[_literal(n) for n in keep + self._exposed])
+        return net
+
+    def build(self, *, _extra_shapes: Sequence[Feed] = ()) -> bytes:
+        """Parse, mark the exposed tensors, configure, build; returns the serialized engine.
+
+        The whole Polygraphy/TensorRT log of the build lands in `self.build_log` (and in
+        `options.build_log` if set); facts about the build in `self.build_info`.
+        """
+        if self.options.engine is not None:
+            raise UsageError(f"backends.{self.config_attr}.engine is a prebuilt engine: nothing to build")
+        self._import()
+        self._onnx_io()
+        strong = self._resolve_mode()
+        self.warnings = []
+        profiles = self._profiles(_extra_shapes)
+        lib = "TensorRT-RTX" if self.rtx else "TensorRT"
+        header = [
+            f"# trtverify {self.name} build of {self.model_path}",
+            f"# {lib} {self.version}, strongly typed: {strong}, outputs_mode: {self.options.outputs_mode}, "
+            f"tensors marked: {len(self._exposed)}",
+        ]
+        if self.rtx and self.options.timing_cache is not None:
+            self.warnings.append(
+                "timing_cache has no effect with TensorRT-RTX (its timing cache operations are no-ops since 1.2)"
+            )
+        t0 = time.perf_counter()
+        with self._captured_log() as lines, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # e.g. TensorRT-RTX's DeprecationWarnings: kept in the log
+            try:
+                config = self._config(strong, profiles)
+                save_cache = str(self.options.timing_cache) if self.options.timing_cache else None
+                loader = self._pg.EngineBytesFromNetwork(self._network(), config=config, save_timing_cache=save_cache)
+                serialized = loader()
+                engine_bytes = bytes(serialized)
+            except TrtVerifyError:
+                raise
+            except Exception as exc:
+                self.build_log = "\n".join(header + _python_warnings(caught) + lines) + "\n"
+                self._write_log()
+                raise self._fail("building the engine", exc, lines) from exc
+        seconds = time.perf_counter() - t0
+        if self.options.save_engine is not None:
+            from polygraphy import util as pg_util
+
+            with self._captured_log() as saving:  # keeps Polygraphy's "Saving engine" line off stdout
+                # the serialized bytes, as built: SaveEngine would need a deserialized engine
+                pg_util.save_file(engine_bytes, str(self.options.save_engine), description="engine")
+            lines += saving
+        notes = [f"# warning: {w}" for w in self.warnings] + _python_warnings(caught)
+        self.build_log = "\n".join(header + notes + lines) + "\n"
+        self._write_log()
+        self._engine_bytes = engine_bytes
+        self.marked = list(self._exposed)
+        self.build_info = {
+            "library": lib,
+            "version": self.version,
+            "strongly_typed": strong,
+            "outputs_mode": self.options.outputs_mode,
+            "marked": len(self.marked),
+            "engine_bytes": len(engine_bytes),
+            "build_s": round(seconds, 3),
+            "log_lines": len(lines),
+        }
+        return engine_bytes
+
+    def _write_log(self) -> None:
+        if self.options.build_log is not None:
+            self.options.build_log.parent.mkdir(parents=True, exist_ok=True)
+            self.options.build_log.write_text(self.build_log, encoding="utf-8")
+
+    # -- running ---------------------------------------------------------------------------
+    def _deserialize(self) -> Any:
+        """The ICudaEngine (from the built bytes or the prebuilt file); clear error when the GPU is unsupported."""
+        pg = self._pg
+        loader = pg.EngineFromPath(str(self.options.engine)) if self.options.engine is not None else pg.EngineFromBytes(self._engine_bytes)
+        with self._captured_log() as lines:
+            try:
+                engine = loader()
+            except TrtVerifyError:
+                raise
+            except Exception as exc:
+                self.runtime_log = "\n".join(lines) + "\n"
+                raise self._fail("loading the engine", exc, lines) from exc
+        self.runtime_log = "\n".join(lines) + "\n"
+        return engine
+
+    def _activate(self, feed: Feed) -> None:
+        if self.options.engine is None and self._engine_bytes is None:
+            self.build(_extra_shapes=[feed])
+        engine = self._deserialize()
+        runner = self._pg.TrtRunner(engine, name=self.name)
+        with self._captured_log() as lines:
+            try:
+                runner.activate()
+            except TrtVerifyError:
+                raise
+            except Exception as exc:
+                raise self._fail("creating the execution context", exc, lines) from exc
+        self._runner = runner
+
+    def _prepare(self, feed: Feed) -> Feed:
+        declared = {m.name: m for m in self.inputs()}
+        unknown = sorted(set(feed) - set(declared))
+        missing = sorted(set(declared) - set(feed))
+        if unknown or missing:
+            raise BackendError(
+                f"{self.model_path.name}: feed does not match the model inputs"
+                + (f"; missing: {', '.join(missing)}" if missing else "")
+                + (f"; not inputs of the model: {', '.join(unknown)}" if unknown else "")
+            )
+        out = {}
+        for name, arr in feed.items():
+            arr = np.ascontiguousarray(arr)
+            want = declared[name].dtype
+            if str(arr.dtype) != want and arr.dtype.kind == "f" and want in ("float16", "float32", "float64"):
+                self.casts[name] = (str(arr.dtype), want)  # float -> float: the documented normalisation
+                arr = arr.astype(want)
+            out[name] = arr
+        return out
+
+    def infer(self, feed: Feed) -> dict[str, np.ndarray]:
+        """Outputs and marked intermediates for one feed; builds (or loads the engine) on first use."""
+        self._import()
+        prepared = self._prepare(feed)
+        if self._runner is None:
+            self._activate(prepared)
+        with self._captured_log() as lines:
+            try:
+                outputs = self._runner.infer(prepared)
+            except TrtVerifyError:
+                raise
+            except Exception as exc:
+                raise self._fail("inference", exc, lines) from exc
+        return {k: np.array(v, copy=True) for k, v in outputs.items()}  # the runner reuses its buffers
+
+    def _drop_engine(self) -> None:
+        self.close()
+        self._engine_bytes = None
+
+    def close(self) -> None:
+        if self._runner is not None:
+            with contextlib.suppress(Exception):
+                self._runner.deactivate()
+            self._runner = None
+
+
+class TensorRTRTXBackend(TensorRTBackend):
+    """The same over TensorRT-RTX (`tensorrt_rtx`): strongly typed networks, no precision flags.
+
+    Polygraphy drives TensorRT-RTX when POLYGRAPHY_USE_TENSORRT_RTX=1 is set before it is
+    imported; `load()` sets it. One process can use Polygraphy with either TensorRT or
+    TensorRT-RTX, not both.
+    """
+
+    name = "tensorrt-rtx"
+    module = "tensorrt_rtx"
+    rtx = True
+    config_attr = "tensorrt_rtx"
+
+
+__all__ = ["TensorRTBackend", "TensorRTRTXBackend"]

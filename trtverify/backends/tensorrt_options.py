@@ -1,0 +1,247 @@
+"""Suite options of the `tensorrt` and `tensorrt-rtx` backends (pydantic only; imports no TensorRT).
+
+Two build modes, chosen by `strongly_typed` (None = automatic, see `resolve_strongly_typed`):
+
+- weakly typed (TensorRT <= 10 only): the ONNX graph is FP32 and builder flags allow lower
+  precisions (`precisions: [fp16, int8, ...]`), INT8 scales come from calibration
+  (`calibration_*`) or from Q/DQ nodes, and `layer_precisions` + `precision_constraints`
+  pin single layers;
+- strongly typed (TensorRT >= 11, where weak typing was removed, and TensorRT-RTX): every
+  tensor's type comes from the graph (FP16 tensors, Q/DQ nodes). No precision flags, no
+  calibration, no layer precisions; only `tf32` (a math mode for FP32 tensors, not a type)
+  is still accepted.
+
+Everything that needs the installed TensorRT version is checked in `resolve_strongly_typed`,
+which the backend calls at build time; the rest is checked here, when the suite is loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+Precision = Literal["fp16", "bf16", "int8", "fp8", "tf32"]
+LayerPrecision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
+Dim = Annotated[int, Field(ge=0)]
+
+# precision flags that are data types (removed in TensorRT 11, rejected by TensorRT-RTX);
+# tf32 is a math mode for FP32 tensors and stays allowed in strongly typed builds
+TYPE_FLAGS = ("fp16", "bf16", "int8", "fp8")
+# options that only matter when an engine is built from the ONNX model
+BUILD_OPTIONS = (
+    "precisions",
+    "strongly_typed",
+    "calibration_cache",
+    "calibration_samples",
+    "layer_precisions",
+    "precision_constraints",
+    "profiles",
+    "builder_optimization_level",
+    "workspace_mb",
+    "timing_cache",
+    "save_engine",
+    "build_log",
+)
+
+
+def _resolve(value: Path | None, info: ValidationInfo) -> Path | None:
+    """Relative paths are relative to the suite file's folder (context `base_dir`), as elsewhere."""
+    if value is None:
+        return None
+    base = (info.context or {}).get("base_dir")
+    p = Path(value).expanduser()
+    if not p.is_absolute() and base is not None:
+        p = Path(base) / p
+    return p.resolve() if base is not None else p
+
+
+class ShapeRange(BaseModel):
+    """min / opt / max shape of one input in an optimisation profile."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: list[Dim] = Field(description="smallest shape the engine accepts")
+    opt: list[Dim] = Field(description="shape TensorRT tunes kernels for (and calibrates with)")
+    max: list[Dim] = Field(description="largest shape the engine accepts")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "ShapeRange":
+        if not len(self.min) == len(self.opt) == len(self.max):
+            raise ValueError(f"min, opt and max need the same rank, got {self.min}, {self.opt}, {self.max}")
+        for i, (lo, mid, hi) in enumerate(zip(self.min, self.opt, self.max)):
+            if not lo <= mid <= hi:
+                raise ValueError(f"dimension {i}: need min <= opt <= max, got {lo}, {mid}, {hi}")
+        return self
+
+
+class TensorRTOptions(BaseModel):
+    """How the candidate engine is built (or which prebuilt engine is loaded), and what it exposes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    precisions: list[Precision] = Field(
+        default_factory=list,
+        description=(
+            "builder precision flags for weakly typed builds (TensorRT <= 10): fp16, bf16, int8, fp8, tf32. "
+            "Strongly typed builds (TensorRT >= 11, TensorRT-RTX) take precision from the ONNX graph "
+            "(FP16 tensors, Q/DQ nodes) and accept only tf32 here. fp8 needs FP8 Q/DQ nodes in the graph "
+            "and TensorRT >= 8.6; int8 needs calibration data, a calibration cache or Q/DQ nodes"
+        ),
+    )
+    strongly_typed: bool | None = Field(
+        default=None,
+        description=(
+            "build a strongly typed network; null = automatic: true for TensorRT >= 11 and TensorRT-RTX, "
+            "false for TensorRT <= 10"
+        ),
+    )
+    calibration_cache: Path | None = Field(
+        default=None,
+        description="INT8 calibration cache (weakly typed int8 only): read if it exists, written after calibrating",
+    )
+    calibration_samples: int | None = Field(
+        default=None,
+        ge=1,
+        description="calibrate INT8 with the first N input samples of the suite (default: all of them)",
+    )
+    layer_precisions: dict[str, LayerPrecision] = Field(
+        default_factory=dict,
+        description=(
+            "TensorRT layer name -> compute precision (fp32, fp16, bf16, int8, fp8); weakly typed only, "
+            "needs precision_constraints prefer or obey"
+        ),
+    )
+    precision_constraints: Literal["none", "prefer", "obey"] = Field(
+        default="none",
+        description="whether TensorRT must (obey) or should (prefer) follow layer_precisions; weakly typed only",
+    )
+    profiles: list[dict[str, ShapeRange]] = Field(
+        default_factory=list,
+        description=(
+            "optimisation profiles, each input name -> {min, opt, max}; default: one profile spanning the "
+            "shapes of the suite's input samples (dynamic dimensions set to 1 when there are none)"
+        ),
+    )
+    builder_optimization_level: int | None = Field(
+        default=None, ge=0, le=5, description="TensorRT builder optimisation level 0..5 (default: TensorRT's, 3)"
+    )
+    workspace_mb: int | None = Field(default=None, ge=1, description="workspace memory pool limit in MiB")
+    timing_cache: Path | None = Field(
+        default=None, description="tactic timing cache file: loaded if it exists, updated after the build"
+    )
+    engine: Path | None = Field(
+        default=None,
+        description=(
+            "a prebuilt serialized engine to run instead of building one from the ONNX model; outputs only "
+            "(intermediate tensors cannot be added to a built engine); excludes every build option"
+        ),
+    )
+    save_engine: Path | None = Field(default=None, description="write the built serialized engine to this file")
+    build_log: Path | None = Field(default=None, description="write the captured build log to this file")
+    log_verbosity: Literal["verbose", "info", "warning"] = Field(
+        default="verbose", description="lowest TensorRT severity kept in the captured build log"
+    )
+    outputs_mode: Literal["mark_all", "debug_tensors"] = Field(
+        default="mark_all",
+        description=(
+            "how intermediate tensors are exposed: mark_all marks them as network outputs (any TensorRT); "
+            "debug_tensors marks them as debug tensors (TensorRT >= 10 with IDebugListener support)"
+        ),
+    )
+
+    @field_validator("calibration_cache", "timing_cache", "save_engine", "build_log")
+    @classmethod
+    def _relative_to_suite(cls, v: Path | None, info: ValidationInfo) -> Path | None:
+        return _resolve(v, info)
+
+    @field_validator("engine")
+    @classmethod
+    def _existing_engine(cls, v: Path | None, info: ValidationInfo) -> Path | None:
+        p = _resolve(v, info)
+        if p is not None and (info.context or {}).get("check_files", True):
+            if not p.is_file():
+                raise ValueError(f"engine file not found: {p}")
+        return p
+
+    @field_validator("precisions")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"precisions has duplicates: {v}")
+        return v
+
+    @field_validator("profiles")
+    @classmethod
+    def _non_empty_profiles(cls, v: list[dict[str, ShapeRange]]) -> list[dict[str, ShapeRange]]:
+        for i, p in enumerate(v):
+            if not p:
+                raise ValueError(f"profile {i} is empty: give input name -> {{min, opt, max}}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TensorRTOptions":
+        given = self.model_fields_set
+        if self.engine is not None:
+            clash = [k for k in BUILD_OPTIONS if k in given and getattr(self, k) not in (None, [], {}, "none")]
+            if clash:
+                raise ValueError(
+                    f"'engine' loads a prebuilt engine, so the build options {', '.join(clash)} have no effect; "
+                    "remove them or remove 'engine'"
+                )
+        type_flags = [p for p in self.precisions if p in TYPE_FLAGS]
+        if self.strongly_typed is True:
+            if type_flags:
+                raise ValueError(
+                    f"precisions {type_flags} are builder flags of weakly typed builds; a strongly typed network "
+                    "takes its precision from the ONNX graph (FP16 tensors, Q/DQ nodes). Convert the model "
+                    "(e.g. FP16 conversion, Q/DQ quantisation) or set strongly_typed: false on TensorRT <= 10"
+                )
+            if self.layer_precisions or self.precision_constraints != "none":
+                raise ValueError(
+                    "layer_precisions and precision_constraints need a weakly typed build (TensorRT <= 10); "
+                    "a strongly typed network takes every layer's type from the ONNX graph"
+                )
+        if "int8" not in self.precisions and (self.calibration_cache is not None or self.calibration_samples is not None):
+            raise ValueError("calibration_cache and calibration_samples go with precisions: [int8] (weakly typed INT8 calibration)")
+        if self.layer_precisions and self.precision_constraints == "none":
+            raise ValueError(
+                "layer_precisions take effect only with precision_constraints: prefer or obey "
+                "(TensorRT ignores per-layer precisions otherwise)"
+            )
+        needs_flag = sorted({p for p in self.layer_precisions.values() if p != "fp32" and p not in self.precisions})
+        if needs_flag:
+            raise ValueError(f"layer_precisions use {needs_flag}, which must also be enabled in precisions")
+        return self
+
+
+def resolve_strongly_typed(options: TensorRTOptions, *, rtx: bool, version: str) -> bool:
+    """The build mode for the installed library; ValueError with the fix when options and version clash.
+
+    `version` is `tensorrt.__version__` (or `tensorrt_rtx.__version__` when `rtx`).
+    """
+    major_minor = tuple(int(x) for x in (version.split(".") + ["0"])[:2] if x.isdigit())
+    lib = f"TensorRT-RTX {version}" if rtx else f"TensorRT {version}"
+    only_strong = rtx or major_minor >= (11, 0)
+    strong = only_strong if options.strongly_typed is None else options.strongly_typed
+    if only_strong and not strong:
+        raise ValueError(f"{lib} builds only strongly typed networks; remove strongly_typed: false")
+    if strong:
+        type_flags = [p for p in options.precisions if p in TYPE_FLAGS]
+        if type_flags:
+            raise ValueError(
+                f"{lib} builds strongly typed networks: precision comes from the ONNX graph (FP16 tensors, "
+                f"Q/DQ nodes), so precisions {type_flags} cannot be used; convert the model instead"
+            )
+        if options.layer_precisions or options.precision_constraints != "none":
+            raise ValueError(f"{lib} builds strongly typed networks: layer_precisions/precision_constraints cannot be used")
+    else:
+        if "fp8" in options.precisions and major_minor < (8, 6):
+            raise ValueError(f"precisions: fp8 needs TensorRT >= 8.6 (installed: {version})")
+        if "bf16" in options.precisions and major_minor < (9, 0):
+            raise ValueError(f"precisions: bf16 needs TensorRT >= 9.0 (installed: {version})")
+    return strong
+
+
+__all__ = ["BUILD_OPTIONS", "LayerPrecision", "Precision", "ShapeRange", "TYPE_FLAGS", "TensorRTOptions", "resolve_strongly_typed"]
