@@ -65,3 +65,17 @@ def test_layerwise_command_generated_inputs_and_checks(tmp_path: Path):
     assert r.code == 2 and "give a CANDIDATE" in r.err
     r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), str(DEMO / "fashion_cnn_fp16.onnx"), "--dim", "batch=zero", "--out", str(tmp_path / "r"))
     assert r.code == 2 and "--dim 'batch=zero'" in r.err
+
+
+def test_layerwise_command_with_tensorrt_where_it_is_missing(tmp_path: Path):
+    """No TensorRT on this machine: the suite is written and valid, the stage fails with exit 3 and the fix."""
+    out = tmp_path / "o"
+    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), "--backend", "tensorrt", "--precision", "fp16", "--out", str(out), block=("tensorrt", "polygraphy"))
+    assert r.code == 3, r.out + r.err
+    assert "pip install" in r.out
+    import yaml
+
+    suite = yaml.safe_load((out / "suite.yaml").read_text())
+    assert suite["backends"] == {"tensorrt": {"precisions": ["fp16"]}}
+    assert suite["models"]["candidates"]["fashion_cnn_fp32"]["backend"] == "tensorrt"
+    assert run_cli("validate", str(out / "suite.yaml")).code == 0

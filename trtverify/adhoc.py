@@ -104,7 +104,7 @@ def layerwise_suite(
     if precisions:
         if backend == "onnxruntime":
             raise UsageError("--precision is a TensorRT builder flag: use it with --backend tensorrt")
-        suite["backends"] = {backend.replace("-", "_"): {"precision": precisions}}
+        suite["backends"] = {backend.replace("-", "_"): {"precisions": precisions}}
     out.mkdir(parents=True, exist_ok=True)
     path = out / "suite.yaml"
     atomic_write_text(path, "# written by trtverify layerwise; rerun with: trtverify run " + str(path) + "\n" + yaml.safe_dump(suite, sort_keys=False))

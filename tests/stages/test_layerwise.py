@@ -192,3 +192,18 @@ def test_demo_suite_layerwise_reports_both_candidates(tmp_path: Path):
     for c in stage["candidates"]:
         assert len(c["rows"]) == 15 and c["root_causes"] and "lint" in c
         assert [r["topo_index"] for r in c["rows"]] == sorted(r["topo_index"] for r in c["rows"])
+
+
+def test_confirm_top_suspects_in_isolation_on_the_candidates_backend(tmp_path: Path):
+    """The TensorRT path (amplification, then confirm the top suspects with one isolated build),
+    exercised with ONNX Runtime as the candidate's backend, since TensorRT cannot execute here."""
+    shutil.copy(DEMO / "fashion_cnn_fp32.onnx", tmp_path / "ref.onnx")
+    plant(tmp_path / "ref.onnx", tmp_path / "cand.onnx", "/features/block2/conv/Conv")
+    to_fp16(tmp_path / "cand.onnx", tmp_path / "cand.onnx")
+    extra = "    root_cause_method: amplification\n    confirm_top: 3\n"
+    cand = run_layerwise(tmp_path, suite_text("ref.onnx", {"cand": "cand.onnx"}, CNN_INPUTS, extra))["candidates"][0]
+    top = cand["root_causes"][:3]
+    assert top[0]["node"] == "/features/block2/conv/Conv"
+    assert 0.04 < top[0]["confirmed_local"]["rel_l2"] < 0.08  # weights x1.05, bias untouched
+    assert all(rc["confirmed_local"]["rel_l2"] < 0.01 for rc in top[1:])
+    assert "confirmed_local" not in cand["root_causes"][3]

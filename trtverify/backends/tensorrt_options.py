@@ -22,6 +22,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from trtverify.config.paths import resolve_path
+
 Precision = Literal["fp16", "bf16", "int8", "fp8", "tf32"]
 LayerPrecision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
 Dim = Annotated[int, Field(ge=0)]
@@ -46,15 +48,7 @@ BUILD_OPTIONS = (
 )
 
 
-def _resolve(value: Path | None, info: ValidationInfo) -> Path | None:
-    """Relative paths are relative to the suite file's folder (context `base_dir`), as elsewhere."""
-    if value is None:
-        return None
-    base = (info.context or {}).get("base_dir")
-    p = Path(value).expanduser()
-    if not p.is_absolute() and base is not None:
-        p = Path(base) / p
-    return p.resolve() if base is not None else p
+_resolve = resolve_path
 
 
 class ShapeRange(BaseModel):

@@ -22,6 +22,7 @@ from pydantic import (
 
 from trtverify.backends.tensorrt_options import TensorRTOptions
 from trtverify.compare.metrics import METRICS
+from trtverify.config.paths import resolve_path
 from trtverify.errors import unknown
 from trtverify.hooks import is_hook_spec
 
@@ -31,11 +32,7 @@ class Strict(BaseModel):
 
 
 def _resolve(value: Path, info: ValidationInfo) -> Path:
-    base = (info.context or {}).get("base_dir")
-    p = Path(value).expanduser()
-    if not p.is_absolute() and base is not None:
-        p = Path(base) / p
-    return Path(p).resolve() if base is not None else p
+    return resolve_path(value, info)  # type: ignore[return-value]
 
 
 def _existing_file(value: Path, info: ValidationInfo) -> Path:
@@ -186,6 +183,12 @@ class LayerwiseStage(Strict):
         default="auto",
         description="isolate: run each candidate node on the reference's inputs (ONNX candidates); "
         "amplification: rank by error added at each layer (any backend); auto: isolate where possible",
+    )
+    confirm_top: int = Field(
+        default=0,
+        ge=0,
+        description="with amplification ranking: run the top N suspects in isolation on the candidate's own backend "
+        "(for TensorRT one sub-engine build) and re-rank them by their confirmed own error",
     )
     memory_budget_mb: float = Field(default=2048, gt=0, description="bound on intermediate tensors held in memory at once")
 

@@ -166,28 +166,46 @@ def _lint(cand_model_path: Path, ref: ReferencePass) -> list[dict[str, Any]]:
     return [f.to_dict() for f in findings]
 
 
+def _graph_dtypes(light: Any) -> dict[str, int]:
+    """Element types the candidate graph declares or infers for its tensors (no weights needed)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light.model, strict_mode=False)
+    except Exception:  # only a fallback for dtypes; failures leave the map partial
+        inferred = light.model
+    vis = list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
+    return {v.name: v.type.tensor_type.elem_type for v in vis if v.type.tensor_type.elem_type}
+
+
 def _isolate(
     ctx: StageContext,
     cfg: LayerwiseStage,
-    backend: OnnxRuntimeBackend,
+    light: Any,
+    make_backend: Any,
     ref: ReferencePass,
     samples: list[dict[str, np.ndarray]],
     paired: list[tuple[str, str]],
-    cand_dtypes: dict[str, np.dtype],
+    observed: dict[str, np.dtype],
     result: StageResult,
     label: str,
+    only: set[str] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
-    """Each candidate node group run on the reference's inputs: {reference tensor: local worst metrics}."""
+    """Run candidate node groups on the reference's inputs: {reference tensor: local worst metrics}.
+
+    `make_backend(path, feeds)` runs the generated isolation model: ONNX Runtime for ONNX
+    candidates, or the candidate's own backend (one TensorRT sub-engine for all suspects)
+    when confirming suspects. `feeds` are the isolation model's inputs, for calibration.
+    """
     import onnx
 
-    light = backend.light
     cand_info = light.info
     ref_tensors = set(ref.order) | set(ref.graph.inputs)
     # rename maps reference names to candidate names; isolation works in candidate names
     cand_to_ref = {c: r for r, c in paired}
-    wanted = [c for _, c in paired]
+    wanted = [c for r, c in paired if only is None or r in only]
     groups, skipped = isolation_groups(cand_info, {cand_to_ref.get(t, t) for t in ref_tensors} | set(cand_to_ref), wanted)
-    declared = {m.name: m.dtype for m in backend.inputs()}
+    declared = _graph_dtypes(light)
     local: dict[str, list[dict[str, float]]] = {}
     budget = max(_budget_bytes(cfg) // 3, 1)
     chunks = plan_chunks([g.key for g in groups], {g.key: sum(ref.nbytes.get(cand_to_ref.get(o, o), 0) for o in g.outputs) for g in groups}, budget)
@@ -199,20 +217,30 @@ def _isolate(
         boundary = sorted({b for g in chunk_groups for b in g.boundary})
         dtypes = {}
         for b in boundary:
-            dt = cand_dtypes.get(b) or (np.dtype(declared[b]) if b in declared and declared[b] != "bfloat16" else None)
-            dtypes[b] = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dt if dt is not None else ref.dtype.get(cand_to_ref.get(b, b), "float32")))
+            if b in observed:
+                dtypes[b] = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(observed[b]))
+            elif b in declared:
+                dtypes[b] = declared[b]
+            else:
+                dtypes[b] = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(ref.dtype.get(cand_to_ref.get(b, b), "float32")))
         model, out_map = build_isolation_model(light.model, cand_info, chunk_groups, dtypes)
-        iso = OnnxRuntimeBackend(light.save_variant(model), _as_written(ctx.loaded.suite.backends).onnxruntime)
-        iso.load()
-        for si, feed in enumerate(samples):
-            iso_feed = {}
+
+        def feed_for(si: int) -> dict[str, np.ndarray]:
+            out = {}
             for b in boundary:
                 rname = cand_to_ref.get(b, b)
-                value = feed[rname] if rname in feed else ref.store.get(si, rname)
-                iso_feed[b] = np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(dtypes[b]), copy=False)
-            outs = iso.infer(iso_feed)
+                value = samples[si][rname] if rname in samples[si] else ref.store.get(si, rname)
+                out[b] = np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(dtypes[b]), copy=False)
+            return out
+
+        iso = make_backend(light.save_variant(model), feed_for)
+        iso.load()
+        for si in range(len(samples)):
+            outs = iso.infer(feed_for(si))
             for iso_name, cand_name in out_map.items():
                 rname = cand_to_ref.get(cand_name, cand_name)
+                if iso_name not in outs:
+                    continue
                 try:
                     c = compare(ref.store.get(si, rname), outs[iso_name])
                 except CompareError:
@@ -220,7 +248,7 @@ def _isolate(
                 local.setdefault(rname, []).append(c.metrics)
             ctx.progress(NAME, ci * len(samples) + si + 1, steps, f"{label}: isolate")
         iso.close()
-    result.timings[f"{label}.isolate_s"] = time.perf_counter() - t0
+    result.timings[f"{label}.isolate_s"] = result.timings.get(f"{label}.isolate_s", 0.0) + time.perf_counter() - t0
     worst: dict[str, dict[str, float]] = {}
     for rname, per_sample in local.items():
         w: dict[str, float] = {}
@@ -231,6 +259,45 @@ def _isolate(
             w[k] = (max(finite) if lower else min(finite)) if finite else math.nan
         worst[rname] = w
     return worst, skipped
+
+
+def _confirm(
+    ctx: StageContext,
+    cfg: LayerwiseStage,
+    spec: Any,
+    ref: ReferencePass,
+    samples: list[dict[str, np.ndarray]],
+    paired: list[tuple[str, str]],
+    ranked: list[dict[str, Any]],
+    workdir: Path,
+    result: StageResult,
+    label: str,
+) -> list[dict[str, Any]]:
+    """Run the top suspects in isolation on the candidate's own backend and re-rank them by that.
+
+    For TensorRT this is one extra engine build holding every suspect side by side, each fed
+    with the reference's inputs; suspects whose own error stays small drop down.
+    """
+    from trtverify.graph import LightModel
+
+    top = ranked[: cfg.confirm_top]
+    light = LightModel(Path(spec.path), workdir)
+    backends = _as_written(ctx.loaded.suite.backends)
+
+    def make(path: Path, feed_for: Any) -> Any:
+        feeds = [feed_for(i) for i in range(len(samples))]  # calibration data for weakly typed INT8 builds
+        return candidate_backend(spec.backend, path, backends, feeds)
+
+    local, skipped = _isolate(ctx, cfg, light, make, ref, samples, paired, {}, result, f"{label}.confirm", only={rc["tensor"] for rc in top})
+    for rc in top:
+        m = local.get(rc["tensor"])
+        if m is not None:
+            rc["confirmed_local"] = {k: m[k] for k in KEY_METRICS if k in m}
+        elif rc["tensor"] in skipped:
+            rc["confirmed_local"] = None
+            rc["not_confirmed"] = skipped[rc["tensor"]]
+    confirmed = sorted(top, key=lambda rc: -((rc.get("confirmed_local") or {}).get("rel_l2", -1.0)))
+    return confirmed + ranked[cfg.confirm_top :]
 
 
 def _inputs_error(row_tensor: str, ref: ReferencePass, errors: dict[str, float]) -> float:
@@ -341,7 +408,10 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
     not_isolated: dict[str, str] = {}
     row_by_tensor = {row["tensor"]: row for row in rows}
     if method == "isolate" and isinstance(backend, OnnxRuntimeBackend):
-        local, not_isolated = _isolate(ctx, cfg, backend, ref, samples, pairing.pairs, {k: v for k, v in cand_dtypes.items()}, result, name)
+        ort_options = _as_written(suite.backends).onnxruntime
+        local, not_isolated = _isolate(
+            ctx, cfg, backend.light, lambda path, feed_for: OnnxRuntimeBackend(path, ort_options), ref, samples, pairing.pairs, cand_dtypes, result, name
+        )
         for r, m in local.items():
             row = row_by_tensor.get(r)
             if row is None:
@@ -383,6 +453,8 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
                 }
             )
     root_causes.sort(key=lambda rc: (-(rc["score"] if rc["score"] == rc["score"] else math.inf), rc["topo_index"]))
+    if method == "amplification" and cfg.confirm_top and root_causes:
+        root_causes = _confirm(ctx, cfg, spec, ref, samples, pairing.pairs, root_causes, workdir, result, name)
     for i, rc in enumerate(root_causes):
         rc["rank"] = i + 1
     root_causes = root_causes[: cfg.root_causes]
