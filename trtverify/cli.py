@@ -71,15 +71,41 @@ def cli() -> None:
 @click.option("--update-reference", is_flag=True, help="Recompute and rewrite the stored reference outputs.")
 @click.option("--reference-dir", type=click.Path(path_type=Path, file_okay=False), help="Reference store root [default: the suite's reference_dir].")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
-def run(suite: Path, stages: tuple[str, ...], out_dir: Path | None, update_reference: bool, reference_dir: Path | None, quiet: bool) -> None:
+@click.option("--samples", "samples_mode", type=click.Choice(["suite", "worst"]), default="suite", show_default=True, help="worst: feed the samples a previous e2e run found most changed (for --stage layerwise).")
+@click.option("--from-results", type=click.Path(path_type=Path, dir_okay=False), help="results.json of that e2e run [default: OUT/results.json].")
+def run(
+    suite: Path,
+    stages: tuple[str, ...],
+    out_dir: Path | None,
+    update_reference: bool,
+    reference_dir: Path | None,
+    quiet: bool,
+    samples_mode: str,
+    from_results: Path | None,
+) -> None:
     """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
     from trtverify.config import load_suite
 
     loaded = load_suite(suite)
-    _execute(loaded, out_dir or Path("reports") / loaded.suite.name, stages, update_reference, reference_dir, quiet)
+    default_out = Path("reports") / loaded.suite.name
+    out = out_dir or default_out
+    override = None
+    if samples_mode == "worst":
+        from trtverify.stages.e2e import worst_feeds
+
+        # read the e2e run's results; write beside them, not over them
+        source = from_results or out / "results.json"
+        if out_dir is None:
+            out = default_out / "worst"
+        override = worst_feeds(loaded, source)
+        if not quiet:
+            click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
+    _execute(loaded, out, stages, update_reference, reference_dir, quiet, override)
 
 
-def _execute(loaded: Any, out: Path, stages: tuple[str, ...], update_reference: bool, reference_dir: Path | None, quiet: bool) -> None:
+def _execute(
+    loaded: Any, out: Path, stages: tuple[str, ...], update_reference: bool, reference_dir: Path | None, quiet: bool, samples_override: Any = None
+) -> None:
     from trtverify.runner import run_suite
 
     if not quiet:
@@ -91,6 +117,7 @@ def _execute(loaded: Any, out: Path, stages: tuple[str, ...], update_reference: 
         update_reference=update_reference,
         reference_dir=reference_dir,
         progress=_Progress(not quiet),
+        samples_override=samples_override,
     )
     _summary(result.results, quiet)
     click.echo(f"results: {out / 'results.json'}\nreport:  {out / 'report.html'}", err=quiet)
@@ -114,7 +141,7 @@ def _summary(results: dict[str, Any], quiet: bool) -> None:
             click.echo(f"[{s['status'].upper():^7}] {s['name']}: {len(checks) - len(failed)}/{len(checks)} checks passed ({s.get('duration_s', 0):.2f} s)")
             for note in s.get("notes", []):
                 click.echo(f"          note: {note}")
-            for cand in s.get("candidates", []):
+            for cand in s.get("candidates", []) if s["name"] == "layerwise" else []:
                 fd = cand.get("first_divergence")
                 rc = (cand.get("root_causes") or [None])[0]
                 line = f"          {cand['name']}: {len(cand.get('rows', []))} tensors compared; "
@@ -127,6 +154,13 @@ def _summary(results: dict[str, Any], quiet: bool) -> None:
                     kind = "local" if cand.get("root_cause_method") == "isolate" else "added"
                     label = "root cause #1" if fd else "largest own error"
                     click.echo(f"          {cand['name']}: {label} {rc['node']} ({rc['op_type']}), {kind} rel_l2 {_fmt(rc['score'])}")
+            gated = [g.split(":")[1].split()[0] for g in {c["name"] for c in checks if ": " in c["name"]}] if s["name"] == "e2e" else []
+            for cand in s.get("candidates", []) if s["name"] == "e2e" else []:
+                ref = s.get("reference", {})
+                parts = [f"{k} {_fmt(ref.get(k))} -> {_fmt(cand['metrics'].get(k))} ({cand['deltas'].get(k, 0):+.4f})" for k in dict.fromkeys(gated) if k in ref]
+                click.echo(f"          {cand['name']}: " + ", ".join(parts))
+                if cand.get("worst"):
+                    click.echo(f"          {cand['name']}: most changed samples: {', '.join(str(w['id']) for w in cand['worst'][:8])}")
             for c in failed[:20]:
                 click.echo(f"          FAIL {c['name']}: {_fmt(c['value'])} (limit {c['op']} {_fmt(c['threshold'])})")
             if len(failed) > 20:

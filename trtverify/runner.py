@@ -116,11 +116,17 @@ def run_suite(
     update_reference: bool = False,
     reference_dir: Path | None = None,
     progress: Progress = no_progress,
+    samples_override: list[dict[str, Any]] | None = None,
 ) -> RunResult:
+    """`samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run)."""
     names = select_stages(loaded, stages)
     model_inputs = preflight(loaded)
-    samples = build_samples(loaded)
-    check_samples(samples, model_inputs, f"inputs of {loaded.path}")
+    if samples_override is not None:
+        samples = samples_override
+        check_samples(samples, model_inputs, "the samples chosen with --samples")
+    else:
+        samples = build_samples(loaded)
+        check_samples(samples, model_inputs, f"inputs of {loaded.path}")
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
     ctx = StageContext(loaded, samples, model_inputs, store, update_reference, progress)
 

@@ -109,6 +109,24 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         for name in lw.candidate_checks:
             if name not in names:
                 add(("stages", "layerwise", "candidate_checks", name), unknown("candidate", name, names))
+    e2e = suite.stages.e2e
+    if e2e is not None:
+        if not suite.models.candidates:
+            add(("stages", "e2e"), "stage 'e2e' compares candidates with the reference: add models.candidates")
+        for i, name in enumerate(e2e.candidates or []):
+            if name not in suite.models.candidates:
+                add(("stages", "e2e", "candidates", i), unknown("candidate", name, list(suite.models.candidates)))
+        ds = e2e.dataset
+        if e2e.task == "detection" and ds.coco is None:
+            add(("stages", "e2e", "dataset"), "task 'detection' reads a COCO instances JSON: give dataset.coco")
+        if e2e.task == "classification" and ds.coco is not None:
+            add(("stages", "e2e", "dataset", "coco"), "task 'classification' reads npz, folder or csv, not COCO")
+        from trtverify.stages.e2e import gate_metrics
+
+        known = list(gate_metrics(e2e))
+        for i, g in enumerate(e2e.gates):
+            if g.metric not in known:
+                add(("stages", "e2e", "gates", i, "metric"), unknown(f"{e2e.task} metric", g.metric, known))
     return out
 
 

@@ -193,9 +193,87 @@ class LayerwiseStage(Strict):
     memory_budget_mb: float = Field(default=2048, gt=0, description="bound on intermediate tensors held in memory at once")
 
 
+class Gate(Strict):
+    """A gate on a task metric: allowed drop from the reference (absolute or relative) and/or a floor."""
+
+    metric: str = Field(description="e.g. accuracy, macro_f1, map, ap50, f1")
+    max_drop: float | None = Field(default=None, ge=0, description="reference - candidate may not exceed this")
+    max_rel_drop: float | None = Field(default=None, ge=0, le=1, description="(reference - candidate) / reference may not exceed this")
+    min: float | None = Field(default=None, description="the candidate's value may not fall below this")
+
+    @model_validator(mode="after")
+    def _some(self) -> "Gate":
+        if self.max_drop is None and self.max_rel_drop is None and self.min is None:
+            raise ValueError(f"gate on '{self.metric}' needs max_drop, max_rel_drop or min")
+        return self
+
+
+class Dataset(Strict):
+    """Classification: npz arrays, an image-folder tree (one folder per class) or a CSV of file,label.
+    Detection: COCO instances JSON plus its image folder."""
+
+    npz: Annotated[FilePath, AfterValidator(_suffix(".npz"))] | None = None
+    images_key: str = "images"
+    labels_key: str = "labels"
+    layout: Literal["NCHW", "NHWC"] | None = Field(default=None, description="layout of npz images (default: guessed from the channel axis)")
+    folder: DirPath | None = Field(default=None, description="image-folder tree: FOLDER/<class name>/<image>")
+    csv: Annotated[FilePath, AfterValidator(_suffix(".csv"))] | None = Field(default=None, description="CSV with columns file,label (a header row is allowed)")
+    image_root: DirPath | None = Field(default=None, description="folder the CSV's files are relative to (default: the CSV's folder)")
+    coco: Annotated[FilePath, AfterValidator(_suffix(".json"))] | None = Field(default=None, description="COCO instances JSON")
+    images: DirPath | None = Field(default=None, description="COCO image folder (default: 'images' beside the JSON)")
+    class_names: list[str] | None = None
+    limit: int | None = Field(default=None, ge=1, description="use only the first N samples")
+
+    @model_validator(mode="after")
+    def _one(self) -> "Dataset":
+        given = [k for k in ("npz", "folder", "csv", "coco") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of npz, folder, csv, coco (got {', '.join(given) or 'none'})")
+        return self
+
+
+class Preprocess(Strict):
+    hook: HookSpec | None = Field(default=None, description="'module:callable'(image uint8 HWC) -> array for one sample; replaces the built-ins")
+    input: str | None = Field(default=None, description="model input to feed (default: the only input)")
+    resize: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = Field(default=None, description="[height, width]")
+    grayscale: bool = False
+    scale: float = Field(default=1 / 255, description="multiply pixels by this")
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+    dtype: Literal["float32", "float16"] = "float32"
+
+
+class Postprocess(Strict):
+    hook: HookSpec | None = Field(
+        default=None,
+        description="'module:callable'(outputs: dict, image_sizes: list[(h, w)], input_size: (h, w)) -> "
+        "classification: scores [B, C]; detection: list of [K, 6] arrays (x1, y1, x2, y2, score, class) in image pixels",
+    )
+    output: str | None = Field(default=None, description="model output to read (default: the first); detection: raw [B, K, 6] rows in input pixels")
+
+
+class E2EStage(Strict):
+    """Stage 3: task metrics of the reference and each candidate on a validation set, gated on the drop."""
+
+    task: Literal["classification", "detection"]
+    dataset: Dataset
+    preprocess: Preprocess = Field(default_factory=Preprocess)
+    postprocess: Postprocess = Field(default_factory=Postprocess)
+    candidates: list[Name] | None = Field(default=None, description="default: every candidate")
+    gates: list[Gate] = Field(min_length=1)
+    batch_size: int = Field(default=32, ge=1)
+    workers: int = Field(default=2, ge=0, description="background threads reading and preprocessing (0: inline)")
+    top_k: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 5], description="classification top-k accuracies")
+    iou: float = Field(default=0.5, gt=0, le=1, description="detection: IoU for precision / recall / F1")
+    score_threshold: float = Field(default=0.3, ge=0, le=1, description="detection: score threshold for precision / recall / F1")
+    worst: int = Field(default=20, ge=0, description="how many most-disagreeing samples to list")
+
+
 class Stages(Strict):
     framework: FrameworkStage | None = None
     layerwise: LayerwiseStage | None = None
+    e2e: E2EStage | None = None
 
     @model_validator(mode="after")
     def _some(self) -> "Stages":

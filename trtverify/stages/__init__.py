@@ -10,6 +10,7 @@ from trtverify.stages.base import StageContext, StageResult
 STAGES: dict[str, str] = {
     "framework": "trtverify.stages.framework:run",
     "layerwise": "trtverify.stages.layerwise:run",
+    "e2e": "trtverify.stages.e2e:run",
 }
 
 

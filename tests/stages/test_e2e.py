@@ -1,0 +1,116 @@
+"""Stage `e2e` on the real Fashion-MNIST demo: metrics, gates, per-class deltas, worst samples, drill-down."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, run_cli, write_suite
+
+DEMO = ROOT / "demo" / "fashion_mnist"
+SUITE = ROOT / "suites" / "fashion_mnist.yaml"
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("e2e") / "out"
+    r = run_cli("run", str(SUITE), "--stage", "e2e", "--out", str(out))
+    assert r.code == 0, r.out + r.err
+    return out, json.loads((out / "results.json").read_text())["stages"][0]
+
+
+def test_demo_metrics_match_the_shipped_numbers(demo_run):
+    _, stage = demo_run
+    shipped = json.loads((DEMO / "metrics.json").read_text())["results"]
+    assert stage["samples"] == 2000 and stage["task"] == "classification"
+    assert stage["reference"]["accuracy"] == pytest.approx(shipped["ort_fp32"]["accuracy"], abs=1e-9)
+    assert stage["reference"]["macro_f1"] == pytest.approx(shipped["ort_fp32"]["macro_f1"], abs=1e-4)
+    by = {c["name"]: c for c in stage["candidates"]}
+    assert by["int8"]["metrics"]["accuracy"] == pytest.approx(shipped["ort_int8_qdq"]["accuracy"], abs=1e-9)
+    assert by["int8"]["deltas"]["accuracy"] == pytest.approx(by["int8"]["metrics"]["accuracy"] - stage["reference"]["accuracy"])
+    assert len(by["int8"]["per_class"]) == 10 and by["int8"]["per_class"][0]["name"] == "T-shirt/top"
+    # worst samples: flipped predictions first, those the reference got right before the others
+    worst = by["int8"]["worst"]
+    assert worst and worst[0]["flipped"]
+    flips = [w for w in worst if w["flipped"]]
+    assert all(w["flipped"] for w in worst[: len(flips)])
+    names = {c["name"] for c in stage["checks"]}
+    assert {"fp16: macro_f1 drop <= 0.01", "int8: accuracy drop <= 0.01", "int8: accuracy >= 0.85"} <= names
+    assert stage["timings"]["wall_s"] > 0 and stage["timings"]["reference.infer_s"] > 0
+
+
+def test_gate_tighter_than_the_int8_drop_fails_and_names_the_metric(tmp_path: Path):
+    shutil.copytree(ROOT / "suites", tmp_path / "suites")
+    shutil.copytree(ROOT / "demo", tmp_path / "demo")
+    suite = tmp_path / "suites" / "fashion_mnist.yaml"
+    text = suite.read_text().replace("- {metric: accuracy, max_drop: 0.01, min: 0.85}", "- {metric: accuracy, max_drop: 0.0001, min: 0.85}")
+    suite.write_text(text)
+    r = run_cli("run", str(suite), "--stage", "e2e", "--out", str(tmp_path / "o"))
+    assert r.code == 1, r.out + r.err
+    assert "FAIL int8: accuracy drop <= 0.0001" in r.out
+    assert "fp16: accuracy drop" not in "".join(line for line in r.out.splitlines() if "FAIL" in line)
+
+
+def test_layerwise_on_the_worst_samples_of_the_e2e_run(demo_run, tmp_path: Path):
+    out, stage = demo_run
+    worst = {w["index"] for c in stage["candidates"] for w in c["worst"]}
+    r = run_cli("run", str(SUITE), "--stage", "layerwise", "--samples", "worst", "--from-results", str(out / "results.json"), "--out", str(tmp_path / "w"))
+    assert r.code in (0, 1), r.out + r.err
+    assert f"the {len(worst)} worst sample(s)" in r.err
+    lw = json.loads((tmp_path / "w" / "results.json").read_text())["stages"][0]
+    assert lw["name"] == "layerwise" and lw["samples"] == min(len(worst), 4)  # the suite's layerwise samples: 4
+    r = run_cli("run", str(SUITE), "--stage", "layerwise", "--samples", "worst", "--from-results", str(tmp_path / "nothing.json"), "--out", str(tmp_path / "x"))
+    assert r.code == 2 and "run the e2e stage first" in r.err
+
+
+def _png_dataset(root: Path, n: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    from PIL import Image
+
+    data = np.load(DEMO / "data" / "test_subset.npz", allow_pickle=False)
+    idx = np.arange(0, 2000, 2000 // n)[:n]
+    images, labels = data["images"][idx], data["labels"][idx]
+    rows = ["file,label"]
+    for k, (img, lab) in enumerate(zip(images, labels)):
+        cls_dir = root / "tree" / f"c{lab}"
+        cls_dir.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img[0]).save(cls_dir / f"{k:03d}.png")
+        Image.fromarray(img[0]).save(root / f"{k:03d}.png")
+        rows.append(f"{k:03d}.png,{lab}")
+    (root / "labels.csv").write_text("\n".join(rows) + "\n")
+    return images, labels
+
+
+@pytest.mark.parametrize("source", ["folder", "csv"])
+def test_image_files_give_the_same_metrics_as_the_arrays(tmp_path: Path, source: str):
+    images, labels = _png_dataset(tmp_path)
+    np.savez(tmp_path / "same.npz", images=images, labels=labels)
+    base = (
+        f"name: files\nmodels:\n  reference: {DEMO / 'fashion_cnn_fp32.onnx'}\n  candidates: {{int8: {DEMO / 'fashion_cnn_int8_qdq.onnx'}}}\n"
+        "inputs: {generate: {input: {shape: [1, 1, 28, 28]}}}\n"
+        "stages:\n  e2e:\n    task: classification\n    preprocess: {grayscale: true}\n    gates: [{metric: accuracy, max_drop: 0.5}]\n    batch_size: 16\n"
+    )
+    dataset = {
+        "folder": "    dataset: {folder: tree, class_names: [c0, c1, c2, c3, c4, c5, c6, c7, c8, c9]}\n",
+        "csv": "    dataset: {csv: labels.csv}\n",
+    }[source]
+    r = run_cli("run", str(write_suite(tmp_path, base + dataset)), "--out", str(tmp_path / "o"))
+    assert r.code == 0, r.out + r.err
+    from_files = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
+    r = run_cli("run", str(write_suite(tmp_path, base + "    dataset: {npz: same.npz}\n", "arrays.yaml")), "--out", str(tmp_path / "a"))
+    from_arrays = json.loads((tmp_path / "a" / "results.json").read_text())["stages"][0]
+    assert from_files["samples"] == from_arrays["samples"] == 60
+    assert from_files["reference"]["accuracy"] == from_arrays["reference"]["accuracy"]
+    assert from_files["candidates"][0]["metrics"]["macro_f1"] == from_arrays["candidates"][0]["metrics"]["macro_f1"]
+
+
+def test_unknown_gate_metric_is_a_located_suite_error(tmp_path: Path):
+    text = SUITE.read_text().replace("- {metric: macro_f1, max_drop: 0.01}", "- {metric: macro_f2, max_drop: 0.01}")
+    shutil.copytree(ROOT / "demo", tmp_path / "demo")
+    (tmp_path / "suites").mkdir()
+    path = write_suite(tmp_path / "suites", text, "fashion_mnist.yaml")
+    r = run_cli("validate", str(path))
+    assert r.code == 2 and "stages.e2e.gates[0].metric: unknown classification metric 'macro_f2'; did you mean 'macro_f1'?" in r.err

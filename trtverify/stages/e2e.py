@@ -1,0 +1,291 @@
+"""Stage `e2e`: task metrics of the reference and each candidate on a validation set.
+
+Every model runs on the same batch before the next is read, so the data is read and
+preprocessed once (in background threads, while the models run). Gates compare each
+candidate with the reference: `max_drop` (absolute), `max_rel_drop`, `min`. The samples
+where candidate and reference disagree most are listed for drill-down
+(`trtverify run --stage layerwise --samples worst`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtverify.backends import candidate_backend
+from trtverify.backends.onnxruntime import OnnxRuntimeBackend
+from trtverify.compare.checks import CheckResult
+from trtverify.config.models import E2EStage
+from trtverify.errors import UsageError
+from trtverify.stages.base import StageContext, StageResult
+from trtverify.tasks.datasets import Batch, Reader, batches, make_preprocess, open_dataset
+
+NAME = "e2e"
+CLASSIFICATION_METRICS = ("accuracy", "macro_f1", "micro_f1", "weighted_f1")
+DETECTION_METRICS = ("map", "ap50", "ap75", "ap_small", "ap_medium", "ap_large", "ar1", "ar10", "ar100", "ar_small", "ar_medium", "ar_large", "precision", "recall", "f1")
+
+
+def gate_metrics(cfg: E2EStage) -> tuple[str, ...]:
+    if cfg.task == "classification":
+        return CLASSIFICATION_METRICS + tuple(f"top{k}_accuracy" for k in cfg.top_k)
+    return DETECTION_METRICS
+
+
+def _search_path(ctx: StageContext) -> list[Path]:
+    return [Path(p) for p in ctx.loaded.suite.python_path] or [ctx.loaded.path.resolve().parent]
+
+
+def _postprocess(ctx: StageContext, cfg: E2EStage) -> Any:
+    from trtverify.hooks import load_hook
+
+    if cfg.postprocess.hook:
+        return load_hook(cfg.postprocess.hook, _search_path(ctx), what="postprocess.hook")
+    return None
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+class _Model:
+    """One model's backend, accumulator and per-sample record."""
+
+    def __init__(self, name: str, backend: Any):
+        self.name = name
+        self.backend = backend
+        self.acc: Any = None
+        self.infer_s = 0.0
+        self.preds: dict[int, int] = {}
+        self.probs: dict[int, np.ndarray] = {}
+
+
+def _select_output(outputs: dict[str, np.ndarray], wanted: str | None, model: str) -> np.ndarray:
+    if wanted is None:
+        return next(iter(outputs.values()))
+    if wanted not in outputs:
+        raise UsageError(f"postprocess.output '{wanted}' is not an output of {model} (outputs: {', '.join(outputs)})")
+    return outputs[wanted]
+
+
+def _detections(outputs: dict[str, np.ndarray], batch: Batch, cfg: E2EStage, hook: Any, model: str) -> list[np.ndarray]:
+    input_size = tuple(batch.inputs.shape[2:4] if cfg.preprocess.layout == "NCHW" else batch.inputs.shape[1:3])
+    if hook is not None:
+        dets = hook(outputs, image_sizes=batch.sizes, input_size=input_size)
+    else:
+        raw = _select_output(outputs, cfg.postprocess.output, model)
+        if raw.ndim != 3 or raw.shape[-1] != 6:
+            raise UsageError(
+                f"{model}: detection output of shape {list(raw.shape)} is not the raw layout [B, K, 6] "
+                "(x1, y1, x2, y2, score, class); name the right output or give a postprocess.hook"
+            )
+        dets = []
+        for b, (h, w) in enumerate(batch.sizes):
+            d = raw[b].astype(np.float64).copy()
+            d[:, [0, 2]] *= w / input_size[1]
+            d[:, [1, 3]] *= h / input_size[0]
+            dets.append(d)
+    if len(dets) != len(batch.index):
+        raise UsageError(f"{model}: postprocessing returned {len(dets)} detection arrays for a batch of {len(batch.index)}")
+    return [np.asarray(d, dtype=np.float64).reshape(-1, 6) for d in dets]
+
+
+def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_Model], result: StageResult) -> None:
+    from trtverify.tasks.classification import ClassificationAccumulator
+    from trtverify.tasks.detection import DetectionAccumulator
+
+    pre = make_preprocess(cfg.preprocess, _search_path(ctx))
+    hook = _postprocess(ctx, cfg)
+    input_name = cfg.preprocess.input
+    wait = 0.0
+    total = len(reader)
+    done = 0
+    t_start = time.perf_counter()
+    t_wait = time.perf_counter()
+    for batch in batches(reader, range(total), cfg.batch_size, pre, cfg.workers):
+        wait += time.perf_counter() - t_wait
+        for m in models:
+            name = input_name or m.backend.inputs()[0].name
+            t0 = time.perf_counter()
+            outputs = m.backend.infer({name: batch.inputs})
+            m.infer_s += time.perf_counter() - t0
+            if cfg.task == "classification":
+                scores = hook(outputs, image_sizes=batch.sizes, input_size=None) if hook else _select_output(outputs, cfg.postprocess.output, m.name)
+                scores = np.asarray(scores)
+                if scores.ndim != 2:
+                    raise UsageError(f"{m.name}: classification scores must be [batch, classes], got shape {list(scores.shape)}")
+                if m.acc is None:
+                    m.acc = ClassificationAccumulator(scores.shape[1], top_k=[k for k in cfg.top_k if k <= scores.shape[1]], class_names=reader.class_names)
+                m.acc.update(np.asarray(batch.labels), scores, ids=[reader.ids[i] for i in batch.index])
+                probs = _softmax(scores)
+                for j, i in enumerate(batch.index):
+                    m.preds[i] = int(scores[j].argmax())
+                    m.probs[i] = probs[j].astype(np.float32)
+            else:
+                if m.acc is None:
+                    m.acc = DetectionAccumulator(reader.coco, iou=cfg.iou, score_threshold=cfg.score_threshold)
+                m.acc.update([reader.ids[i] for i in batch.index], _detections(outputs, batch, cfg, hook, m.name))
+        done += len(batch.index)
+        ctx.progress(NAME, done, total, "evaluate")
+        t_wait = time.perf_counter()
+    result.timings["wall_s"] = time.perf_counter() - t_start
+    result.timings["data_wait_s"] = wait
+    for m in models:
+        result.timings[f"{m.name}.infer_s"] = m.infer_s
+    raw = sum(m.infer_s for m in models)
+    result.timings["inference_s"] = raw
+    result.details["overhead_vs_inference"] = (result.timings["wall_s"] / raw - 1.0) if raw > 0 else None
+
+
+def _worst_classification(reader: Reader, ref: _Model, cand: _Model, n: int) -> list[dict[str, Any]]:
+    rows = []
+    for i, rp in ref.preds.items():
+        cp = cand.preds[i]
+        label = reader.label(i)
+        score = abs(float(ref.probs[i][rp]) - float(cand.probs[i][rp]))
+        flipped = rp != cp
+        lost = flipped and rp == label
+        rows.append((lost, flipped, score, i, rp, cp, label))
+    rows.sort(key=lambda r: (not r[0], not r[1], -r[2], r[3]))
+    return [
+        {"index": i, "id": reader.ids[i], "label": label, "reference": rp, "candidate": cp, "flipped": flipped, "lost": lost, "prob_change": score}
+        for lost, flipped, score, i, rp, cp, label in rows[:n]
+    ]
+
+
+def _worst_detection(reader: Reader, ref: _Model, cand: _Model, n: int) -> list[dict[str, Any]]:
+    ra, ca = ref.acc.per_image(), cand.acc.per_image()
+    rc, cc = ref.acc.per_image_counts(), cand.acc.per_image_counts()
+    index = {img_id: i for i, img_id in enumerate(reader.ids)}
+    rows = []
+    for k, r in ra.items():
+        c = ca.get(k, math.nan)
+        if r != r or c != c:  # no ground-truth box in this image: per-image AP is undefined
+            continue
+        rows.append((r - c, k))
+    rows.sort(key=lambda row: (-row[0], index.get(row[1], 0)))
+    return [
+        {
+            "index": index[k],
+            "id": k,
+            "reference_ap": ra[k],
+            "candidate_ap": ca[k],
+            "ap_drop": d,
+            "reference_fp": rc.get(k, {}).get("fp"),
+            "candidate_fp": cc.get(k, {}).get("fp"),
+        }
+        for d, k in rows[:n]
+    ]
+
+
+def _per_class(ref: dict[str, Any], cand: dict[str, Any], task: str) -> list[dict[str, Any]]:
+    key = "f1" if task == "classification" else "ap"
+    ident = "class" if task == "classification" else "category_id"
+    by = {row[ident]: row for row in cand.get("per_class", [])}
+    out = []
+    for row in ref.get("per_class", []):
+        c = by.get(row[ident], {})
+        entry = {ident: row[ident], "name": row.get("name"), f"reference_{key}": row.get(key), f"candidate_{key}": c.get(key)}
+        if row.get(key) is not None and c.get(key) is not None:
+            entry[f"delta_{key}"] = c[key] - row[key]
+        out.append(entry)
+    return out
+
+
+def _gates(cfg: E2EStage, name: str, ref: dict[str, Any], cand: dict[str, Any]) -> list[CheckResult]:
+    checks = []
+    for g in cfg.gates:
+        r, c = ref.get(g.metric), cand.get(g.metric)
+        if r is None or c is None or (isinstance(r, float) and math.isnan(r)) or (isinstance(c, float) and math.isnan(c)):
+            checks.append(CheckResult(f"{name}: {g.metric}", g.metric, None, None, "==", False, None, {"reason": f"metric '{g.metric}' not computed", "available": sorted(k for k, v in ref.items() if isinstance(v, (int, float)))}))
+            continue
+        detail = {"reference": r, "candidate": c}
+        if g.max_drop is not None:
+            checks.append(CheckResult(f"{name}: {g.metric} drop <= {g.max_drop:g}", f"{g.metric}_drop", r - c, g.max_drop, "<=", r - c <= g.max_drop, None, detail))
+        if g.max_rel_drop is not None:
+            rel = (r - c) / r if r else (0.0 if r == c else math.inf)
+            checks.append(CheckResult(f"{name}: {g.metric} relative drop <= {g.max_rel_drop:g}", f"{g.metric}_rel_drop", rel, g.max_rel_drop, "<=", rel <= g.max_rel_drop, None, detail))
+        if g.min is not None:
+            checks.append(CheckResult(f"{name}: {g.metric} >= {g.min:g}", g.metric, c, g.min, ">=", c >= g.min, None, detail))
+    return checks
+
+
+def run(ctx: StageContext) -> StageResult:
+    suite = ctx.loaded.suite
+    cfg = suite.stages.e2e
+    assert cfg is not None
+    result = StageResult(NAME, "failed")
+    reader = open_dataset(cfg.dataset)
+    names = cfg.candidates if cfg.candidates is not None else list(suite.models.candidates)
+    models = [_Model("reference", OnnxRuntimeBackend(Path(suite.models.reference), suite.backends.onnxruntime))]
+    for n in names:
+        spec = suite.models.candidates[n]
+        models.append(_Model(n, candidate_backend(spec.backend, Path(spec.path), suite.backends, ctx.samples)))
+    for m in models:
+        m.backend.load()
+    _run_models(ctx, cfg, reader, models, result)
+    metrics = {m.name: m.acc.compute() for m in models}
+    ref = metrics["reference"]
+    result.details.update({"task": cfg.task, "dataset": {**reader.info, "samples": len(reader)}, "samples": len(reader)})
+    result.details["reference"] = ref
+    checks = [CheckResult("samples evaluated", "samples", float(len(reader)), 1.0, ">=", len(reader) >= 1)]
+    cands = []
+    for m in models[1:]:
+        cm = metrics[m.name]
+        scalar = [k for k, v in ref.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        worst = _worst_classification(reader, models[0], m, cfg.worst) if cfg.task == "classification" else _worst_detection(reader, models[0], m, cfg.worst)
+        gate_checks = _gates(cfg, m.name, ref, cm)
+        checks += gate_checks
+        cands.append(
+            {
+                "name": m.name,
+                "metrics": cm,
+                "deltas": {k: cm[k] - ref[k] for k in scalar if isinstance(cm.get(k), (int, float))},
+                "per_class": _per_class(ref, cm, cfg.task),
+                "worst": worst,
+                "passed": all(c.passed for c in gate_checks),
+            }
+        )
+    for m in models:
+        m.backend.close()
+    result.details["candidates"] = cands
+    return StageResult.from_checks(NAME, checks, details=result.details, notes=result.notes, timings=result.timings)
+
+
+def worst_feeds(ctx_loaded: Any, results_path: Path, limit: int | None = None) -> list[dict[str, np.ndarray]]:
+    """Feeds for the layerwise stage: the worst samples a previous e2e run listed (union over candidates)."""
+    try:
+        previous = json.loads(Path(results_path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--samples worst needs a previous run with stage e2e: {results_path} not found (run the e2e stage first, or pass --from-results)") from None
+    except ValueError as exc:
+        raise UsageError(f"{results_path}: not valid JSON ({exc})") from exc
+    e2e = next((s for s in previous.get("stages", []) if s.get("name") == NAME), None)
+    if e2e is None or not e2e.get("candidates"):
+        raise UsageError(f"{results_path}: has no e2e results with worst samples; run the e2e stage first")
+    order: list[int] = []
+    for cand in e2e["candidates"]:
+        for w in cand.get("worst", []):
+            if w["index"] not in order:
+                order.append(w["index"])
+    if limit:
+        order = order[:limit]
+    if not order:
+        raise UsageError(f"{results_path}: the e2e run listed no worst samples")
+    cfg = ctx_loaded.suite.stages.e2e
+    if cfg is None:
+        raise UsageError("--samples worst reads the samples from stage e2e's dataset: configure stages.e2e in the suite")
+    reader = open_dataset(cfg.dataset)
+    pre = make_preprocess(cfg.preprocess, [Path(p) for p in ctx_loaded.suite.python_path] or [ctx_loaded.path.resolve().parent])
+    name = cfg.preprocess.input
+    if name is None:
+        from trtverify.onnxinfo import graph_io, load_io
+
+        name = graph_io(load_io(Path(ctx_loaded.suite.models.reference)))[0][0].name
+    return [{name: pre(reader.image(i))[None]} for i in order if i < len(reader)]

@@ -1,0 +1,213 @@
+"""Validation sets for the e2e stage: reading samples, preprocessing, and batches prepared in
+background threads while the models run.
+
+Classification: npz arrays (images + labels), an image-folder tree (FOLDER/<class>/<file>)
+or a CSV of `file,label`. Detection: COCO instances JSON plus its image folder.
+Images are uint8 HWC arrays until preprocessing turns them into model input.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtverify.config.models import Dataset, Preprocess
+from trtverify.deps import require
+from trtverify.errors import UsageError
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+
+
+@dataclass
+class Reader:
+    """Samples addressed by position; `image(i)` is uint8 HWC, `label(i)` an int (classification)."""
+
+    ids: list[Any]
+    image: Callable[[int], np.ndarray]
+    label: Callable[[int], int | None]
+    class_names: list[str] | None = None
+    coco: dict[str, Any] | None = None  # detection ground truth
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _read_image(path: Path) -> np.ndarray:
+    pil = require("PIL.Image", "reading image files (stage e2e)")
+    try:
+        with pil.open(path) as im:
+            return np.asarray(im.convert("RGB"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: cannot read image ({exc})") from exc
+
+
+def _npz(ds: Dataset) -> Reader:
+    try:
+        data = np.load(ds.npz, allow_pickle=False)
+        images = data[ds.images_key]
+        labels = data[ds.labels_key]
+    except KeyError as exc:
+        raise UsageError(f"{ds.npz}: no array {exc} (it has: {', '.join(np.load(ds.npz, allow_pickle=False).files)})") from exc
+    except ValueError as exc:
+        raise UsageError(f"{ds.npz}: cannot read without pickle ({exc})") from exc
+    if images.ndim == 3:
+        images = images[..., None]  # N,H,W -> N,H,W,1
+    elif images.ndim != 4:
+        raise UsageError(f"{ds.npz}: '{ds.images_key}' must be [N,H,W], [N,H,W,C] or [N,C,H,W], got shape {list(images.shape)}")
+    layout = ds.layout or ("NCHW" if images.shape[1] in (1, 3, 4) and images.shape[-1] not in (1, 3, 4) else "NHWC")
+    if layout == "NCHW":
+        images = images.transpose(0, 2, 3, 1)
+    if len(labels) != len(images):
+        raise UsageError(f"{ds.npz}: {len(images)} images but {len(labels)} labels")
+    n = len(images) if ds.limit is None else min(ds.limit, len(images))
+    return Reader(list(range(n)), lambda i: images[i], lambda i: int(labels[i]), ds.class_names, info={"source": str(ds.npz), "layout": layout})
+
+
+def _folder(ds: Dataset) -> Reader:
+    root = Path(ds.folder)  # type: ignore[arg-type]
+    classes = ds.class_names or sorted(p.name for p in root.iterdir() if p.is_dir())
+    if not classes:
+        raise UsageError(f"{root}: no class folders (expected {root}/<class name>/<image>)")
+    files: list[tuple[Path, int]] = []
+    for ci, name in enumerate(classes):
+        folder = root / name
+        if not folder.is_dir():
+            raise UsageError(f"{folder}: class folder named in class_names does not exist")
+        files += [(f, ci) for f in sorted(folder.iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]
+    if ds.limit:
+        files = files[: ds.limit]
+    return Reader([str(f.relative_to(root)) for f, _ in files], lambda i: _read_image(files[i][0]), lambda i: files[i][1], classes, info={"source": str(root)})
+
+
+def _csv(ds: Dataset) -> Reader:
+    path = Path(ds.csv)  # type: ignore[arg-type]
+    root = Path(ds.image_root) if ds.image_root else path.parent
+    rows: list[tuple[str, str]] = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        for lineno, row in enumerate(csv.reader(fh), start=1):
+            if not row or row[0].startswith("#"):
+                continue
+            if len(row) < 2:
+                raise UsageError(f"{path}:{lineno}: expected 'file,label', got {row!r}")
+            if lineno == 1 and row[0].strip().lower() in ("file", "path", "filename", "image"):
+                continue  # header
+            rows.append((row[0].strip(), row[1].strip()))
+    if ds.limit:
+        rows = rows[: ds.limit]
+    labels = [r[1] for r in rows]
+    if all(lab.lstrip("-").isdigit() for lab in labels):
+        index = [int(lab) for lab in labels]
+        names = ds.class_names
+    else:
+        names = ds.class_names or sorted(set(labels))
+        unknown_labels = sorted(set(labels) - set(names))
+        if unknown_labels:
+            raise UsageError(f"{path}: labels not in class_names: {', '.join(unknown_labels[:5])}")
+        index = [names.index(lab) for lab in labels]
+    return Reader([r[0] for r in rows], lambda i: _read_image(root / rows[i][0]), lambda i: index[i], names, info={"source": str(path)})
+
+
+def _coco(ds: Dataset) -> Reader:
+    path = Path(ds.coco)  # type: ignore[arg-type]
+    try:
+        gt = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from exc
+    for key in ("images", "annotations", "categories"):
+        if key not in gt:
+            raise UsageError(f"{path}: not a COCO instances file (no '{key}')")
+    root = Path(ds.images) if ds.images else path.parent / "images"
+    images = sorted(gt["images"], key=lambda im: im["id"])
+    if ds.limit:
+        images = images[: ds.limit]
+        keep = {im["id"] for im in images}
+        gt = {**gt, "images": images, "annotations": [a for a in gt["annotations"] if a["image_id"] in keep]}
+    names = [c["name"] for c in sorted(gt["categories"], key=lambda c: c["id"])]
+    return Reader([im["id"] for im in images], lambda i: _read_image(root / images[i]["file_name"]), lambda i: None, names, coco=gt, info={"source": str(path), "images": str(root)})
+
+
+def open_dataset(ds: Dataset) -> Reader:
+    reader = {"npz": _npz, "folder": _folder, "csv": _csv, "coco": _coco}[next(k for k in ("npz", "folder", "csv", "coco") if getattr(ds, k) is not None)](ds)
+    if not len(reader):
+        raise UsageError(f"{reader.info.get('source')}: the dataset has no samples; evaluating zero samples is never a pass")
+    return reader
+
+
+# ----------------------------------------------------------------------------- preprocessing
+
+
+def make_preprocess(cfg: Preprocess, search_path: Sequence[Path]) -> Callable[[np.ndarray], np.ndarray]:
+    """uint8 HWC image -> one sample of model input (no batch axis)."""
+    if cfg.hook:
+        from trtverify.hooks import load_hook
+
+        return load_hook(cfg.hook, search_path, what="preprocess.hook")
+    mean = np.asarray(cfg.mean, np.float32) if cfg.mean is not None else None
+    std = np.asarray(cfg.std, np.float32) if cfg.std is not None else None
+
+    def pre(image: np.ndarray) -> np.ndarray:
+        img = image
+        if cfg.grayscale and img.shape[-1] != 1:
+            img = (img[..., :3] @ np.array([0.299, 0.587, 0.114], np.float32))[..., None]
+        elif not cfg.grayscale and img.shape[-1] == 1 and (mean is not None and mean.size == 3):
+            img = np.repeat(img, 3, axis=-1)
+        if cfg.resize is not None and tuple(img.shape[:2]) != tuple(cfg.resize):
+            pil = require("PIL.Image", "resizing images (preprocess.resize)")
+            squeeze = img.shape[-1] == 1
+            im = pil.fromarray(np.asarray(img[..., 0] if squeeze else img).astype(np.uint8))
+            img = np.asarray(im.resize((cfg.resize[1], cfg.resize[0]), pil.BILINEAR))
+            img = img[..., None] if squeeze else img
+        x = img.astype(np.float32) * np.float32(cfg.scale)
+        if mean is not None:
+            x = x - mean
+        if std is not None:
+            x = x / std
+        if cfg.layout == "NCHW":
+            x = x.transpose(2, 0, 1)
+        return np.ascontiguousarray(x.astype(cfg.dtype))
+
+    return pre
+
+
+@dataclass
+class Batch:
+    index: list[int]  # positions in the reader
+    inputs: np.ndarray
+    labels: list[int | None]
+    sizes: list[tuple[int, int]]  # original (height, width) of each image
+
+
+def batches(reader: Reader, indices: Sequence[int], batch_size: int, preprocess: Callable[[np.ndarray], np.ndarray], workers: int) -> Iterator[Batch]:
+    """Batches in order; with workers > 0 the next ones are read and preprocessed in background threads."""
+
+    def make(chunk: Sequence[int]) -> Batch:
+        images = [reader.image(i) for i in chunk]
+        return Batch(list(chunk), np.stack([preprocess(im) for im in images]), [reader.label(i) for i in chunk], [tuple(im.shape[:2]) for im in images])
+
+    chunks = [list(indices[i : i + batch_size]) for i in range(0, len(indices), batch_size)]
+    if workers <= 0:
+        for c in chunks:
+            yield make(c)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trtverify-data") as pool:
+        pending: list[Future[Batch]] = []
+        ahead = workers + 1
+        it = iter(chunks)
+        for c in it:
+            pending.append(pool.submit(make, c))
+            if len(pending) >= ahead:
+                break
+        while pending:
+            done = pending.pop(0).result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(make, nxt))
+            yield done
