@@ -48,6 +48,19 @@ def _postprocess(ctx: StageContext, cfg: E2EStage) -> Any:
     return None
 
 
+def _call(hook: Any, outputs: dict[str, np.ndarray], **context: Any) -> Any:
+    """Call a user hook with the context keywords it declares (all of them if it takes **kwargs)."""
+    import inspect
+
+    try:
+        params = inspect.signature(hook).parameters
+    except (TypeError, ValueError):
+        return hook(outputs, **context)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return hook(outputs, **context)
+    return hook(outputs, **{k: v for k, v in context.items() if k in params})
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
     e = np.exp(z)
@@ -77,7 +90,7 @@ def _select_output(outputs: dict[str, np.ndarray], wanted: str | None, model: st
 def _detections(outputs: dict[str, np.ndarray], batch: Batch, cfg: E2EStage, hook: Any, model: str) -> list[np.ndarray]:
     input_size = tuple(batch.inputs.shape[2:4] if cfg.preprocess.layout == "NCHW" else batch.inputs.shape[1:3])
     if hook is not None:
-        dets = hook(outputs, image_sizes=batch.sizes, input_size=input_size)
+        dets = _call(hook, outputs, image_sizes=batch.sizes, input_size=input_size)
     else:
         raw = _select_output(outputs, cfg.postprocess.output, model)
         if raw.ndim != 3 or raw.shape[-1] != 6:
@@ -116,7 +129,7 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
             outputs = m.backend.infer({name: batch.inputs})
             m.infer_s += time.perf_counter() - t0
             if cfg.task == "classification":
-                scores = hook(outputs, image_sizes=batch.sizes, input_size=None) if hook else _select_output(outputs, cfg.postprocess.output, m.name)
+                scores = _call(hook, outputs, image_sizes=batch.sizes) if hook else _select_output(outputs, cfg.postprocess.output, m.name)
                 scores = np.asarray(scores)
                 if scores.ndim != 2:
                     raise UsageError(f"{m.name}: classification scores must be [batch, classes], got shape {list(scores.shape)}")
@@ -166,7 +179,7 @@ def _worst_detection(reader: Reader, ref: _Model, cand: _Model, n: int) -> list[
     rows = []
     for k, r in ra.items():
         c = ca.get(k, math.nan)
-        if r != r or c != c:  # no ground-truth box in this image: per-image AP is undefined
+        if r != r or c != c or r - c <= 0:  # undefined (no ground-truth box) or not worse
             continue
         rows.append((r - c, k))
     rows.sort(key=lambda row: (-row[0], index.get(row[1], 0)))
