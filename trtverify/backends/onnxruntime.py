@@ -53,6 +53,10 @@ class OnnxRuntimeBackend:
         if self._session is None:
             self._session = self._make_session(str(self.model_path))
 
+    def prepare(self) -> None:
+        """Create the session now, so that timed inference does not include it."""
+        self._ensure_session()
+
     def release(self) -> None:
         """Free the session (and the weights it holds) but keep what `expose` prepared."""
         self._session = None
@@ -64,6 +68,8 @@ class OnnxRuntimeBackend:
         so.intra_op_num_threads = self.options.intra_op_num_threads
         so.inter_op_num_threads = self.options.inter_op_num_threads
         so.log_severity_level = 3
+        if not self.options.allow_spinning:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         available = ort.get_available_providers()
         missing = [p for p in self.options.providers if p not in available]
         if missing:
