@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from trtverify.backends.base import cast_float, check_feed
 from trtverify.config.models import OnnxRuntimeOptions
 from trtverify.deps import require
 from trtverify.errors import BackendError
@@ -94,27 +95,14 @@ class OnnxRuntimeBackend:
     # -- running ---------------------------------------------------------------------------
     def _prepare(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         declared = {m.name: m for m in self._inputs}
-        unknown = sorted(set(feed) - set(declared))
-        missing = sorted(set(declared) - set(feed))
-        if unknown or missing:
-            raise BackendError(
-                f"{self.model_path.name}: feed does not match the model inputs"
-                + (f"; missing: {', '.join(missing)}" if missing else "")
-                + (f"; not inputs of the model: {', '.join(unknown)}" if unknown else "")
-                + f" (model inputs: {', '.join(declared)})"
-            )
+        check_feed(feed, declared, self.model_path.name)
         out = {}
         for name, arr in feed.items():
             want = declared[name].dtype
-            arr = np.asarray(arr)
-            if str(arr.dtype) != want:
-                if arr.dtype.kind == "f" and want in ("float16", "float32", "float64"):
-                    # FP16 converters may change input types; casting float->float is the documented normalisation
-                    self.casts[name] = (str(arr.dtype), want)
-                    arr = arr.astype(want)
-                else:
-                    raise BackendError(f"{self.model_path.name}: input '{name}' is {arr.dtype} but the model expects {want}")
-            out[name] = arr
+            cast = cast_float(name, np.asarray(arr), want, self.casts)
+            if cast is None:
+                raise BackendError(f"{self.model_path.name}: input '{name}' is {np.asarray(arr).dtype} but the model expects {want}")
+            out[name] = cast
         return out
 
     def infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

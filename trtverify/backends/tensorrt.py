@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from trtverify.backends.base import cast_float, check_feed
 from trtverify.backends.tensorrt_options import TensorRTOptions, resolve_strongly_typed
 from trtverify.deps import require
 from trtverify.errors import BackendError, TrtVerifyError, UsageError
@@ -531,22 +532,12 @@ class TensorRTBackend:
 
     def _prepare(self, feed: Feed) -> Feed:
         declared = {m.name: m for m in self.inputs()}
-        unknown = sorted(set(feed) - set(declared))
-        missing = sorted(set(declared) - set(feed))
-        if unknown or missing:
-            raise BackendError(
-                f"{self.model_path.name}: feed does not match the model inputs"
-                + (f"; missing: {', '.join(missing)}" if missing else "")
-                + (f"; not inputs of the model: {', '.join(unknown)}" if unknown else "")
-            )
+        check_feed(feed, declared, self.model_path.name)
         out = {}
         for name, arr in feed.items():
             arr = np.ascontiguousarray(arr)
-            want = declared[name].dtype
-            if str(arr.dtype) != want and arr.dtype.kind == "f" and want in ("float16", "float32", "float64"):
-                self.casts[name] = (str(arr.dtype), want)  # float -> float: the documented normalisation
-                arr = arr.astype(want)
-            out[name] = arr
+            cast = cast_float(name, arr, declared[name].dtype, self.casts)
+            out[name] = arr if cast is None else cast  # TensorRT reports other type mismatches itself
         return out
 
     def infer(self, feed: Feed) -> dict[str, np.ndarray]:
