@@ -245,6 +245,52 @@ def validate(suites: tuple[Path, ...]) -> None:
     sys.exit(EXIT_USAGE if bad else 0)
 
 
+@cli.command("parse-log")
+@click.argument("log", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
+@click.option("--against", type=click.Path(path_type=Path, dir_okay=False, exists=True), help="An older build log: what changed.")
+def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
+    """Summarise a TensorRT build log: fallbacks, calibration, tactics, FP16 risks."""
+    import json
+
+    from trtverify.buildlog import parse_file
+    from trtverify.buildlog.diff import diff
+
+    parsed = parse_file(log)
+    changes = diff(parsed, parse_file(against)) if against else None
+    if as_json:
+        out = parsed.to_dict()
+        if changes is not None:
+            out["against"] = {"log": str(against), **changes}
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"{log}: {parsed.lines} lines, dialect {parsed.dialect or 'unknown'}, TensorRT {parsed.version or 'version not stated'}")
+    if parsed.options:
+        click.echo("options: " + ", ".join(f"{k}={v}" for k, v in parsed.options.items()))
+    for sev in ("high", "medium", "info"):
+        found = [f for f in parsed.findings if f.severity == sev]
+        if found:
+            click.echo(f"{sev}:")
+        for f in found:
+            lines = ",".join(str(n) for n in list(f.lines)[:6]) + ("..." if len(f.lines) > 6 else "")
+            layers = f" [{', '.join(list(f.layers)[:4])}{'...' if len(f.layers) > 4 else ''}]" if f.layers else ""
+            count = f" x{f.count}" if f.count > 1 else ""
+            click.echo(f"  {f.category}/{f.kind}{count} (line {lines}){layers}: {f.message[:160]}")
+    if parsed.layers:
+        by: dict[str, int] = {}
+        for layer in parsed.layers:
+            by[str(layer.get("precision"))] = by.get(str(layer.get("precision")), 0) + 1
+        click.echo(f"layers: {len(parsed.layers)} ({', '.join(f'{k} {v}' for k, v in sorted(by.items()))})")
+    click.echo(f"unrecognised lines: {parsed.unknown_lines}")
+    if changes is not None:
+        click.echo(f"against {against} (TensorRT {changes['versions']['old']} -> {changes['versions']['new']}):")
+        for c in changes["layers_changed"]:
+            click.echo(f"  changed {c['layer']}: " + "; ".join(f"{k} {v['old']} -> {v['new']}" for k, v in c["changes"].items()))
+        click.echo(f"  layers only in the new build: {len(changes['layers_only_new'])}; only in the old: {len(changes['layers_only_old'])}")
+        for f in changes["new_findings"]:
+            click.echo(f"  new finding {f['category']}/{f['kind']} (line {f['lines'][0] if f['lines'] else '?'}): {f['message'][:120]}")
+
+
 @cli.command()
 def schema() -> None:
     """Print the JSON Schema of suite files (for editor completion)."""

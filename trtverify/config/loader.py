@@ -127,6 +127,19 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         for i, g in enumerate(e2e.gates):
             if g.metric not in known:
                 add(("stages", "e2e", "gates", i, "metric"), unknown(f"{e2e.task} metric", g.metric, known))
+    bl = suite.stages.buildlog
+    if bl is not None:
+        from trtverify.buildlog.catalog import CATEGORIES, KINDS, known
+
+        names = list(CATEGORIES) + list(KINDS)
+        for i, name in enumerate(bl.fail_on):
+            if not known(name):
+                add(("stages", "buildlog", "fail_on", i), unknown("finding category or kind", name, names))
+        for name, value in bl.max.items():
+            if not known(name):
+                add(("stages", "buildlog", "max", name), unknown("finding category or kind", name, names))
+            if value < 0:
+                add(("stages", "buildlog", "max", name), f"must be >= 0, got {value}")
     return out
 
 

@@ -270,10 +270,30 @@ class E2EStage(Strict):
     worst: int = Field(default=20, ge=0, description="how many most-disagreeing samples to list")
 
 
+class BuildlogStage(Strict):
+    """Audit: TensorRT build logs (fallbacks, calibration, tactics, FP16 risks), gated on findings."""
+
+    logs: list[Annotated[FilePath, AfterValidator(_suffix(".log", ".txt"))]] = Field(
+        default_factory=list,
+        description="build logs to read (default: the build_log files of backends.tensorrt / tensorrt_rtx, when they exist)",
+    )
+    against: Annotated[FilePath, AfterValidator(_suffix(".log", ".txt"))] | None = Field(
+        default=None, description="an older build log: list layers whose precision/tactic/fusion changed and new warnings"
+    )
+    fail_on: list[str] = Field(
+        default_factory=list, description="categories (fallback, calibration, tactics, accuracy, build), kinds or kind globs that fail the stage"
+    )
+    fail_severity: list[Literal["high", "medium", "info"]] = Field(
+        default_factory=lambda: ["high", "medium"], description="severities that fail_on counts"
+    )
+    max: dict[str, int] = Field(default_factory=dict, description="category / kind / glob -> largest allowed count, e.g. {'fp16_weights_*': 0}")
+
+
 class Stages(Strict):
     framework: FrameworkStage | None = None
     layerwise: LayerwiseStage | None = None
     e2e: E2EStage | None = None
+    buildlog: BuildlogStage | None = None
 
     @model_validator(mode="after")
     def _some(self) -> "Stages":

@@ -11,6 +11,7 @@ STAGES: dict[str, str] = {
     "framework": "trtverify.stages.framework:run",
     "layerwise": "trtverify.stages.layerwise:run",
     "e2e": "trtverify.stages.e2e:run",
+    "buildlog": "trtverify.stages.buildlog:run",
 }
 
 

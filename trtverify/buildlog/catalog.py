@@ -1,0 +1,47 @@
+"""Every finding kind the parser emits, with its category: what suite gates may name."""
+
+from __future__ import annotations
+
+import fnmatch
+
+CATEGORIES = ("fallback", "calibration", "tactics", "accuracy", "build")
+
+KINDS: dict[str, str] = {
+    "dla_fallback": "fallback",
+    "dla_unsupported": "fallback",
+    "dla_unused": "fallback",
+    "unsupported_op_plugin": "fallback",
+    "plugin_created": "fallback",
+    "precision_constraints_not_obeyed": "fallback",
+    "layer_precision_fallback": "fallback",
+    "calibrator_not_used": "calibration",
+    "missing_scale": "calibration",
+    "calibration_failure": "calibration",
+    "calibration_cache_read": "calibration",
+    "calibration_cache_written": "calibration",
+    "random_calibration_data": "calibration",
+    "calibration_progress": "calibration",
+    "tactic_skipped_workspace": "tactics",
+    "timing_cache": "tactics",
+    "tactic_choice": "tactics",
+    "int64_cast": "accuracy",
+    "int32_clamp": "accuracy",
+    "layernorm_fp16": "accuracy",
+    "weight_conversion_issues": "accuracy",
+    "fp16_weights_subnormal": "accuracy",
+    "fp16_weights_underflow": "accuracy",
+    "fp16_weights_overflow": "accuracy",
+    "no_implementation": "build",
+    "build_failure": "build",
+    "library_error": "build",
+    "library_version_mismatch": "build",
+}
+
+
+def selects(name: str, kind: str, category: str) -> bool:
+    """A gate name selects a finding by category, exact kind, or a glob over kinds (fp16_weights_*)."""
+    return name == category or fnmatch.fnmatchcase(kind, name)
+
+
+def known(name: str) -> bool:
+    return name in CATEGORIES or any(fnmatch.fnmatchcase(k, name) for k in KINDS)
