@@ -75,3 +75,14 @@ def test_rtx_logs_parse() -> None:
         log = parse_file(path)
         assert log.version == "1.7.1.116" and log.dialect == "polygraphy"
         assert log.layers and all(row["precision"] for row in log.layers if row["type"] not in ("signal", "wait")), path.name
+
+
+def test_every_shared_log_has_a_copy_and_an_expected_file() -> None:
+    """CI has ../shared beside the clone; elsewhere this is skipped."""
+    shared = Path(__file__).resolve().parents[2].parent / "shared" / "buildlogs"
+    if not shared.is_dir():
+        pytest.skip("../shared/buildlogs not present")
+    for log in sorted(shared.glob("*.log")):
+        copy = DATA / log.name
+        assert copy.read_bytes() == log.read_bytes(), f"{log.name}: tests/data copy differs"
+        assert copy.with_name(log.name.replace(".log", ".expected.json")).exists(), f"{log.name}: no expected findings"
