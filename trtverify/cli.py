@@ -73,6 +73,7 @@ def cli() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
 @click.option("--samples", "samples_mode", type=click.Choice(["suite", "worst"]), default="suite", show_default=True, help="worst: feed the samples a previous e2e run found most changed (for --stage layerwise).")
 @click.option("--from-results", type=click.Path(path_type=Path, dir_okay=False), help="results.json of that e2e run [default: OUT/results.json].")
+@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here: one test case per check.")
 def run(
     suite: Path,
     stages: tuple[str, ...],
@@ -82,6 +83,7 @@ def run(
     quiet: bool,
     samples_mode: str,
     from_results: Path | None,
+    junit: Path | None,
 ) -> None:
     """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
     from trtverify.config import load_suite
@@ -100,11 +102,18 @@ def run(
         override = worst_feeds(loaded, source)
         if not quiet:
             click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
-    _execute(loaded, out, stages, update_reference, reference_dir, quiet, override)
+    _execute(loaded, out, stages, update_reference, reference_dir, quiet, override, junit)
 
 
 def _execute(
-    loaded: Any, out: Path, stages: tuple[str, ...], update_reference: bool, reference_dir: Path | None, quiet: bool, samples_override: Any = None
+    loaded: Any,
+    out: Path,
+    stages: tuple[str, ...],
+    update_reference: bool,
+    reference_dir: Path | None,
+    quiet: bool,
+    samples_override: Any = None,
+    junit: Path | None = None,
 ) -> None:
     from trtverify.runner import run_suite
 
@@ -121,6 +130,11 @@ def _execute(
     )
     _summary(result.results, quiet)
     click.echo(f"results: {out / 'results.json'}\nreport:  {out / 'report.html'}", err=quiet)
+    if junit is not None:
+        from trtverify.report.junit import write_junit
+
+        write_junit(result.results, junit)
+        click.echo(f"junit:   {junit}", err=quiet)
     for stage in result.stages:
         if stage.error and stage.error.get("traceback"):
             click.echo(f"\ninternal error in stage {stage.name}:\n{stage.error['traceback']}", err=True)

@@ -1,0 +1,74 @@
+"""results.json follows the committed JSON Schema; JUnit output names the failing checks with their numbers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+SCHEMA = json.loads((ROOT / "trtverify" / "report" / "results.schema.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("schema") / "out"
+    r = run_cli("run", str(ROOT / "suites" / "fashion_mnist.yaml"), "--out", str(out), "--junit", str(out / "junit.xml"))
+    assert r.code == 0, r.out + r.err
+    return out
+
+
+def test_every_stage_of_the_demo_validates(full_run: Path):
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    results = json.loads((full_run / "results.json").read_text())
+    assert [s["name"] for s in results["stages"]] == ["framework", "layerwise", "e2e", "buildlog"]
+    jsonschema.validate(results, SCHEMA)
+
+
+def test_the_schema_rejects_what_it_should(full_run: Path):
+    results = json.loads((full_run / "results.json").read_text())
+    broken = json.loads(json.dumps(results))
+    broken["stages"][0]["checks"][0]["passed"] = "yes"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, SCHEMA)
+    broken = json.loads(json.dumps(results))
+    broken["stages"][0]["status"] = "ok"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, SCHEMA)
+
+
+def test_junit_of_a_passing_run(full_run: Path):
+    root = ET.parse(full_run / "junit.xml").getroot()
+    assert root.tag == "testsuites" and root.get("failures") == "0"
+    results = json.loads((full_run / "results.json").read_text())
+    assert int(root.get("tests")) == sum(len(s["checks"]) for s in results["stages"])
+    assert [ts.get("name") for ts in root] == [f"fashion_mnist.{n}" for n in ("framework", "layerwise", "e2e", "buildlog")]
+
+
+def test_junit_of_a_failing_run_names_the_failing_checks(tmp_path: Path):
+    shutil.copytree(ROOT / "suites", tmp_path / "suites")
+    shutil.copytree(ROOT / "demo", tmp_path / "demo")
+    suite = tmp_path / "suites" / "fashion_mnist.yaml"
+    suite.write_text(suite.read_text().replace("- {metric: accuracy, max_drop: 0.01, min: 0.85}", "- {metric: accuracy, max_drop: 0.0001, min: 0.85}"))
+    r = run_cli("run", str(suite), "--stage", "e2e", "--out", str(tmp_path / "o"), "--junit", str(tmp_path / "j.xml"))
+    assert r.code == 1
+    root = ET.parse(tmp_path / "j.xml").getroot()
+    failures = [(tc.get("name"), tc.find("failure").get("message")) for tc in root.iter("testcase") if tc.find("failure") is not None]
+    assert root.get("failures") == "1" and len(failures) == 1
+    name, message = failures[0]
+    assert name == "int8: accuracy drop <= 0.0001" and message == "accuracy_drop = 5.000e-04, limit <= 1.000e-04"
+    jsonschema.validate(json.loads((tmp_path / "o" / "results.json").read_text()), SCHEMA)
+
+
+def test_errors_and_interrupted_runs_validate(tmp_path: Path, tiny_suite: Path):
+    r = run_cli("run", str(tiny_suite), "--out", str(tmp_path / "o"), "--junit", str(tmp_path / "j.xml"), block=("torch",))
+    assert r.code == 3
+    results = json.loads((tmp_path / "o" / "results.json").read_text())
+    jsonschema.validate(results, SCHEMA)
+    root = ET.parse(tmp_path / "j.xml").getroot()
+    assert root.get("errors") == "1" and next(root.iter("error")).get("type") == "dependency"
