@@ -32,7 +32,7 @@ def raw_inference(loaded) -> float:
     suite = loaded.suite
     cfg = suite.stages.e2e
     reader = open_dataset(cfg.dataset)
-    pre = make_preprocess(cfg.preprocess, [Path(p) for p in suite.python_path] or [loaded.path.resolve().parent])
+    pre = make_preprocess(cfg.preprocess, loaded.search_path)
     data = [b.inputs for b in batches(reader, range(len(reader)), cfg.batch_size, pre, 0)]
     names = cfg.candidates if cfg.candidates is not None else list(suite.models.candidates)
     models = [OnnxRuntimeBackend(Path(suite.models.reference), suite.backends.onnxruntime)]

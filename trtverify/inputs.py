@@ -111,7 +111,7 @@ def _from_file(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
 
 def _from_hook(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
     cfg = loaded.suite.inputs
-    fn = load_hook(cfg.hook, loaded.suite.python_path or [loaded.path.resolve().parent], what="inputs.hook")  # type: ignore[arg-type]
+    fn = load_hook(cfg.hook, loaded.search_path, what="inputs.hook")  # type: ignore[arg-type]
     out: list[dict[str, np.ndarray]] = []
     try:
         for i, feed in enumerate(fn(**cfg.args)):

@@ -29,10 +29,8 @@ class OnnxRuntimeBackend:
         self.model_path = Path(model_path)
         self.options = options or OnnxRuntimeOptions()
         self._session: Any = None
-        self._model: Any = None
         self._inputs: list[TensorMeta] = []
         self._outputs: list[TensorMeta] = []
-        self._exposed: list[str] = []
         self._light: Any = None
         self._workdir: Any = None
         self._loaded = False
@@ -143,7 +141,6 @@ class OnnxRuntimeBackend:
         path = self.light.with_outputs(chosen)
         self._session = None
         self._session = self._make_session(str(path))
-        self._exposed = chosen
         return chosen
 
     def close(self) -> None:

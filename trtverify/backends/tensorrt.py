@@ -95,6 +95,10 @@ def _error_lines(lines: Sequence[str]) -> list[str]:
     return [ln for ln in lines if ln.startswith(("[E]", "[!]"))]
 
 
+def _holds_qdq(model: Any) -> bool:
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+
+
 class TensorRTBackend:
     """ONNX model -> TensorRT engine (built with Polygraphy) -> outputs and marked intermediates."""
 
@@ -123,6 +127,7 @@ class TensorRTBackend:
         self._exposed: list[str] = []
         self._tensor_kinds: dict[str, str] | None = None  # tensor -> producing layer type, parsed network
         self._onnx_names: list[str] | None = None
+        self._qdq: bool | None = None  # whether the ONNX graph holds Q/DQ nodes (from its one parse)
         self._engine_bytes: bytes | None = None
         self._runner: Any = None
 
@@ -172,6 +177,7 @@ class TensorRTBackend:
             model = load_onnx(self.model_path, with_weights=False)
             self._inputs, self._outputs = graph_io(model)
             self._onnx_names = [t for n in model.graph.node for t in n.output if t]
+            self._qdq = _holds_qdq(model)
 
     def _engine_io(self) -> None:
         from polygraphy.datatype import DataType
@@ -377,8 +383,10 @@ class TensorRTBackend:
         return [p]
 
     def _has_qdq(self) -> bool:
-        model = load_onnx(self.model_path, with_weights=False)
-        return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+        if self._qdq is None:  # metadata came from a prebuilt engine: the graph was not parsed yet
+            model = load_onnx(self.model_path, with_weights=False)
+            self._qdq = _holds_qdq(model)
+        return self._qdq
 
     def _config(self, strong: bool, profiles: list[Any] | None) -> Any:
         """Polygraphy CreateConfig from the options (precision flags only when weakly typed)."""

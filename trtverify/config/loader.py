@@ -21,6 +21,11 @@ class LoadedSuite:
     path: Path
     doc: LocatedDocument
 
+    @property
+    def search_path(self) -> list[Path]:
+        """Where 'module:callable' hooks are imported from: python_path, else the suite's folder."""
+        return [Path(p) for p in self.suite.python_path] or [self.path.resolve().parent]
+
     def problem(self, loc: PathKey, message: str) -> Problem:
         return Problem(self.doc.file, self.doc.line_of(loc), dotted(loc), message)
 

@@ -36,15 +36,11 @@ def gate_metrics(cfg: E2EStage) -> tuple[str, ...]:
     return DETECTION_METRICS
 
 
-def _search_path(ctx: StageContext) -> list[Path]:
-    return [Path(p) for p in ctx.loaded.suite.python_path] or [ctx.loaded.path.resolve().parent]
-
-
 def _postprocess(ctx: StageContext, cfg: E2EStage) -> Any:
     from trtverify.hooks import load_hook
 
     if cfg.postprocess.hook:
-        return load_hook(cfg.postprocess.hook, _search_path(ctx), what="postprocess.hook")
+        return load_hook(cfg.postprocess.hook, ctx.loaded.search_path, what="postprocess.hook")
     return None
 
 
@@ -113,7 +109,7 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
     from trtverify.tasks.classification import ClassificationAccumulator
     from trtverify.tasks.detection import DetectionAccumulator
 
-    pre = make_preprocess(cfg.preprocess, _search_path(ctx))
+    pre = make_preprocess(cfg.preprocess, ctx.loaded.search_path)
     hook = _postprocess(ctx, cfg)
     input_name = cfg.preprocess.input
     wait = 0.0
@@ -301,7 +297,7 @@ def worst_feeds(ctx_loaded: Any, results_path: Path, limit: int | None = None) -
     if cfg is None:
         raise UsageError("--samples worst reads the samples from stage e2e's dataset: configure stages.e2e in the suite")
     reader = open_dataset(cfg.dataset)
-    pre = make_preprocess(cfg.preprocess, [Path(p) for p in ctx_loaded.suite.python_path] or [ctx_loaded.path.resolve().parent])
+    pre = make_preprocess(cfg.preprocess, ctx_loaded.search_path)
     name = cfg.preprocess.input
     if name is None:
         from trtverify.onnxinfo import graph_io, load_io

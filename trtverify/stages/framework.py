@@ -51,17 +51,12 @@ def reference_depends(ctx: StageContext, samples: list[dict[str, np.ndarray]]) -
         if p is not None:
             dep[f"{key}:{Path(p).name}"] = sha256_file(Path(p))
     if pt.factory:
-        src = _module_file(pt.factory, _search_path(ctx))
+        src = _module_file(pt.factory, ctx.loaded.search_path)
         if src is not None:
             dep[f"factory_source:{src.name}"] = sha256_file(src)
     config = {"factory": pt.factory, "kwargs": pt.kwargs, "input_names": pt.input_names, "output_names": pt.output_names}
     dep["config"] = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
     return dep
-
-
-def _search_path(ctx: StageContext) -> list[Path]:
-    suite = ctx.loaded.suite
-    return [Path(p) for p in suite.python_path] or [ctx.loaded.path.resolve().parent]
 
 
 def _versions() -> dict[str, str]:
@@ -92,7 +87,7 @@ def _pytorch_outputs(ctx: StageContext, samples: list[dict[str, np.ndarray]], re
     backend = cls(
         suite.models.pytorch,
         suite.backends.torch,
-        search_path=_search_path(ctx),
+        search_path=ctx.loaded.search_path,
         default_input_names=[m.name for m in ctx.model_inputs],
     )
     try:
