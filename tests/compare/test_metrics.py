@@ -141,3 +141,23 @@ def test_relu_like_zeros_in_the_reference():
     a = np.array([0.0, 0.0, 2.0, 4.0], np.float32)
     assert compare(a, np.array([0.0, 0.0, 2.2, 4.0], np.float32)).metrics["max_rel"] == pytest.approx(0.1)
     assert compare(a, np.array([0.0, 1e-3, 2.0, 4.0], np.float32)).metrics["max_rel"] == math.inf
+
+
+def test_error_histogram_bins_log10_differences():
+    from trtverify.compare.checks import HIST_BINS, HIST_LOG10_LO, HIST_PER_DECADE, error_histogram
+
+    ref = np.zeros(1000, np.float32)
+    cand = ref.copy()
+    cand[:500] = 1e-3 * 1.5  # log10 = -2.82: the bin starting at -3.0
+    cand[500:600] = 20.0  # log10 = 1.30: the bin starting at 1.0
+    cand[600] = np.nan
+    cand[601] = 1e-20  # below the range: clipped into the first bin
+    counts, exact, nonfinite, looked = error_histogram(ref, cand)
+    assert counts.shape == (HIST_BINS,) and looked == 1000 and nonfinite == 1 and exact == 398
+    assert counts[int((-3 - HIST_LOG10_LO) * HIST_PER_DECADE)] == 500
+    assert counts[int((1 - HIST_LOG10_LO) * HIST_PER_DECADE)] == 100
+    assert counts[0] == 1 and counts.sum() == 601
+    # a large tensor is sampled with a stride, never more than the limit
+    big = np.arange(100_000, dtype=np.float32)
+    counts, exact, _, looked = error_histogram(big, big, limit=1000)
+    assert looked <= 1000 and exact == looked and counts.sum() == 0

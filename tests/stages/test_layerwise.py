@@ -73,6 +73,13 @@ def test_planted_conv_fault_is_root_cause_one(tmp_path: Path, precision: str):
     first = cand["first_divergence"]
     assert first["node"] == fault and first["tensor"] == "/features/block3/conv/Conv_output_0"
     assert stage["status"] == "failed"
+    # the suspects' error histograms: the faulty tensor first, with both reasons, and its errors
+    # are about 5 % of the tensor's values, far above FP16 rounding
+    hist = cand["histograms"][0]
+    assert hist["tensor"] == first["tensor"] and hist["reason"] == "first divergence, root cause #1"
+    assert len(cand["histograms"]) == 3 and sum(hist["counts"]) + hist["exact"] + hist["nonfinite"] == hist["sampled"] <= hist["total"]
+    mode = hist["log10_edges"][int(np.argmax(hist["counts"]))]
+    assert mode > -4, hist
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
@@ -112,6 +119,7 @@ def test_identical_candidate_passes_with_zero_error(tmp_path: Path):
     assert stage["status"] == "passed" and cand["first_divergence"] is None
     assert all(r["metrics"]["max_abs"] == 0 for r in cand["rows"])
     assert all(rc["local"]["max_abs"] == 0 for rc in cand["root_causes"])
+    assert cand["histograms"] and all(h["counts"] == [] and h["exact"] == h["sampled"] for h in cand["histograms"])
 
 
 def test_unmatched_tensors_are_listed_and_classified(tmp_path: Path):

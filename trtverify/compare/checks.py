@@ -52,6 +52,31 @@ def _summary(values: list[float], better: str) -> dict[str, float]:
     return out
 
 
+# error histogram: log10 |reference - candidate| in half-decade bins from 1e-12 to 1e4, over a
+# strided sample of each tensor (the full tensor would double the compare time; the extremes are
+# already in max_abs / max_rel)
+HIST_LOG10_LO, HIST_LOG10_HI, HIST_PER_DECADE = -12, 4, 2
+HIST_BINS = (HIST_LOG10_HI - HIST_LOG10_LO) * HIST_PER_DECADE
+HIST_SAMPLE = 16384
+
+
+def error_histogram(ref: np.ndarray, cand: np.ndarray, limit: int = HIST_SAMPLE) -> tuple[np.ndarray, int, int, int]:
+    """(counts over HIST_BINS bins, with values below 1e-12 in the first and above 1e4 in the last;
+    exact zeros; non-finite differences; elements looked at)."""
+    a = np.asarray(ref).reshape(-1)
+    b = np.asarray(cand).reshape(-1)
+    step = max(1, -(-a.size // limit))
+    d = np.abs(a[::step].astype(np.float64) - b[::step].astype(np.float64))
+    finite = np.isfinite(d)
+    nonfinite = int(d.size - np.count_nonzero(finite))
+    d = d[finite]
+    exact = int(np.count_nonzero(d == 0))
+    d = d[d > 0]
+    idx = np.floor((np.log10(d) - HIST_LOG10_LO) * HIST_PER_DECADE).astype(np.int64)
+    counts = np.bincount(np.clip(idx, 0, HIST_BINS - 1), minlength=HIST_BINS)
+    return counts, exact, nonfinite, int(a[::step].size)
+
+
 @dataclass
 class TensorSeries:
     """Metric values of one tensor pair across samples."""
@@ -65,6 +90,8 @@ class TensorSeries:
     nonfinite: dict[str, int] = field(default_factory=lambda: {"ref_nan": 0, "ref_inf": 0, "cand_nan": 0, "cand_inf": 0, "nonfinite_mismatch": 0})
     errors: list[str] = field(default_factory=list)
     samples: int = 0
+    histogram: bool = False
+    hist: dict[str, Any] = field(default_factory=dict)
 
     def add(self, ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]]) -> None:
         self.samples += 1
@@ -78,8 +105,32 @@ class TensorSeries:
             return
         for k, v in c.metrics.items():
             self.values.setdefault(k, []).append(v)
+        if self.histogram:
+            counts, exact, nonfinite, looked = error_histogram(ref, cand)
+            h = self.hist
+            h["counts"] = h["counts"] + counts if "counts" in h else counts
+            for k, v in (("exact", exact), ("nonfinite", nonfinite), ("sampled", looked), ("total", int(np.size(ref)))):
+                h[k] = h.get(k, 0) + v
         for k in self.nonfinite:
             self.nonfinite[k] += getattr(c, k)
+
+    def histogram_dict(self) -> dict[str, Any] | None:
+        """The histogram with empty bins at both ends dropped; None when none was taken."""
+        h = self.hist
+        if "counts" not in h:
+            return None
+        counts = h["counts"]
+        nz = np.flatnonzero(counts)
+        lo, hi = (int(nz[0]), int(nz[-1]) + 1) if nz.size else (0, 0)
+        edges = [HIST_LOG10_LO + i / HIST_PER_DECADE for i in range(lo, hi + 1)] if nz.size else []
+        return {
+            "log10_edges": edges,
+            "counts": [int(c) for c in counts[lo:hi]],
+            "exact": h["exact"],
+            "nonfinite": h["nonfinite"],
+            "sampled": h["sampled"],
+            "total": h["total"],
+        }
 
     def summary(self) -> dict[str, Any]:
         metrics = {}

@@ -42,6 +42,7 @@ from trtverify.tensorstore import TensorStore, plan_chunks
 
 NAME = "layerwise"
 KEY_METRICS = ("rel_l2", "cosine", "max_abs", "sqnr", "mean_abs", "max_rel")
+HISTOGRAM_SUSPECTS = 3  # root causes that get an error histogram, besides the first divergence
 
 
 @dataclass
@@ -326,7 +327,7 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
         cand_only[kind].append(t)
 
     checks_for = _checks_for(cfg, name)
-    series: dict[str, TensorSeries] = {r: TensorSeries(r, c) for r, c in pairing.pairs}
+    series: dict[str, TensorSeries] = {r: TensorSeries(r, c, histogram=True) for r, c in pairing.pairs}
     cand_dtypes: dict[str, np.dtype] = {}
     chunks = plan_chunks([c for _, c in pairing.pairs], {c: ref.nbytes.get(r, 0) for r, c in pairing.pairs}, max(_budget_bytes(cfg) // 3, 1))
     cand_to_ref = {c: r for r, c in pairing.pairs}
@@ -459,6 +460,22 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
         rc["rank"] = i + 1
     root_causes = root_causes[: cfg.root_causes]
 
+    # error histograms of the suspects: the first divergence and the top root causes
+    suspects: list[tuple[str, str]] = []
+    if first_divergence is not None:
+        suspects.append((first_divergence["tensor"], "first divergence"))
+    suspects += [(rc["tensor"], f"root cause #{rc['rank']}") for rc in root_causes[:HISTOGRAM_SUSPECTS]]
+    histograms: list[dict[str, Any]] = []
+    for tensor, reason in suspects:
+        known = next((h for h in histograms if h["tensor"] == tensor), None)
+        if known is not None:
+            known["reason"] += f", {reason}"
+            continue
+        h = series[tensor].histogram_dict() if tensor in series else None
+        row = row_by_tensor[tensor]
+        if h is not None:
+            histograms.append({"tensor": tensor, "node": row["node"], "op_type": row["op_type"], "topo_index": row["topo_index"], "reason": reason, **h})
+
     # lint beside the rows it concerns
     lint: list[dict[str, Any]] = []
     if isinstance(backend, OnnxRuntimeBackend):
@@ -508,6 +525,7 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
         "first_divergence": first_divergence,
         "root_cause_method": method,
         "root_causes": root_causes,
+        "histograms": histograms,
         "not_isolated": not_isolated,
         "rows": rows,
         "unmatched": {
