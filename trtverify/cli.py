@@ -74,6 +74,7 @@ def cli() -> None:
 @click.option("--samples", "samples_mode", type=click.Choice(["suite", "worst"]), default="suite", show_default=True, help="worst: feed the samples a previous e2e run found most changed (for --stage layerwise).")
 @click.option("--from-results", type=click.Path(path_type=Path, dir_okay=False), help="results.json of that e2e run [default: OUT/results.json].")
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here: one test case per check.")
+@click.option("--shard", "shard_text", metavar="I/N", help="Run shard I of N (from 1): whole cases of the tensor stages, a dataset slice of e2e; combine with `trtverify merge`.")
 def run(
     suite: Path,
     stages: tuple[str, ...],
@@ -84,10 +85,13 @@ def run(
     samples_mode: str,
     from_results: Path | None,
     junit: Path | None,
+    shard_text: str | None,
 ) -> None:
     """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
     from trtverify.config import load_suite
+    from trtverify.shard import Shard
 
+    shard = Shard.parse(shard_text) if shard_text is not None else None
     loaded = load_suite(suite)
     default_out = Path("reports") / loaded.suite.name
     out = out_dir or default_out
@@ -102,7 +106,9 @@ def run(
         override = worst_feeds(loaded, source)
         if not quiet:
             click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
-    _execute(loaded, out, stages, update_reference, reference_dir, quiet, override, junit)
+    if shard is not None and out_dir is None:
+        out = out / f"shard-{shard.index}-of-{shard.count}"
+    _execute(loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard)
 
 
 def _execute(
@@ -114,6 +120,7 @@ def _execute(
     quiet: bool,
     samples_override: Any = None,
     junit: Path | None = None,
+    shard: Any = None,
 ) -> None:
     from trtverify.runner import run_suite
 
@@ -127,18 +134,45 @@ def _execute(
         reference_dir=reference_dir,
         progress=_Progress(not quiet),
         samples_override=samples_override,
+        shard=shard,
     )
-    _summary(result.results, quiet)
-    click.echo(f"results: {out / 'results.json'}\nreport:  {out / 'report.html'}", err=quiet)
-    if junit is not None:
-        from trtverify.report.junit import write_junit
-
-        write_junit(result.results, junit)
-        click.echo(f"junit:   {junit}", err=quiet)
+    _finish(result.results, out, quiet, junit)
     for stage in result.stages:
         if stage.error and stage.error.get("traceback"):
             click.echo(f"\ninternal error in stage {stage.name}:\n{stage.error['traceback']}", err=True)
     sys.exit(result.exit_code)
+
+
+def _finish(results: dict[str, Any], out: Path, quiet: bool, junit: Path | None) -> None:
+    _summary(results, quiet)
+    click.echo(f"results: {out / 'results.json'}\nreport:  {out / 'report.html'}", err=quiet)
+    if junit is not None:
+        from trtverify.report.junit import write_junit
+
+        write_junit(results, junit)
+        click.echo(f"junit:   {junit}", err=quiet)
+
+
+@cli.command()
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), help="Output folder [default: reports/<suite name>].")
+@click.option("--suite", "suite_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), help="The suite file the shards ran [default: the path in their results.json].")
+@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here: one test case per check.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+def merge(dirs: tuple[Path, ...], out_dir: Path | None, suite_path: Path | None, junit: Path | None, quiet: bool) -> None:
+    """Combine the results of every shard of a run (`run --shard I/N`) into one results.json and report;
+    e2e metrics are recomputed over the union of the shards' predictions. Exits like `run`."""
+    from trtverify.fsutil import atomic_write_json
+    from trtverify.report import write_report
+    from trtverify.shard import merge_runs
+
+    results = merge_runs(dirs, suite_path)
+    out = out_dir or Path("reports") / results["suite"]["name"]
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "results.json", results)
+    write_report(results, out / "report.html")
+    _finish(results, out, quiet, junit)
+    sys.exit(results["exit_code"])
 
 
 def _fmt(v: Any) -> str:
@@ -182,7 +216,9 @@ def _summary(results: dict[str, Any], quiet: bool) -> None:
             if s.get("error"):
                 click.echo(f"          {s['error']['kind']} error: {s['error']['message']}")
     verdict = "PASSED" if results["passed"] else "FAILED"
-    click.echo(f"{verdict}: suite '{results['suite']['name']}' (exit {results['exit_code']})")
+    part = f" shard {results['shard']['index']}/{results['shard']['count']}" if results.get("shard") else ""
+    part += f" (merged from {results['merged']['shards']} shards)" if results.get("merged") else ""
+    click.echo(f"{verdict}: suite '{results['suite']['name']}'{part} (exit {results['exit_code']})")
 
 
 @cli.command()

@@ -27,6 +27,7 @@ from trtverify.fsutil import atomic_write_json, sha256_file
 from trtverify.inputs import build_samples, check_samples, static_input_problems
 from trtverify.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.reference import ReferenceStore
+from trtverify.shard import owner, owns
 from trtverify.stages import STAGES, stage_function
 from trtverify.stages.base import Progress, StageContext, StageResult, no_progress
 
@@ -73,11 +74,15 @@ class RunResult:
 
 
 def exit_code_for(stages: Sequence[StageResult]) -> int:
+    return exit_code_from_stages([{"status": s.status, "error": s.error} for s in stages])
+
+
+def exit_code_from_stages(stages: Sequence[dict[str, Any]]) -> int:
     codes = [EXIT_OK]
     for s in stages:
-        if s.error is not None:
-            codes.append(int(s.error.get("exit_code", EXIT_INTERNAL)))
-        elif s.status == "failed":
+        if s.get("error") is not None:
+            codes.append(int(s["error"].get("exit_code", EXIT_INTERNAL)))
+        elif s["status"] == "failed":
             codes.append(EXIT_CHECK_FAILED)
     # precedence: an internal error > a missing dependency > a failed check
     for code in (EXIT_INTERNAL, EXIT_DEPENDENCY, EXIT_CHECK_FAILED):
@@ -86,7 +91,12 @@ def exit_code_for(stages: Sequence[StageResult]) -> int:
     return max(codes)
 
 
-def _results(loaded: LoadedSuite, stages: list[StageResult], pending: list[str], started: str, t0: float) -> dict[str, Any]:
+def stage_passed(stage: dict[str, Any]) -> bool:
+    """Passed, or skipped because another shard runs it."""
+    return stage["status"] == "passed" or (stage["status"] == "skipped" and bool(stage.get("sharded_away")))
+
+
+def _results(loaded: LoadedSuite, stages: list[StageResult], pending: list[str], started: str, t0: float, shard: Any = None) -> dict[str, Any]:
     done = [s.to_dict() for s in stages]
     done += [{"name": n, "status": "skipped", "checks": [], "notes": ["not run yet (interrupted?)"], "error": None} for n in pending]
     return {
@@ -101,10 +111,11 @@ def _results(loaded: LoadedSuite, stages: list[StageResult], pending: list[str],
         "started": started,
         "duration_s": round(time.perf_counter() - t0, 3),
         "complete": not pending,
-        "passed": bool(stages) and not pending and all(s.status == "passed" for s in stages),
+        "passed": bool(stages) and not pending and all(stage_passed(s) for s in done),
         "exit_code": exit_code_for(stages) if not pending else None,
         "stages": done,
         "environment": environment(),
+        **({"shard": shard.to_dict()} if shard is not None else {}),
     }
 
 
@@ -117,8 +128,10 @@ def run_suite(
     reference_dir: Path | None = None,
     progress: Progress = no_progress,
     samples_override: list[dict[str, Any]] | None = None,
+    shard: Any = None,
 ) -> RunResult:
-    """`samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run)."""
+    """`samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run);
+    `shard` (trtverify.shard.Shard) runs only that shard's part of the suite."""
     names = select_stages(loaded, stages)
     model_inputs = preflight(loaded)
     if samples_override is not None:
@@ -128,9 +141,9 @@ def run_suite(
         samples = build_samples(loaded)
         check_samples(samples, model_inputs, f"inputs of {loaded.path}")
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
-    ctx = StageContext(loaded, samples, model_inputs, store, update_reference, progress)
-
     out_dir = Path(out_dir)
+    ctx = StageContext(loaded, samples, model_inputs, store, update_reference, progress, shard, out_dir)
+
     out_dir.mkdir(parents=True, exist_ok=True)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
@@ -138,7 +151,10 @@ def run_suite(
     for i, name in enumerate(names):
         s0 = time.perf_counter()
         try:
-            res = stage_function(name)(ctx)
+            if name in ("framework", "buildlog") and shard is not None and not owns(shard, loaded, (name, None)):
+                res = StageResult(name, "skipped", notes=[f"runs in shard {owner(loaded, (name, None), shard.count)}/{shard.count}"], details={"sharded_away": True})
+            else:
+                res = stage_function(name)(ctx)
         except TrtVerifyError as exc:
             kind = "dependency" if isinstance(exc, MissingDependency) else "user"
             res = StageResult(name, "error", error={"kind": kind, "message": str(exc), "exit_code": exc.exit_code})
@@ -151,8 +167,8 @@ def run_suite(
         res.duration_s = time.perf_counter() - s0
         results.append(res)
         # written after every stage: a crash or kill later loses nothing already done
-        atomic_write_json(out_dir / "results.json", _results(loaded, results, names[i + 1 :], started, t0))
-    final = _results(loaded, results, [], started, t0)
+        atomic_write_json(out_dir / "results.json", _results(loaded, results, names[i + 1 :], started, t0, shard))
+    final = _results(loaded, results, [], started, t0, shard)
     atomic_write_json(out_dir / "results.json", final)
     from trtverify.report import write_report
 

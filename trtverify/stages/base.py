@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,8 @@ class StageContext:
     store: ReferenceStore
     update_reference: bool = False
     progress: Progress = no_progress
+    shard: Any = None  # trtverify.shard.Shard when this run is one shard of several
+    out_dir: Path | None = None  # where the run writes (a shard's raw predictions go there)
 
 
 @dataclass

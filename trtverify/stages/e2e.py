@@ -73,6 +73,7 @@ class _Model:
         self.infer_s = 0.0
         self.preds: dict[int, int] = {}
         self.probs: dict[int, np.ndarray] = {}
+        self.record: dict[int, np.ndarray] | None = None  # raw predictions by position, kept for a sharded run
 
 
 def _select_output(outputs: dict[str, np.ndarray], wanted: str | None, model: str) -> np.ndarray:
@@ -105,19 +106,42 @@ def _detections(outputs: dict[str, np.ndarray], batch: Batch, cfg: E2EStage, hoo
     return [np.asarray(d, dtype=np.float64).reshape(-1, 6) for d in dets]
 
 
-def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_Model], result: StageResult) -> None:
+def _consume(m: _Model, cfg: E2EStage, reader: Reader, index: list[int], out: Any, labels: Any = None) -> None:
+    """Add one batch of a model's post-processed outputs (scores [B, C] or B detection arrays)."""
     from trtverify.tasks.classification import ClassificationAccumulator
     from trtverify.tasks.detection import DetectionAccumulator
 
+    if cfg.task == "classification":
+        scores = np.asarray(out)
+        if scores.ndim != 2:
+            raise UsageError(f"{m.name}: classification scores must be [batch, classes], got shape {list(scores.shape)}")
+        if m.acc is None:
+            m.acc = ClassificationAccumulator(scores.shape[1], top_k=[k for k in cfg.top_k if k <= scores.shape[1]], class_names=reader.class_names)
+        m.acc.update(np.asarray(labels if labels is not None else [reader.label(i) for i in index]), scores, ids=[reader.ids[i] for i in index])
+        probs = _softmax(scores)
+        for j, i in enumerate(index):
+            m.preds[i] = int(scores[j].argmax())
+            m.probs[i] = probs[j].astype(np.float32)
+            if m.record is not None:
+                m.record[i] = scores[j].copy()
+    else:
+        if m.acc is None:
+            m.acc = DetectionAccumulator(reader.coco, iou=cfg.iou, score_threshold=cfg.score_threshold)
+        m.acc.update([reader.ids[i] for i in index], out)
+        if m.record is not None:
+            m.record.update(zip(index, out))
+
+
+def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_Model], result: StageResult, indices: range) -> None:
     pre = make_preprocess(cfg.preprocess, ctx.loaded.search_path)
     hook = _postprocess(ctx, cfg)
     input_name = cfg.preprocess.input
     wait = 0.0
-    total = len(reader)
+    total = len(indices)
     done = 0
     t_start = time.perf_counter()
     t_wait = time.perf_counter()
-    for batch in batches(reader, range(total), cfg.batch_size, pre, cfg.workers):
+    for batch in batches(reader, indices, cfg.batch_size, pre, cfg.workers):
         wait += time.perf_counter() - t_wait
         for m in models:
             name = input_name or m.backend.inputs()[0].name
@@ -125,21 +149,10 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
             outputs = m.backend.infer({name: batch.inputs})
             m.infer_s += time.perf_counter() - t0
             if cfg.task == "classification":
-                scores = _call(hook, outputs, image_sizes=batch.sizes) if hook else _select_output(outputs, cfg.postprocess.output, m.name)
-                scores = np.asarray(scores)
-                if scores.ndim != 2:
-                    raise UsageError(f"{m.name}: classification scores must be [batch, classes], got shape {list(scores.shape)}")
-                if m.acc is None:
-                    m.acc = ClassificationAccumulator(scores.shape[1], top_k=[k for k in cfg.top_k if k <= scores.shape[1]], class_names=reader.class_names)
-                m.acc.update(np.asarray(batch.labels), scores, ids=[reader.ids[i] for i in batch.index])
-                probs = _softmax(scores)
-                for j, i in enumerate(batch.index):
-                    m.preds[i] = int(scores[j].argmax())
-                    m.probs[i] = probs[j].astype(np.float32)
+                out = _call(hook, outputs, image_sizes=batch.sizes) if hook else _select_output(outputs, cfg.postprocess.output, m.name)
             else:
-                if m.acc is None:
-                    m.acc = DetectionAccumulator(reader.coco, iou=cfg.iou, score_threshold=cfg.score_threshold)
-                m.acc.update([reader.ids[i] for i in batch.index], _detections(outputs, batch, cfg, hook, m.name))
+                out = _detections(outputs, batch, cfg, hook, m.name)
+            _consume(m, cfg, reader, batch.index, out, batch.labels)
         done += len(batch.index)
         ctx.progress(NAME, done, total, "evaluate")
         t_wait = time.perf_counter()
@@ -226,11 +239,14 @@ def _gates(cfg: E2EStage, name: str, ref: dict[str, Any], cand: dict[str, Any]) 
 
 
 def run(ctx: StageContext) -> StageResult:
+    from trtverify.shard import SHARD_DIR, e2e_slice, save_predictions
+
     suite = ctx.loaded.suite
     cfg = suite.stages.e2e
     assert cfg is not None
     result = StageResult(NAME, "failed")
     reader = open_dataset(cfg.dataset)
+    indices = e2e_slice(len(reader), cfg.batch_size, ctx.shard)
     names = cfg.candidates if cfg.candidates is not None else list(suite.models.candidates)
     # the models alternate batch by batch: spinning intra-op threads of one session would steal the cores of the next
     backends = suite.backends.model_copy(update={"onnxruntime": suite.backends.onnxruntime.model_copy(update={"allow_spinning": False})})
@@ -238,18 +254,40 @@ def run(ctx: StageContext) -> StageResult:
     for n in names:
         spec = suite.models.candidates[n]
         models.append(_Model(n, candidate_backend(spec.backend, Path(spec.path), backends, ctx.samples)))
+    if ctx.shard is not None:
+        result.details["shard_slice"] = [indices.start, indices.stop]
+        if not indices:
+            return StageResult(NAME, "skipped", details={**result.details, "sharded_away": True}, notes=[f"shard {ctx.shard}: no batches of the dataset's {len(reader)} samples fall to this shard"])
+        for m in models:
+            m.record = {}
     t0 = time.perf_counter()
     for m in models:
         m.backend.load()
         if hasattr(m.backend, "prepare"):  # session creation / engine build: not part of inference
             m.backend.prepare()
     result.timings["load_s"] = time.perf_counter() - t0
-    _run_models(ctx, cfg, reader, models, result)
+    try:
+        _run_models(ctx, cfg, reader, models, result, indices)
+    finally:
+        for m in models:
+            m.backend.close()
+    if ctx.shard is not None and ctx.out_dir is not None:
+        files = {}
+        for k, m in enumerate(models):
+            rel = f"{SHARD_DIR}/e2e-{k}.npz"
+            save_predictions(ctx.out_dir / rel, cfg.task, m.record or {})
+            files[m.name] = rel
+        result.details["shard_predictions"] = files
+    return finalize(cfg, reader, models, result, len(indices))
+
+
+def finalize(cfg: E2EStage, reader: Reader, models: list[_Model], result: StageResult, evaluated: int) -> StageResult:
+    """Metrics, deltas, worst samples and gates from the models' accumulators."""
     metrics = {m.name: m.acc.compute() for m in models}
     ref = metrics["reference"]
-    result.details.update({"task": cfg.task, "dataset": {**reader.info, "samples": len(reader)}, "samples": len(reader)})
+    result.details.update({"task": cfg.task, "dataset": {**reader.info, "samples": len(reader)}, "samples": evaluated})
     result.details["reference"] = ref
-    checks = [CheckResult("samples evaluated", "samples", float(len(reader)), 1.0, ">=", len(reader) >= 1)]
+    checks = [CheckResult("samples evaluated", "samples", float(evaluated), 1.0, ">=", evaluated >= 1)]
     cands = []
     for m in models[1:]:
         cm = metrics[m.name]
@@ -267,10 +305,51 @@ def run(ctx: StageContext) -> StageResult:
                 "passed": all(c.passed for c in gate_checks),
             }
         )
-    for m in models:
-        m.backend.close()
     result.details["candidates"] = cands
     return StageResult.from_checks(NAME, checks, details=result.details, notes=result.notes, timings=result.timings)
+
+
+def merge_shards(loaded: Any, shards: list[tuple[Path, dict[str, Any]]]) -> StageResult:
+    """One e2e result from the shards' raw predictions: the metrics over the union of samples."""
+    from trtverify.shard import load_predictions
+
+    cfg = loaded.suite.stages.e2e
+    if cfg is None:
+        raise UsageError(f"{loaded.path}: has no stage e2e, but the shards ran one")
+    reader = open_dataset(cfg.dataset)
+    names: list[str] | None = None
+    records: dict[str, dict[int, np.ndarray]] = {}
+    result = StageResult(NAME, "failed")
+    for d, stage in shards:
+        files = stage.get("shard_predictions") or {}
+        if names is None:
+            names = list(files)
+        elif list(files) != names:
+            raise UsageError(f"{d}: its e2e stage evaluated {', '.join(files)}, another shard {', '.join(names)}")
+        for name, rel in files.items():
+            part = load_predictions(d / rel, cfg.task)
+            both = records.setdefault(name, {}).keys() & part.keys()
+            if both:
+                raise UsageError(f"{d}: sample {min(both)} of model {name} is also in another shard")
+            records[name].update(part)
+        for k, v in stage.get("timings", {}).items():
+            result.timings[k] = result.timings.get(k, 0.0) + v
+    if not names:
+        raise UsageError("merge: no shard wrote e2e predictions")
+    models = [_Model(n, None) for n in names]
+    evaluated = sorted(records[names[0]])
+    for m in models:
+        rec = records[m.name]
+        if sorted(rec) != evaluated:
+            raise UsageError(f"merge: model {m.name} has predictions for other samples than the reference")
+        for lo in range(0, len(evaluated), cfg.batch_size):
+            index = evaluated[lo : lo + cfg.batch_size]
+            out = np.stack([rec[i] for i in index]) if cfg.task == "classification" else [rec[i] for i in index]
+            _consume(m, cfg, reader, index, out)
+    result.notes.append(f"merged from {len(shards)} shard(s): {len(evaluated)} of {len(reader)} samples")
+    raw = result.timings.get("inference_s", 0.0)
+    result.details["overhead_vs_inference"] = (result.timings["wall_s"] / raw - 1.0) if raw > 0 and "wall_s" in result.timings else None
+    return finalize(cfg, reader, models, result, len(evaluated))
 
 
 def worst_feeds(ctx_loaded: Any, results_path: Path, limit: int | None = None) -> list[dict[str, np.ndarray]]:

@@ -547,6 +547,12 @@ def run(ctx: StageContext) -> StageResult:
     result = StageResult(NAME, "failed")
     samples = ctx.samples[: cfg.samples] if cfg.samples else ctx.samples
     names = cfg.candidates if cfg.candidates is not None else list(suite.models.candidates)
+    if ctx.shard is not None:
+        from trtverify.shard import owns
+
+        names = [n for n in names if owns(ctx.shard, ctx.loaded, (NAME, n))]
+        if not names:
+            return StageResult(NAME, "skipped", notes=[f"shard {ctx.shard}: every candidate of this stage runs in another shard"], details={"sharded_away": True})
     result.details["samples"] = len(samples)
     if not samples or not names:
         result.checks.append(CheckResult("samples and candidates", "count", 0.0, 1.0, ">=", False, None))

@@ -1,0 +1,141 @@
+"""`run --shard I/N` and `merge`: shards split deterministically, and merged shards give exactly
+the unsharded run's results (e2e metrics recomputed over the union of predictions)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from trtverify.config import load_suite
+from trtverify.errors import UsageError
+from trtverify.shard import Shard, cases, e2e_slice, owner
+
+SCHEMA = json.loads((ROOT / "trtverify" / "report" / "results.schema.json").read_text())
+DETECTION = ROOT / "suites" / "shapes_detection.yaml"
+FASHION = ROOT / "suites" / "fashion_mnist.yaml"
+
+
+def _stage(results: dict, name: str) -> dict:
+    return next(s for s in results["stages"] if s["name"] == name)
+
+
+def _load(d: Path) -> dict:
+    return json.loads((d / "results.json").read_text())
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "1/0", "1", "a/b", "1/2/3", ""])
+def test_bad_shard_specs_are_usage_errors(text: str):
+    with pytest.raises(UsageError, match="--shard"):
+        Shard.parse(text)
+    assert Shard.parse(" 2 / 3 ") == Shard(2, 3)
+
+
+@pytest.mark.parametrize("total,batch,count", [(200, 16, 2), (2000, 250, 3), (5, 8, 4), (17, 1, 5), (0, 4, 2)])
+def test_e2e_slices_cover_the_dataset_once_along_batch_boundaries(total: int, batch: int, count: int):
+    slices = [e2e_slice(total, batch, Shard(i, count)) for i in range(1, count + 1)]
+    assert [i for s in slices for i in s] == list(range(total))
+    # every slice starts on a batch boundary, so each batch holds the samples it holds unsharded
+    assert all(s.start % batch == 0 for s in slices if s)
+    assert e2e_slice(total, batch, None) == range(total)
+
+
+def test_whole_cases_go_round_robin():
+    loaded = load_suite(FASHION)
+    assert cases(loaded) == [("framework", None), ("layerwise", "fp16"), ("layerwise", "int8"), ("buildlog", None)]
+    assert [owner(loaded, c, 2) for c in cases(loaded)] == [1, 2, 1, 2]
+    assert [owner(loaded, c, 1) for c in cases(loaded)] == [1, 1, 1, 1]
+
+
+@pytest.fixture(scope="module")
+def detection_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("shards")
+    for args, out in (((), "full"), (("--shard", "1/2"), "s1"), (("--shard", "2/2"), "s2")):
+        r = run_cli("run", str(DETECTION), "--out", str(base / out), *args)
+        assert r.code == 0, r.out + r.err
+    r = run_cli("merge", str(base / "s2"), str(base / "s1"), "--out", str(base / "merged"), "--junit", str(base / "merged" / "junit.xml"))
+    assert r.code == 0, r.out + r.err
+    assert "merged from 2 shards" in r.out
+    return base
+
+
+def test_two_detection_shards_merge_to_exactly_the_unsharded_metrics(detection_runs: Path):
+    full, merged = _load(detection_runs / "full"), _load(detection_runs / "merged")
+    s1, s2 = _load(detection_runs / "s1"), _load(detection_runs / "s2")
+    f, m = _stage(full, "e2e"), _stage(merged, "e2e")
+    # each shard saw half the images, and its own mAP differs from the whole set's
+    assert _stage(s1, "e2e")["samples"] + _stage(s2, "e2e")["samples"] == f["samples"] == m["samples"] == 200
+    assert _stage(s1, "e2e")["reference"]["map"] != f["reference"]["map"]
+    # the merge recomputes COCO over the union of detections: every number equal, not averaged
+    assert m["reference"] == f["reference"]
+    for a, b in zip(f["candidates"], m["candidates"], strict=True):
+        assert a["name"] == b["name"] and a["metrics"] == b["metrics"] and a["deltas"] == b["deltas"]
+        assert a["per_class"] == b["per_class"] and a["worst"] == b["worst"]
+    assert [(c["name"], c["value"], c["passed"]) for c in f["checks"]] == [(c["name"], c["value"], c["passed"]) for c in m["checks"]]
+    # the tensor stages ran as whole cases in one shard each and come back unchanged
+    for name in ("framework", "layerwise"):
+        assert [c["name"] for c in _stage(merged, name)["checks"]] == [c["name"] for c in _stage(full, name)["checks"]]
+    fl, ml = _stage(full, "layerwise"), _stage(merged, "layerwise")
+    assert [c["name"] for c in ml["candidates"]] == ["fp16", "int8"]
+    assert [c["rows"] for c in ml["candidates"]] == [c["rows"] for c in fl["candidates"]]
+    assert merged["passed"] and merged["exit_code"] == 0 and merged["merged"]["shards"] == 2
+
+
+def test_shard_and_merged_results_validate_and_report(detection_runs: Path):
+    for d in ("s1", "s2", "merged"):
+        jsonschema.validate(_load(detection_runs / d), SCHEMA)
+        assert (detection_runs / d / "report.html").stat().st_size > 1000
+    s2 = _load(detection_runs / "s2")
+    assert s2["shard"] == {"index": 2, "count": 2}
+    fw = _stage(s2, "framework")
+    assert fw["status"] == "skipped" and fw["sharded_away"] and fw["notes"] == ["runs in shard 1/2"]
+    assert s2["passed"]  # a stage another shard runs does not fail this one
+    root = ET.parse(detection_runs / "merged" / "junit.xml").getroot()
+    assert int(root.get("tests")) == sum(len(s["checks"]) for s in _load(detection_runs / "merged")["stages"])
+
+
+def test_merge_refuses_incomplete_or_mixed_shards(detection_runs: Path, tmp_path: Path):
+    r = run_cli("merge", str(detection_runs / "s1"), "--out", str(tmp_path / "m"))
+    assert r.code == 2 and "shard(s) 2/2 missing" in r.err
+    r = run_cli("merge", str(detection_runs / "s1"), str(detection_runs / "s1"), "--out", str(tmp_path / "m"))
+    assert r.code == 2 and "given twice" in r.err
+    r = run_cli("merge", str(detection_runs / "full"), "--out", str(tmp_path / "m"))
+    assert r.code == 2 and "not a shard" in r.err
+    # a shard's predictions file lost: named, not a traceback
+    broken = tmp_path / "s2"
+    shutil.copytree(detection_runs / "s2", broken)
+    (broken / "shard" / "e2e-1.npz").unlink()
+    r = run_cli("merge", str(detection_runs / "s1"), str(broken), "--out", str(tmp_path / "m"))
+    assert r.code == 2 and "e2e-1.npz: missing" in r.err
+    # a shard of another suite file
+    other = tmp_path / "other"
+    shutil.copytree(detection_runs / "s2", other)
+    data = _load(other)
+    data["suite"]["sha256"] = "0" * 64
+    (other / "results.json").write_text(json.dumps(data))
+    r = run_cli("merge", str(detection_runs / "s1"), str(other), "--out", str(tmp_path / "m"))
+    assert r.code == 2 and "different suite file" in r.err
+
+
+def test_classification_in_three_shards_merges_exactly_and_keeps_the_gate(tmp_path: Path):
+    shutil.copytree(ROOT / "suites", tmp_path / "suites")
+    shutil.copytree(ROOT / "demo" / "fashion_mnist", tmp_path / "demo" / "fashion_mnist")
+    suite = tmp_path / "suites" / "fashion_mnist.yaml"
+    # a gate tighter than the INT8 drop: the merged run must fail it like the unsharded one
+    suite.write_text(suite.read_text().replace("- {metric: accuracy, max_drop: 0.01, min: 0.85}", "- {metric: accuracy, max_drop: 0.0001, min: 0.85}"))
+    full = run_cli("run", str(suite), "--stage", "e2e", "--out", str(tmp_path / "full"), "-q")
+    assert full.code == 1
+    for i in (1, 2, 3):
+        r = run_cli("run", str(suite), "--stage", "e2e", "--shard", f"{i}/3", "--out", str(tmp_path / f"s{i}"), "-q")
+        assert r.code in (0, 1), r.err
+    r = run_cli("merge", *(str(tmp_path / f"s{i}") for i in (1, 2, 3)), "--out", str(tmp_path / "m"))
+    assert r.code == 1 and "FAIL int8: accuracy drop <= 0.0001" in r.out
+    f, m = _stage(_load(tmp_path / "full"), "e2e"), _stage(_load(tmp_path / "m"), "e2e")
+    assert m["reference"] == f["reference"] and [c["metrics"] for c in m["candidates"]] == [c["metrics"] for c in f["candidates"]]
+    assert [c["worst"] for c in m["candidates"]] == [c["worst"] for c in f["candidates"]]
+    assert [(c["name"], c["passed"]) for c in m["checks"]] == [(c["name"], c["passed"]) for c in f["checks"]]
