@@ -11,6 +11,10 @@ from pathlib import Path
 from typing import IO, Any
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write through a temporary file in the same folder, fsync, then rename over `path`.
 
@@ -20,6 +24,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results and reports are for sharing (CI artifacts)
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
