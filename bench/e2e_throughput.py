@@ -1,7 +1,8 @@
 """e2e stage wall time vs the raw inference time of its backends on the same data.
 
 Raw inference: every batch is read and preprocessed first (not timed), then each model's
-`infer` runs over the batches back to back, timed. Stage: `trtverify`'s e2e stage as a
+`infer` runs over the batches back to back, timed; once with ONNX Runtime's spin-waiting
+on (its default) and once off (as the stage runs), and the faster of the two is the baseline. Stage: `trtverify`'s e2e stage as a
 suite runs it (reading, preprocessing in background threads, inference, post-processing,
 metrics). Target from the issue: stage wall time within 10 % of raw inference.
 
@@ -28,15 +29,19 @@ from trtverify.runner import run_suite  # noqa: E402
 from trtverify.tasks.datasets import batches, make_preprocess, open_dataset  # noqa: E402
 
 
-def raw_inference(loaded) -> float:
+def raw_inference(loaded, spinning: bool | None = None) -> float:
+    """`spinning`: override the suite's ORT allow_spinning (None: as configured)."""
     suite = loaded.suite
+    backends = suite.backends
+    if spinning is not None:
+        backends = backends.model_copy(update={"onnxruntime": backends.onnxruntime.model_copy(update={"allow_spinning": spinning})})
     cfg = suite.stages.e2e
     reader = open_dataset(cfg.dataset)
     pre = make_preprocess(cfg.preprocess, loaded.search_path)
     data = [b.inputs for b in batches(reader, range(len(reader)), cfg.batch_size, pre, 0)]
     names = cfg.candidates if cfg.candidates is not None else list(suite.models.candidates)
-    models = [OnnxRuntimeBackend(Path(suite.models.reference), suite.backends.onnxruntime)]
-    models += [candidate_backend(suite.models.candidates[n].backend, Path(suite.models.candidates[n].path), suite.backends) for n in names]
+    models = [OnnxRuntimeBackend(Path(suite.models.reference), backends.onnxruntime)]
+    models += [candidate_backend(suite.models.candidates[n].backend, Path(suite.models.candidates[n].path), backends) for n in names]
     total = 0.0
     for m in models:
         m.load()
@@ -66,12 +71,16 @@ def main() -> int:
     rows = []
     for path in suites:
         loaded = load_suite(path)
-        raws, walls = [], []
+        raws, walls, spins, stage_infer = [], [], [], []
         for i in range(args.repeat):
-            raws.append(raw_inference(loaded))
+            # the strict baseline: the faster of ORT spin-waiting on (the default) and off (what the stage uses)
+            on, off = raw_inference(loaded, True), raw_inference(loaded, False)
+            raws.append(min(on, off))
+            spins.append(on)
             wall, timings = stage_wall(loaded, REPO / "bench" / ".cache" / "e2e" / loaded.suite.name)
             walls.append(wall)
-            print(f"{loaded.suite.name}: run {i + 1}: raw inference {raws[-1]:.3f} s, stage wall {walls[-1]:.3f} s  {timings}", flush=True)
+            stage_infer.append(timings["inference_s"])
+            print(f"{loaded.suite.name}: run {i + 1}: raw inference {on:.3f} s (spinning) / {off:.3f} s (not), stage wall {wall:.3f} s  {timings}", flush=True)
         raw, wall = statistics.median(raws), statistics.median(walls)
         cfg = loaded.suite.stages.e2e
         rows.append(
@@ -81,7 +90,9 @@ def main() -> int:
                 "samples": len(open_dataset(cfg.dataset)),
                 "models": 1 + len(cfg.candidates if cfg.candidates is not None else loaded.suite.models.candidates),
                 "raw_inference_s": raw,
+                "raw_inference_spinning_s": statistics.median(spins),
                 "stage_wall_s": wall,
+                "stage_inference_s": statistics.median(stage_infer),
                 "ratio": wall / raw,
                 "meets_target": wall / raw <= 1.10,
             }
@@ -94,8 +105,14 @@ def main() -> int:
     }
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "e2e_throughput.json").write_text(json.dumps(report, indent=2) + "\n")
-    md = ["| suite | task | samples | models | raw inference s | stage wall s | wall / raw | target ≤ 1.10 |", "|---|---|---|---|---|---|---|---|"]
-    md += [f"| {r['suite']} | {r['task']} | {r['samples']} | {r['models']} | {r['raw_inference_s']:.3f} | {r['stage_wall_s']:.3f} | {r['ratio']:.3f} | {'yes' if r['meets_target'] else 'no'} |" for r in rows]
+    md = [
+        "| suite | task | samples | models | raw inference s (best) | stage wall s | inference inside the stage s | wall / raw | target ≤ 1.10 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    md += [
+        f"| {r['suite']} | {r['task']} | {r['samples']} | {r['models']} | {r['raw_inference_s']:.3f} | {r['stage_wall_s']:.3f} | {r['stage_inference_s']:.3f} | {r['ratio']:.3f} | {'yes' if r['meets_target'] else 'no'} |"
+        for r in rows
+    ]
     (args.results / "e2e_throughput.md").write_text(f"# e2e stage vs raw inference\n\nGenerated {report['generated']}, median of {args.repeat}.\n\n" + "\n".join(md) + "\n")
     print("\n".join(md))
     return 0

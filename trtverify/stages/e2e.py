@@ -133,29 +133,43 @@ def _consume(m: _Model, cfg: E2EStage, reader: Reader, index: list[int], out: An
 
 
 def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_Model], result: StageResult, indices: range) -> None:
+    """Every batch through every model; post-processing and metric updates run in one background
+    thread (in submission order), so the main thread goes straight on to the next inference."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     pre = make_preprocess(cfg.preprocess, ctx.loaded.search_path)
     hook = _postprocess(ctx, cfg)
     input_name = cfg.preprocess.input
     wait = 0.0
     total = len(indices)
     done = 0
+
+    def post(m: _Model, outputs: dict[str, np.ndarray], batch: Batch) -> None:
+        if cfg.task == "classification":
+            out = _call(hook, outputs, image_sizes=batch.sizes) if hook else _select_output(outputs, cfg.postprocess.output, m.name)
+        else:
+            out = _detections(outputs, batch, cfg, hook, m.name)
+        _consume(m, cfg, reader, batch.index, out, batch.labels)
+
+    pending: list[Future[None]] = []
     t_start = time.perf_counter()
-    t_wait = time.perf_counter()
-    for batch in batches(reader, indices, cfg.batch_size, pre, cfg.workers):
-        wait += time.perf_counter() - t_wait
-        for m in models:
-            name = input_name or m.backend.inputs()[0].name
-            t0 = time.perf_counter()
-            outputs = m.backend.infer({name: batch.inputs})
-            m.infer_s += time.perf_counter() - t0
-            if cfg.task == "classification":
-                out = _call(hook, outputs, image_sizes=batch.sizes) if hook else _select_output(outputs, cfg.postprocess.output, m.name)
-            else:
-                out = _detections(outputs, batch, cfg, hook, m.name)
-            _consume(m, cfg, reader, batch.index, out, batch.labels)
-        done += len(batch.index)
-        ctx.progress(NAME, done, total, "evaluate")
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trtverify-post") as poster:
         t_wait = time.perf_counter()
+        for batch in batches(reader, indices, cfg.batch_size, pre, cfg.workers):
+            wait += time.perf_counter() - t_wait
+            while pending and pending[0].done():
+                pending.pop(0).result()  # a post-processing error stops the run here, not at the end
+            for m in models:
+                name = input_name or m.backend.inputs()[0].name
+                t0 = time.perf_counter()
+                outputs = m.backend.infer({name: batch.inputs})
+                m.infer_s += time.perf_counter() - t0
+                pending.append(poster.submit(post, m, outputs, batch))
+            done += len(batch.index)
+            ctx.progress(NAME, done, total, "evaluate")
+            t_wait = time.perf_counter()
+        for f in pending:
+            f.result()
     result.timings["wall_s"] = time.perf_counter() - t_start
     result.timings["data_wait_s"] = wait
     for m in models:

@@ -44,7 +44,7 @@ def _read_image(path: Path) -> np.ndarray:
     pil = require("PIL.Image", "reading image files (stage e2e)")
     try:
         with pil.open(path) as im:
-            return np.asarray(im.convert("RGB"))
+            return np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: cannot read image ({exc})") from exc
 
@@ -153,7 +153,8 @@ def make_preprocess(cfg: Preprocess, search_path: Sequence[Path]) -> Callable[[n
     mean = np.asarray(cfg.mean, np.float32) if cfg.mean is not None else None
     std = np.asarray(cfg.std, np.float32) if cfg.std is not None else None
 
-    def pre(image: np.ndarray) -> np.ndarray:
+    def shape(image: np.ndarray) -> np.ndarray:
+        """The per-image steps: channels and size, still uint8."""
         img = image
         if cfg.grayscale and img.shape[-1] != 1:
             img = (img[..., :3] @ np.array([0.299, 0.587, 0.114], np.float32))[..., None]
@@ -165,15 +166,29 @@ def make_preprocess(cfg: Preprocess, search_path: Sequence[Path]) -> Callable[[n
             im = pil.fromarray(np.asarray(img[..., 0] if squeeze else img).astype(np.uint8))
             img = np.asarray(im.resize((cfg.resize[1], cfg.resize[0]), pil.BILINEAR))
             img = img[..., None] if squeeze else img
-        x = img.astype(np.float32) * np.float32(cfg.scale)
+        return img
+
+    def scale(x: np.ndarray) -> np.ndarray:
+        """The elementwise steps on [..., H, W, C], for one image or a stacked batch."""
+        x = x.astype(np.float32) * np.float32(cfg.scale)
         if mean is not None:
             x = x - mean
         if std is not None:
             x = x / std
         if cfg.layout == "NCHW":
-            x = x.transpose(2, 0, 1)
-        return np.ascontiguousarray(x.astype(cfg.dtype))
+            x = np.moveaxis(x, -1, -3)
+        return np.ascontiguousarray(x.astype(cfg.dtype, copy=False))
 
+    def pre(image: np.ndarray) -> np.ndarray:
+        return scale(shape(image))
+
+    def pre_batch(images: Sequence[np.ndarray]) -> np.ndarray:
+        shaped = [shape(im) for im in images]
+        if len({(im.shape, im.dtype) for im in shaped}) == 1:
+            return scale(np.stack(shaped))  # one pass over the batch: stacking uint8 is 4x less copying
+        return np.stack([scale(im) for im in shaped])  # ragged images: the model input will say so
+
+    pre.batch = pre_batch  # type: ignore[attr-defined]
     return pre
 
 
@@ -190,7 +205,9 @@ def batches(reader: Reader, indices: Sequence[int], batch_size: int, preprocess:
 
     def make(chunk: Sequence[int]) -> Batch:
         images = [reader.image(i) for i in chunk]
-        return Batch(list(chunk), np.stack([preprocess(im) for im in images]), [reader.label(i) for i in chunk], [tuple(im.shape[:2]) for im in images])
+        batch_fn = getattr(preprocess, "batch", None)  # the built-in preprocessing works on whole batches
+        inputs = batch_fn(images) if batch_fn is not None else np.stack([preprocess(im) for im in images])
+        return Batch(list(chunk), inputs, [reader.label(i) for i in chunk], [tuple(im.shape[:2]) for im in images])
 
     chunks = [list(indices[i : i + batch_size]) for i in range(0, len(indices), batch_size)]
     if workers <= 0:

@@ -1,0 +1,41 @@
+"""The built-in preprocessing works on whole batches for speed; it must give exactly what the
+per-image path gives (which `--samples worst` uses), for every option."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trtverify.config.models import Preprocess
+from trtverify.tasks.datasets import make_preprocess
+
+RNG = np.random.default_rng(0)
+SAME = [RNG.integers(0, 256, (20, 24, 3), dtype=np.uint8) for _ in range(5)]
+RAGGED = [RNG.integers(0, 256, (16 + 3 * i, 24 - i, 3), dtype=np.uint8) for i in range(5)]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"layout": "NHWC"},
+        {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+        {"grayscale": True, "mean": [0.5], "std": [0.25]},
+        {"resize": [12, 10], "dtype": "float16"},
+        {"scale": 1.0, "layout": "NHWC", "dtype": "float16"},
+    ],
+)
+@pytest.mark.parametrize("images", [SAME, RAGGED], ids=["same-size", "ragged"])
+def test_batch_path_equals_the_per_image_path(options: dict, images: list[np.ndarray]):
+    pre = make_preprocess(Preprocess(**options), [])
+    if "resize" not in options and images is RAGGED:
+        # ragged images cannot form one batch array: the per-image results are stacked, and fail the same way
+        with pytest.raises(ValueError):
+            pre.batch(images)
+        return
+    batch = pre.batch(images)
+    one_by_one = np.stack([pre(im) for im in images])
+    assert batch.dtype == one_by_one.dtype == np.dtype(options.get("dtype", "float32"))
+    assert batch.flags["C_CONTIGUOUS"] and np.array_equal(batch, one_by_one)
+    channels = 1 if options.get("grayscale") else 3
+    assert batch.shape[1 if options.get("layout", "NCHW") == "NCHW" else 3] == channels
