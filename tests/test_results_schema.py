@@ -13,6 +13,21 @@ import pytest
 from tests.conftest import ROOT, run_cli
 
 SCHEMA = json.loads((ROOT / "trtverify" / "report" / "results.schema.json").read_text())
+JUNIT_XSD = ROOT / "tests" / "data" / "junit" / "junit.xsd"
+
+
+def validate_junit(path: Path) -> ET.Element:
+    """Valid against the JUnit schema CI systems read, and its counts add up."""
+    import xmlschema
+
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(path))
+    root = ET.parse(path).getroot()
+    for ts in root.iter("testsuite"):
+        cases = ts.findall("testcase")
+        assert int(ts.get("tests")) == len(cases)
+        for outcome, attr in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
+            assert int(ts.get(attr)) == sum(tc.find(outcome) is not None for tc in cases)
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +58,7 @@ def test_the_schema_rejects_what_it_should(full_run: Path):
 
 
 def test_junit_of_a_passing_run(full_run: Path):
-    root = ET.parse(full_run / "junit.xml").getroot()
+    root = validate_junit(full_run / "junit.xml")
     assert root.tag == "testsuites" and root.get("failures") == "0"
     results = json.loads((full_run / "results.json").read_text())
     assert int(root.get("tests")) == sum(len(s["checks"]) for s in results["stages"])
@@ -57,7 +72,7 @@ def test_junit_of_a_failing_run_names_the_failing_checks(tmp_path: Path):
     suite.write_text(suite.read_text().replace("- {metric: accuracy, max_drop: 0.01, min: 0.85}", "- {metric: accuracy, max_drop: 0.0001, min: 0.85}"))
     r = run_cli("run", str(suite), "--stage", "e2e", "--out", str(tmp_path / "o"), "--junit", str(tmp_path / "j.xml"))
     assert r.code == 1
-    root = ET.parse(tmp_path / "j.xml").getroot()
+    root = validate_junit(tmp_path / "j.xml")
     failures = [(tc.get("name"), tc.find("failure").get("message")) for tc in root.iter("testcase") if tc.find("failure") is not None]
     assert root.get("failures") == "1" and len(failures) == 1
     name, message = failures[0]
@@ -70,5 +85,15 @@ def test_errors_and_interrupted_runs_validate(tmp_path: Path, tiny_suite: Path):
     assert r.code == 3
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     jsonschema.validate(results, SCHEMA)
-    root = ET.parse(tmp_path / "j.xml").getroot()
+    root = validate_junit(tmp_path / "j.xml")
     assert root.get("errors") == "1" and next(root.iter("error")).get("type") == "dependency"
+
+
+def test_the_junit_schema_rejects_what_ci_systems_would(full_run: Path, tmp_path: Path):
+    import xmlschema
+
+    text = (full_run / "junit.xml").read_text()
+    for broken in (text.replace(' classname="', ' class="', 1), text.replace('failures="0"', 'failures="none"', 1), text.replace("<testcase ", "<case ", 1)):
+        (tmp_path / "bad.xml").write_text(broken)
+        with pytest.raises(xmlschema.XMLSchemaValidationError):
+            validate_junit(tmp_path / "bad.xml")

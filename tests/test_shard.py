@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from tests.test_results_schema import validate_junit
 from trtverify.config import load_suite
 from trtverify.errors import UsageError
 from trtverify.shard import Shard, cases, e2e_slice, owner
@@ -95,7 +95,7 @@ def test_shard_and_merged_results_validate_and_report(detection_runs: Path):
     fw = _stage(s2, "framework")
     assert fw["status"] == "skipped" and fw["sharded_away"] and fw["notes"] == ["runs in shard 1/2"]
     assert s2["passed"]  # a stage another shard runs does not fail this one
-    root = ET.parse(detection_runs / "merged" / "junit.xml").getroot()
+    root = validate_junit(detection_runs / "merged" / "junit.xml")
     assert int(root.get("tests")) == sum(len(s["checks"]) for s in _load(detection_runs / "merged")["stages"])
 
 
