@@ -90,6 +90,8 @@ def test_shard_and_merged_results_validate_and_report(detection_runs: Path):
     for d in ("s1", "s2", "merged"):
         jsonschema.validate(_load(detection_runs / d), SCHEMA)
         assert (detection_runs / d / "report.html").stat().st_size > 1000
+    assert "shard 2 of 2: part of a run" in (detection_runs / "s2" / "report.html").read_text()
+    assert "merged from 2 shards" in (detection_runs / "merged" / "report.html").read_text()
     s2 = _load(detection_runs / "s2")
     assert s2["shard"] == {"index": 2, "count": 2}
     fw = _stage(s2, "framework")
