@@ -157,8 +157,10 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
         t_wait = time.perf_counter()
         for batch in batches(reader, indices, cfg.batch_size, pre, cfg.workers):
             wait += time.perf_counter() - t_wait
-            while pending and pending[0].done():
-                pending.pop(0).result()  # a post-processing error stops the run here, not at the end
+            # a post-processing error stops the run here, not at the end; and at most two batches'
+            # outputs wait for post-processing, so a slow hook cannot pile up model outputs in memory
+            while pending and (pending[0].done() or len(pending) > 2 * len(models)):
+                pending.pop(0).result()
             for m in models:
                 name = input_name or m.backend.inputs()[0].name
                 t0 = time.perf_counter()
