@@ -39,7 +39,7 @@ def raw_inference(loaded, spinning: bool | None = None) -> float:
     reader = open_dataset(cfg.dataset)
     pre = make_preprocess(cfg.preprocess, loaded.search_path)
     data = [b.inputs for b in batches(reader, range(len(reader)), cfg.batch_size, pre, 0)]
-    names = cfg.candidates if cfg.candidates is not None else list(suite.models.candidates)
+    names = suite.candidates_of(cfg)
     models = [OnnxRuntimeBackend(Path(suite.models.reference), backends.onnxruntime)]
     models += [candidate_backend(suite.models.candidates[n].backend, Path(suite.models.candidates[n].path), backends) for n in names]
     total = 0.0
@@ -88,7 +88,7 @@ def main() -> int:
                 "suite": loaded.suite.name,
                 "task": cfg.task,
                 "samples": len(open_dataset(cfg.dataset)),
-                "models": 1 + len(cfg.candidates if cfg.candidates is not None else loaded.suite.models.candidates),
+                "models": 1 + len(loaded.suite.candidates_of(cfg)),
                 "raw_inference_s": raw,
                 "raw_inference_spinning_s": statistics.median(spins),
                 "stage_wall_s": wall,

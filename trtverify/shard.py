@@ -58,7 +58,7 @@ def cases(loaded: Any) -> list[tuple[str, str | None]]:
         out.append(("framework", None))
     if suite.stages.layerwise is not None:
         cfg = suite.stages.layerwise
-        out += [("layerwise", n) for n in (cfg.candidates if cfg.candidates is not None else list(suite.models.candidates))]
+        out += [("layerwise", n) for n in suite.candidates_of(cfg)]
     if suite.stages.buildlog is not None:
         out.append(("buildlog", None))
     return out
@@ -216,7 +216,7 @@ def merge_runs(dirs: Sequence[Path], suite_path: Path | None = None) -> dict[str
             stages.append({**s, "notes": [f"shard directory {d}: this stage failed to run there", *s.get("notes", [])]})
         elif name == "layerwise":
             cfg = suite().suite.stages.layerwise
-            order = cfg.candidates if cfg is not None and cfg.candidates is not None else list(suite().suite.models.candidates)
+            order = suite().suite.candidates_of(cfg) if cfg is not None else list(suite().suite.models.candidates)
             stages.append(_combine_layerwise([s for _, s in ran], order))
         elif name == "e2e":
             from trtverify.stages.e2e import merge_shards

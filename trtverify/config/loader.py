@@ -105,7 +105,7 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
             add(("stages", "framework", "rename"), f"two outputs are renamed to '{t}'")
     lw = suite.stages.layerwise
     if lw is not None:
-        names = lw.candidates if lw.candidates is not None else list(suite.models.candidates)
+        names = suite.candidates_of(lw)
         if not suite.models.candidates:
             add(("stages", "layerwise"), "stage 'layerwise' compares candidates with the reference: add models.candidates")
         for i, name in enumerate(lw.candidates or []):

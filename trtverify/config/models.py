@@ -451,3 +451,7 @@ class Suite(Strict):
     inputs: Inputs
     backends: Backends = Field(default_factory=Backends)
     stages: Stages
+
+    def candidates_of(self, stage: Any) -> list[str]:
+        """The candidates a stage (layerwise, e2e) runs: its `candidates` list, or every model candidate."""
+        return list(stage.candidates) if stage.candidates is not None else list(self.models.candidates)

@@ -263,7 +263,7 @@ def run(ctx: StageContext) -> StageResult:
     result = StageResult(NAME, "failed")
     reader = open_dataset(cfg.dataset)
     indices = e2e_slice(len(reader), cfg.batch_size, ctx.shard)
-    names = cfg.candidates if cfg.candidates is not None else list(suite.models.candidates)
+    names = suite.candidates_of(cfg)
     # the models alternate batch by batch: spinning intra-op threads of one session would steal the cores of the next
     backends = suite.backends.model_copy(update={"onnxruntime": suite.backends.onnxruntime.model_copy(update={"allow_spinning": False})})
     models = [_Model("reference", OnnxRuntimeBackend(Path(suite.models.reference), backends.onnxruntime))]

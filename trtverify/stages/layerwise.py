@@ -546,7 +546,7 @@ def run(ctx: StageContext) -> StageResult:
     assert cfg is not None
     result = StageResult(NAME, "failed")
     samples = ctx.samples[: cfg.samples] if cfg.samples else ctx.samples
-    names = cfg.candidates if cfg.candidates is not None else list(suite.models.candidates)
+    names = suite.candidates_of(cfg)
     if ctx.shard is not None:
         from trtverify.shard import owns
 
