@@ -148,6 +148,12 @@ def check_shards(results: Sequence[tuple[Path, dict[str, Any]]]) -> int:
     return count
 
 
+def add_timings(into: dict[str, float], timings: dict[str, float]) -> None:
+    """Sum one shard's stage timings into `into`, key by key."""
+    for k, v in timings.items():
+        into[k] = into.get(k, 0.0) + v
+
+
 def _combine_layerwise(parts: list[dict[str, Any]], order: list[str]) -> dict[str, Any]:
     """The layerwise stages of several shards (disjoint candidates) as one stage."""
     merged: dict[str, Any] = {k: v for k, v in parts[0].items() if k not in ("checks", "notes", "timings", "candidates", "duration_s")}
@@ -160,8 +166,7 @@ def _combine_layerwise(parts: list[dict[str, Any]], order: list[str]) -> dict[st
     merged["notes"] = list(dict.fromkeys(n for p in parts for n in p.get("notes", [])))
     merged["timings"] = {}
     for p in parts:
-        for k, v in p.get("timings", {}).items():
-            merged["timings"][k] = merged["timings"].get(k, 0.0) + v
+        add_timings(merged["timings"], p.get("timings", {}))
     merged["duration_s"] = sum(p.get("duration_s", 0.0) for p in parts)
     merged["status"] = "passed" if merged["checks"] and all(c["passed"] for c in merged["checks"]) else "failed"
     return merged

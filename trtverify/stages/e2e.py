@@ -176,9 +176,14 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
     result.timings["data_wait_s"] = wait
     for m in models:
         result.timings[f"{m.name}.infer_s"] = m.infer_s
-    raw = sum(m.infer_s for m in models)
-    result.timings["inference_s"] = raw
-    result.details["overhead_vs_inference"] = (result.timings["wall_s"] / raw - 1.0) if raw > 0 else None
+    result.timings["inference_s"] = sum(m.infer_s for m in models)
+    result.details["overhead_vs_inference"] = _overhead(result.timings)
+
+
+def _overhead(timings: dict[str, float]) -> float | None:
+    """Stage wall time over the models' inference time, minus 1."""
+    raw = timings.get("inference_s", 0.0)
+    return timings["wall_s"] / raw - 1.0 if raw > 0 and "wall_s" in timings else None
 
 
 def _worst_classification(reader: Reader, ref: _Model, cand: _Model, n: int) -> list[dict[str, Any]]:
@@ -263,6 +268,8 @@ def run(ctx: StageContext) -> StageResult:
     result = StageResult(NAME, "failed")
     reader = open_dataset(cfg.dataset)
     indices = e2e_slice(len(reader), cfg.batch_size, ctx.shard)
+    if ctx.shard is not None and not indices:
+        return StageResult(NAME, "skipped", details={"shard_slice": [indices.start, indices.stop], "sharded_away": True}, notes=[f"shard {ctx.shard}: no batches of the dataset's {len(reader)} samples fall to this shard"])
     names = suite.candidates_of(cfg)
     # the models alternate batch by batch: spinning intra-op threads of one session would steal the cores of the next
     backends = suite.backends.model_copy(update={"onnxruntime": suite.backends.onnxruntime.model_copy(update={"allow_spinning": False})})
@@ -272,8 +279,6 @@ def run(ctx: StageContext) -> StageResult:
         models.append(_Model(n, candidate_backend(spec.backend, Path(spec.path), backends, ctx.samples)))
     if ctx.shard is not None:
         result.details["shard_slice"] = [indices.start, indices.stop]
-        if not indices:
-            return StageResult(NAME, "skipped", details={**result.details, "sharded_away": True}, notes=[f"shard {ctx.shard}: no batches of the dataset's {len(reader)} samples fall to this shard"])
         for m in models:
             m.record = {}
     t0 = time.perf_counter()
@@ -327,7 +332,7 @@ def finalize(cfg: E2EStage, reader: Reader, models: list[_Model], result: StageR
 
 def merge_shards(loaded: Any, shards: list[tuple[Path, dict[str, Any]]]) -> StageResult:
     """One e2e result from the shards' raw predictions: the metrics over the union of samples."""
-    from trtverify.shard import load_predictions
+    from trtverify.shard import add_timings, load_predictions
 
     cfg = loaded.suite.stages.e2e
     if cfg is None:
@@ -348,8 +353,7 @@ def merge_shards(loaded: Any, shards: list[tuple[Path, dict[str, Any]]]) -> Stag
             if both:
                 raise UsageError(f"{d}: sample {min(both)} of model {name} is also in another shard")
             records[name].update(part)
-        for k, v in stage.get("timings", {}).items():
-            result.timings[k] = result.timings.get(k, 0.0) + v
+        add_timings(result.timings, stage.get("timings", {}))
     if not names:
         raise UsageError("merge: no shard wrote e2e predictions")
     models = [_Model(n, None) for n in names]
@@ -363,8 +367,7 @@ def merge_shards(loaded: Any, shards: list[tuple[Path, dict[str, Any]]]) -> Stag
             out = np.stack([rec[i] for i in index]) if cfg.task == "classification" else [rec[i] for i in index]
             _consume(m, cfg, reader, index, out)
     result.notes.append(f"merged from {len(shards)} shard(s): {len(evaluated)} of {len(reader)} samples")
-    raw = result.timings.get("inference_s", 0.0)
-    result.details["overhead_vs_inference"] = (result.timings["wall_s"] / raw - 1.0) if raw > 0 and "wall_s" in result.timings else None
+    result.details["overhead_vs_inference"] = _overhead(result.timings)
     return finalize(cfg, reader, models, result, len(evaluated))
 
 

@@ -185,10 +185,8 @@ def make_preprocess(cfg: Preprocess, search_path: Sequence[Path]) -> Callable[[n
         return scale(shape(image))
 
     def pre_batch(images: Sequence[np.ndarray]) -> np.ndarray:
-        shaped = [shape(im) for im in images]
-        if len({(im.shape, im.dtype) for im in shaped}) == 1:
-            return scale(np.stack(shaped))  # one pass over the batch: stacking uint8 is 4x less copying
-        return np.stack([scale(im) for im in shaped])  # ragged images: the model input will say so
+        # one pass over the stacked batch: stacking uint8 copies 4x less than stacking float32
+        return scale(np.stack([shape(im) for im in images]))
 
     pre.batch = pre_batch  # type: ignore[attr-defined]
     return pre
