@@ -72,30 +72,27 @@ def decode(
     peaks = np.where(keep, heat, 0.0).reshape(b, c * h * w)
     k = min(max_detections, peaks.shape[1])
 
-    results: list[np.ndarray] = []
-    for i in range(b):
-        scores_all = peaks[i]
-        idx = np.argpartition(-scores_all, k - 1)[:k] if k < scores_all.size else np.arange(scores_all.size)
-        idx = idx[np.argsort(-scores_all[idx], kind="stable")]
-        scores = scores_all[idx]
-        sel = scores >= threshold
-        idx, scores = idx[sel], scores[sel]
-        cls = idx // (h * w)
-        pos = idx % (h * w)
-        ys, xs = pos // w, pos % w
-        cx = (xs + off[i, 0, ys, xs]) * sx
-        cy = (ys + off[i, 1, ys, xs]) * sy
-        bw = np.maximum(wh[i, 0, ys, xs], 0.0) * sx
-        bh = np.maximum(wh[i, 1, ys, xs], 0.0) * sy
-        boxes = np.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], axis=1)
-        out_h, out_w = in_h, in_w
-        if image_sizes is not None:
-            out_h, out_w = float(image_sizes[i][0]), float(image_sizes[i][1])
-            boxes *= np.array([out_w / in_w, out_h / in_h, out_w / in_w, out_h / in_h], dtype=np.float32)
-        boxes[:, 0::2] = np.clip(boxes[:, 0::2], 0.0, out_w)
-        boxes[:, 1::2] = np.clip(boxes[:, 1::2], 0.0, out_h)
-        det = np.concatenate(
-            [boxes, scores[:, None], np.asarray(CATEGORY_IDS, dtype=np.float32)[cls][:, None]], axis=1
-        ).astype(np.float32)
-        results.append(det.reshape(-1, 6))
+    # the whole batch at once: top-k per image, then one gather for every box
+    rows = np.arange(b)[:, None]
+    idx = np.argpartition(-peaks, k - 1, axis=1)[:, :k] if k < peaks.shape[1] else np.broadcast_to(np.arange(peaks.shape[1]), (b, k))
+    idx = np.take_along_axis(idx, np.argsort(-peaks[rows, idx], axis=1, kind="stable"), axis=1)
+    scores = peaks[rows, idx]  # [b, k], descending
+    cls = idx // (h * w)
+    pos = idx % (h * w)
+    ys, xs = pos // w, pos % w
+    cx = (xs + off[rows, 0, ys, xs]) * sx
+    cy = (ys + off[rows, 1, ys, xs]) * sy
+    bw = np.maximum(wh[rows, 0, ys, xs], 0.0) * sx
+    bh = np.maximum(wh[rows, 1, ys, xs], 0.0) * sy
+    boxes = np.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], axis=2)  # [b, k, 4]
+    if image_sizes is not None:  # from the network input to each original image
+        out_hw = np.asarray(image_sizes, dtype=np.float64).reshape(b, 2)
+        boxes *= np.stack([out_hw[:, 1] / in_w, out_hw[:, 0] / in_h] * 2, axis=1).astype(np.float32)[:, None, :]
+    else:
+        out_hw = np.tile([float(in_h), float(in_w)], (b, 1))
+    limit = np.stack([out_hw[:, 1], out_hw[:, 0]] * 2, axis=1)[:, None, :]  # [b, 1, 4] (w, h, w, h)
+    boxes = np.clip(boxes, 0.0, limit)
+    det = np.concatenate([boxes, scores[..., None], np.asarray(CATEGORY_IDS, dtype=np.float32)[cls][..., None]], axis=2).astype(np.float32)
+    sel = scores >= threshold
+    results: list[np.ndarray] = [det[i][sel[i]].reshape(-1, 6) for i in range(b)]
     return results

@@ -78,3 +78,57 @@ def test_layerwise_on_the_worst_detection_images(e2e_run, tmp_path: Path):
     assert r.code == 0, r.out + r.err
     lw = json.loads((tmp_path / "w" / "results.json").read_text())["stages"][0]
     assert lw["samples"] == 2 and len(lw["candidates"]) == 2  # the suite's layerwise uses 2 samples
+
+
+def _decode_one_image_at_a_time(outputs, image_sizes=None, input_size=None, max_detections=50, threshold=0.05):
+    """The demo decoder's contract written the plain way (one image at a time), to pin the
+    vectorised hook in demo/shapes/shapes_decode.py to it."""
+    heat, wh, off = (np.asarray(outputs[k], dtype=np.float32) for k in ("heatmap", "wh", "offset"))
+    b, c, h, w = heat.shape
+    in_h, in_w = (h * 4, w * 4) if input_size is None else input_size
+    sy, sx = in_h / h, in_w / w
+    pad = np.pad(heat, [(0, 0), (0, 0), (1, 1), (1, 1)], constant_values=-np.inf)
+    pooled = np.max([pad[..., dy : dy + h, dx : dx + w] for dy in range(3) for dx in range(3)], axis=0)
+    peaks = np.where(heat == pooled, heat, 0.0).reshape(b, -1)
+    k = min(max_detections, peaks.shape[1])
+    out = []
+    for i in range(b):
+        idx = np.argpartition(-peaks[i], k - 1)[:k] if k < peaks.shape[1] else np.arange(peaks.shape[1])
+        idx = idx[np.argsort(-peaks[i][idx], kind="stable")]
+        idx = idx[peaks[i][idx] >= threshold]
+        cls, ys, xs = idx // (h * w), idx % (h * w) // w, idx % (h * w) % w
+        cx, cy = (xs + off[i, 0, ys, xs]) * sx, (ys + off[i, 1, ys, xs]) * sy
+        bw, bh = np.maximum(wh[i, 0, ys, xs], 0.0) * sx, np.maximum(wh[i, 1, ys, xs], 0.0) * sy
+        boxes = np.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], axis=1)
+        oh, ow = (in_h, in_w) if image_sizes is None else (float(image_sizes[i][0]), float(image_sizes[i][1]))
+        if image_sizes is not None:
+            boxes *= np.array([ow / in_w, oh / in_h, ow / in_w, oh / in_h], dtype=np.float32)
+        boxes[:, 0::2], boxes[:, 1::2] = np.clip(boxes[:, 0::2], 0, ow), np.clip(boxes[:, 1::2], 0, oh)
+        cats = np.asarray([1, 2, 3], dtype=np.float32)[cls]
+        out.append(np.concatenate([boxes, peaks[i][idx][:, None], cats[:, None]], axis=1).astype(np.float32).reshape(-1, 6))
+    return out
+
+
+@pytest.mark.parametrize("model", ["shapes_fp32", "shapes_int8_qdq"])
+def test_vectorised_demo_decoder_equals_the_per_image_one(model):
+    loaded = load_suite(SUITE)
+    cfg = loaded.suite.stages.e2e
+    reader = open_dataset(cfg.dataset)
+    pre = make_preprocess(cfg.preprocess, loaded.suite.python_path)
+    decode = load_hook(cfg.postprocess.hook, loaded.suite.python_path)
+    backend = OnnxRuntimeBackend(ROOT / "demo" / "shapes" / f"{model}.onnx")
+    options = [{}, {"image_sizes": "odd"}, {"image_sizes": "odd", "input_size": (128, 128), "max_detections": 5, "threshold": 0.3}, {"max_detections": 10**6, "threshold": 0.0}]
+    compared = 0
+    for b in batches(reader, range(0, 60), 20, pre, 0):
+        outputs = backend.infer({"images": b.inputs})
+        for opt in options:
+            kw = dict(opt)
+            if kw.get("image_sizes") == "odd":  # non-square, not the input size: exercises the rescaling
+                kw["image_sizes"] = [(hh * 2, ww + 7) for hh, ww in b.sizes]
+            got, want = decode(outputs, **kw), _decode_one_image_at_a_time(outputs, **kw)
+            assert len(got) == len(want) == len(b.index)
+            for g, e in zip(got, want):
+                assert g.dtype == e.dtype and g.shape == e.shape
+                np.testing.assert_array_equal(g, e)
+                compared += len(g)
+    assert compared > 500  # real detections were compared, not empty arrays
