@@ -71,8 +71,7 @@ class _Model:
         self.backend = backend
         self.acc: Any = None
         self.infer_s = 0.0
-        self.preds: dict[int, int] = {}
-        self.probs: dict[int, np.ndarray] = {}
+        self.batches: list[tuple[list[int], np.ndarray, np.ndarray]] = []  # classification: (positions, argmax, softmax float32) per batch
         self.record: dict[int, np.ndarray] | None = None  # raw predictions by position, kept for a sharded run
 
 
@@ -118,12 +117,10 @@ def _consume(m: _Model, cfg: E2EStage, reader: Reader, index: list[int], out: An
         if m.acc is None:
             m.acc = ClassificationAccumulator(scores.shape[1], top_k=[k for k in cfg.top_k if k <= scores.shape[1]], class_names=reader.class_names)
         m.acc.update(np.asarray(labels if labels is not None else [reader.label(i) for i in index]), scores, ids=[reader.ids[i] for i in index])
-        probs = _softmax(scores)
-        for j, i in enumerate(index):
-            m.preds[i] = int(scores[j].argmax())
-            m.probs[i] = probs[j].astype(np.float32)
-            if m.record is not None:
-                m.record[i] = scores[j].copy()
+        # whole-batch arrays, no per-sample Python: this runs beside inference and holds the GIL
+        m.batches.append((list(index), scores.argmax(axis=1), _softmax(scores).astype(np.float32)))
+        if m.record is not None:
+            m.record.update(zip(index, np.array(scores)))
     else:
         if m.acc is None:
             m.acc = DetectionAccumulator(reader.coco, iou=cfg.iou, score_threshold=cfg.score_threshold)
@@ -186,12 +183,18 @@ def _overhead(timings: dict[str, float]) -> float | None:
     return timings["wall_s"] / raw - 1.0 if raw > 0 and "wall_s" in timings else None
 
 
+def _predictions(m: _Model) -> dict[int, tuple[int, np.ndarray]]:
+    """Position -> (predicted class, softmax row) of a classification model."""
+    return {i: (int(p), prob) for index, preds, probs in m.batches for i, p, prob in zip(index, preds, probs)}
+
+
 def _worst_classification(reader: Reader, ref: _Model, cand: _Model, n: int) -> list[dict[str, Any]]:
     rows = []
-    for i, rp in ref.preds.items():
-        cp = cand.preds[i]
+    cands = _predictions(cand)
+    for i, (rp, rprob) in _predictions(ref).items():
+        cp, cprob = cands[i]
         label = reader.label(i)
-        score = abs(float(ref.probs[i][rp]) - float(cand.probs[i][rp]))
+        score = abs(float(rprob[rp]) - float(cprob[rp]))
         flipped = rp != cp
         lost = flipped and rp == label
         rows.append((lost, flipped, score, i, rp, cp, label))
