@@ -1,10 +1,17 @@
 """e2e stage wall time vs the raw inference time of its backends on the same data.
 
 Raw inference: every batch is read and preprocessed first (not timed), then each model's
-`infer` runs over the batches back to back, timed; once with ONNX Runtime's spin-waiting
-on (its default) and once off (as the stage runs), and the faster of the two is the baseline. Stage: `trtverify`'s e2e stage as a
-suite runs it (reading, preprocessing in background threads, inference, post-processing,
-metrics). Target from the issue: stage wall time within 10 % of raw inference.
+session is created (not timed, as the stage creates its sessions before its loop) and its
+`infer` runs over the batches back to back, timed; once with ONNX Runtime's spin-waiting on
+(its default) and once off (as the stage runs). The mode with the lower median over the
+repeats is the baseline. Stage: `trtverify`'s e2e stage as a suite runs it (reading,
+preprocessing in background threads, inference, post-processing, metric updates); its
+`wall_s` is the evaluation loop, after session creation and before the final metrics.
+
+Each repeat times raw-on, raw-off and the stage back to back (the stage first in every
+other repeat), and the ratio is taken within the repeat, so that slow drifts of a shared
+machine fall on both sides; the table gives the median ratio and its interquartile range.
+Target from the issue: stage wall time within 10 % of raw inference.
 
     python bench/e2e_throughput.py [--suite suites/fashion_mnist.yaml ...] [--repeat 3]
 """
@@ -46,7 +53,8 @@ def raw_inference(loaded, spinning: bool | None = None) -> float:
     for m in models:
         m.load()
         name = cfg.preprocess.input or m.inputs()[0].name
-        m.infer({name: data[0]})  # session creation outside the timing, as in the stage
+        if hasattr(m, "prepare"):  # session creation outside the timing, as in the stage
+            m.prepare()
         t0 = time.perf_counter()
         for x in data:
             m.infer({name: x})
@@ -64,24 +72,31 @@ def stage_wall(loaded, out: Path) -> tuple[float, dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", action="append", type=Path, help="suite(s) with an e2e stage [default: the two demos]")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = ap.parse_args()
     suites = args.suite or [p for p in (REPO / "suites" / "fashion_mnist.yaml", REPO / "suites" / "shapes_detection.yaml") if p.exists()]
     rows = []
     for path in suites:
         loaded = load_suite(path)
-        raws, walls, spins, stage_infer = [], [], [], []
+        ons, offs, walls, stage_infer = [], [], [], []
         for i in range(args.repeat):
-            # the strict baseline: the faster of ORT spin-waiting on (the default) and off (what the stage uses)
-            on, off = raw_inference(loaded, True), raw_inference(loaded, False)
-            raws.append(min(on, off))
-            spins.append(on)
-            wall, timings = stage_wall(loaded, REPO / "bench" / ".cache" / "e2e" / loaded.suite.name)
-            walls.append(wall)
-            stage_infer.append(timings["inference_s"])
-            print(f"{loaded.suite.name}: run {i + 1}: raw inference {on:.3f} s (spinning) / {off:.3f} s (not), stage wall {wall:.3f} s  {timings}", flush=True)
-        raw, wall = statistics.median(raws), statistics.median(walls)
+            def stage() -> None:
+                wall, timings = stage_wall(loaded, REPO / "bench" / ".cache" / "e2e" / loaded.suite.name)
+                walls.append(wall)
+                stage_infer.append(timings["inference_s"])
+            if i % 2:
+                stage()
+            ons.append(raw_inference(loaded, True))
+            offs.append(raw_inference(loaded, False))
+            if not i % 2:
+                stage()
+            print(f"{loaded.suite.name}: run {i + 1}: raw inference {ons[-1]:.3f} s (spinning) / {offs[-1]:.3f} s (not), stage wall {walls[-1]:.3f} s", flush=True)
+        # the strict baseline: ORT spin-waiting on (its default) or off (what the stage uses), whichever is faster
+        best = ons if statistics.median(ons) <= statistics.median(offs) else offs
+        ratios = sorted(w / r for w, r in zip(walls, best))
+        q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+        raw, wall, ratio = statistics.median(best), statistics.median(walls), statistics.median(ratios)
         cfg = loaded.suite.stages.e2e
         rows.append(
             {
@@ -90,11 +105,15 @@ def main() -> int:
                 "samples": len(open_dataset(cfg.dataset)),
                 "models": 1 + len(loaded.suite.candidates_of(cfg)),
                 "raw_inference_s": raw,
-                "raw_inference_spinning_s": statistics.median(spins),
+                "raw_mode": "spinning" if best is ons else "not spinning",
+                "raw_inference_spinning_s": statistics.median(ons),
+                "raw_inference_not_spinning_s": statistics.median(offs),
                 "stage_wall_s": wall,
                 "stage_inference_s": statistics.median(stage_infer),
-                "ratio": wall / raw,
-                "meets_target": wall / raw <= 1.10,
+                "ratio": ratio,
+                "ratio_iqr": [q1, q3],
+                "ratios": ratios,
+                "meets_target": ratio <= 1.10,
             }
         )
     report = {
@@ -106,14 +125,15 @@ def main() -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "e2e_throughput.json").write_text(json.dumps(report, indent=2) + "\n")
     md = [
-        "| suite | task | samples | models | raw inference s (best) | stage wall s | inference inside the stage s | wall / raw | target ≤ 1.10 |",
+        "| suite | task | samples | models | raw inference s (mode) | stage wall s | inference inside the stage s | wall / raw (IQR) | target ≤ 1.10 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     md += [
-        f"| {r['suite']} | {r['task']} | {r['samples']} | {r['models']} | {r['raw_inference_s']:.3f} | {r['stage_wall_s']:.3f} | {r['stage_inference_s']:.3f} | {r['ratio']:.3f} | {'yes' if r['meets_target'] else 'no'} |"
+        f"| {r['suite']} | {r['task']} | {r['samples']} | {r['models']} | {r['raw_inference_s']:.3f} ({r['raw_mode']}) | {r['stage_wall_s']:.3f} | {r['stage_inference_s']:.3f} "
+        f"| {r['ratio']:.3f} ({r['ratio_iqr'][0]:.3f}–{r['ratio_iqr'][1]:.3f}) | {'yes' if r['meets_target'] else 'no'} |"
         for r in rows
     ]
-    (args.results / "e2e_throughput.md").write_text(f"# e2e stage vs raw inference\n\nGenerated {report['generated']}, median of {args.repeat}.\n\n" + "\n".join(md) + "\n")
+    (args.results / "e2e_throughput.md").write_text(f"# e2e stage vs raw inference\n\nGenerated {report['generated']}, {args.repeat} repeats; ratios taken within each repeat.\n\n" + "\n".join(md) + "\n")
     print("\n".join(md))
     return 0
 
