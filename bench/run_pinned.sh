@@ -20,5 +20,5 @@ PY
 for n in 2 4 16; do
   c="0-$((n-1))"
   echo "== $n cores ($c)"
-  taskset -c $c python3 bench/e2e_throughput.py --repeat 5 --suite suites/_dev${n}_fashion.yaml --suite suites/_dev${n}_shapes.yaml --results $OUT/n$n 2>&1 | grep -v "^.*: run " 
+  taskset -c $c python3 bench/e2e_throughput.py --repeat 9 --suite suites/_dev${n}_fashion.yaml --suite suites/_dev${n}_shapes.yaml --results $OUT/n$n 2>&1 | grep -v "^.*: run " 
 done
