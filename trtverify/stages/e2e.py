@@ -188,11 +188,11 @@ def _predictions(m: _Model) -> dict[int, tuple[int, np.ndarray]]:
     return {i: (int(p), prob) for index, preds, probs in m.batches for i, p, prob in zip(index, preds, probs)}
 
 
-def _worst_classification(reader: Reader, ref: _Model, cand: _Model, n: int) -> list[dict[str, Any]]:
+def _worst_classification(reader: Reader, ref: dict[int, tuple[int, np.ndarray]], cand: dict[int, tuple[int, np.ndarray]], n: int) -> list[dict[str, Any]]:
+    """`ref`, `cand`: the models' `_predictions`."""
     rows = []
-    cands = _predictions(cand)
-    for i, (rp, rprob) in _predictions(ref).items():
-        cp, cprob = cands[i]
+    for i, (rp, rprob) in ref.items():
+        cp, cprob = cand[i]
         label = reader.label(i)
         score = abs(float(rprob[rp]) - float(cprob[rp]))
         flipped = rp != cp
@@ -313,10 +313,11 @@ def finalize(cfg: E2EStage, reader: Reader, models: list[_Model], result: StageR
     result.details["reference"] = ref
     checks = [CheckResult("samples evaluated", "samples", float(evaluated), 1.0, ">=", evaluated >= 1)]
     cands = []
+    ref_predictions = _predictions(models[0]) if cfg.task == "classification" else {}  # once, not once per candidate
     for m in models[1:]:
         cm = metrics[m.name]
         scalar = [k for k, v in ref.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        worst = _worst_classification(reader, models[0], m, cfg.worst) if cfg.task == "classification" else _worst_detection(reader, models[0], m, cfg.worst)
+        worst = _worst_classification(reader, ref_predictions, _predictions(m), cfg.worst) if cfg.task == "classification" else _worst_detection(reader, models[0], m, cfg.worst)
         gate_checks = _gates(cfg, m.name, ref, cm)
         checks += gate_checks
         cands.append(
