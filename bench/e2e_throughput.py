@@ -1,9 +1,10 @@
 """e2e stage wall time vs the raw inference time of its backends on the same data.
 
 Raw inference: every batch is read and preprocessed first (not timed), then each model's
-session is created (not timed, as the stage creates its sessions before its loop) and its
+session is created (not timed: the stage leaves its session creation out of its loop time
+too) and its
 `infer` runs over the batches back to back, timed; once with ONNX Runtime's spin-waiting on
-(its default) and once off (as the stage runs). The mode with the lower median over the
+(its default) and once off (as the stage runs its first model). The mode with the lower median over the
 repeats is the baseline. Stage: `trtverify`'s e2e stage as a suite runs it (reading,
 preprocessing in background threads, inference, post-processing, metric updates); its
 `wall_s` is the evaluation loop, after session creation and before the final metrics.

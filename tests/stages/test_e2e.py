@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -114,3 +115,43 @@ def test_unknown_gate_metric_is_a_located_suite_error(tmp_path: Path):
     path = write_suite(tmp_path / "suites", text, "fashion_mnist.yaml")
     r = run_cli("validate", str(path))
     assert r.code == 2 and "stages.e2e.gates[0].metric: unknown classification metric 'macro_f2'; did you mean 'macro_f1'?" in r.err
+
+
+def test_chunked_run_equals_one_chunk_and_one_session_is_alive_at_a_time(demo_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The models take turns over kept chunks of the data; a chunk of one batch must give the
+    same metrics, and only one ONNX Runtime session (one intra-op pool) may exist at a time
+    when the whole set fits in one chunk (real sessions, counted through the backend)."""
+    from trtverify.backends.onnxruntime import OnnxRuntimeBackend
+    from trtverify.config import load_suite
+    from trtverify.runner import run_suite
+
+    _, whole = demo_run
+    assert whole["chunks"] == 1
+    alive: set[int] = set()
+    peak = [0]
+    make, close = OnnxRuntimeBackend._make_session, OnnxRuntimeBackend.close
+
+    def counting_make(self, model):  # type: ignore[no-untyped-def]
+        session = make(self, model)
+        alive.add(id(self))
+        peak[0] = max(peak[0], len(alive))
+        return session
+
+    def counting_close(self):  # type: ignore[no-untyped-def]
+        alive.discard(id(self))
+        close(self)
+
+    monkeypatch.setattr(OnnxRuntimeBackend, "_make_session", counting_make)
+    monkeypatch.setattr(OnnxRuntimeBackend, "close", counting_close)
+    loaded = load_suite(SUITE)
+    run_suite(loaded, tmp_path / "one", stages=["e2e"])
+    assert peak[0] == 1
+
+    e2e = loaded.suite.stages.e2e
+    small = loaded.suite.model_copy(update={"stages": loaded.suite.stages.model_copy(update={"e2e": e2e.model_copy(update={"chunk_mb": 0.5})})})
+    chunked = run_suite(dataclasses.replace(loaded, suite=small), tmp_path / "chunked", stages=["e2e"]).results["stages"][0]
+    per_batch = 250 * 28 * 28 * 4 / 2**20  # one float32 batch of the demo: 0.75 MB, over the 0.5 MB limit
+    assert per_batch > 0.5 and chunked["chunks"] == 2000 // 250
+    assert chunked["reference"] == whole["reference"]
+    assert [c["metrics"] for c in chunked["candidates"]] == [c["metrics"] for c in whole["candidates"]]
+    assert [c["worst"] for c in chunked["candidates"]] == [c["worst"] for c in whole["candidates"]]

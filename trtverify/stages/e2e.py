@@ -1,7 +1,7 @@
 """Stage `e2e`: task metrics of the reference and each candidate on a validation set.
 
-Every model runs on the same batch before the next is read, so the data is read and
-preprocessed once (in background threads, while the models run). Gates compare each
+The data is read and preprocessed once, in background threads, while the first model runs
+over it; it is kept (in chunks of `chunk_mb`), and the other models run over it in turn. Gates compare each
 candidate with the reference: `max_drop` (absolute), `max_rel_drop`, `min`. The samples
 where candidate and reference disagree most are listed for drill-down
 (`trtverify run --stage layerwise --samples worst`).
@@ -130,16 +130,26 @@ def _consume(m: _Model, cfg: E2EStage, reader: Reader, index: list[int], out: An
 
 
 def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_Model], result: StageResult, indices: range) -> None:
-    """Every batch through every model; post-processing and metric updates run in one background
-    thread (in submission order), so the main thread goes straight on to the next inference."""
+    """Model by model over chunks of the data (all of it when it fits in `chunk_mb`).
+
+    The first model runs while its chunk is read and preprocessed in background threads; the
+    chunk is kept, and every other model then runs over it. Post-processing and metric updates
+    run in one background thread, in order, at most a few batches behind. A model's backend is
+    prepared before its first pass (session creation counts as load time, not loop time) and
+    closed after its last, so that with ONNX Runtime one intra-op thread pool is busy at a time:
+    its threads can spin-wait between runs without stealing the cores of another model's pool.
+    """
     from concurrent.futures import Future, ThreadPoolExecutor
 
     pre = make_preprocess(cfg.preprocess, ctx.loaded.search_path)
     hook = _postprocess(ctx, cfg)
     input_name = cfg.preprocess.input
-    wait = 0.0
-    total = len(indices)
-    done = 0
+    limit = cfg.chunk_mb * 2**20
+    n_batches = len(range(0, len(indices), cfg.batch_size))
+    wait = opening = 0.0
+    read = 0  # batches taken from the reader so far
+    done = [0] * len(models)
+    chunks = 0
 
     def post(m: _Model, outputs: dict[str, np.ndarray], batch: Batch) -> None:
         if cfg.task == "classification":
@@ -150,30 +160,55 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
 
     pending: list[Future[None]] = []
     t_start = time.perf_counter()
+    source = iter(batches(reader, indices, cfg.batch_size, pre, cfg.workers))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trtverify-post") as poster:
-        t_wait = time.perf_counter()
-        for batch in batches(reader, indices, cfg.batch_size, pre, cfg.workers):
-            wait += time.perf_counter() - t_wait
-            # a post-processing error stops the run here, not at the end; and at most two batches'
-            # outputs wait for post-processing, so a slow hook cannot pile up model outputs in memory
-            while pending and (pending[0].done() or len(pending) > 2 * len(models)):
+
+        def infer(k: int, batch: Batch) -> None:
+            # a post-processing error stops the run here, not at the end; and a slow hook cannot
+            # pile up model outputs in memory
+            while pending and (pending[0].done() or len(pending) > 4):
                 pending.pop(0).result()
-            for m in models:
-                name = input_name or m.backend.inputs()[0].name
-                t0 = time.perf_counter()
-                outputs = m.backend.infer({name: batch.inputs})
-                m.infer_s += time.perf_counter() - t0
-                pending.append(poster.submit(post, m, outputs, batch))
-            done += len(batch.index)
-            ctx.progress(NAME, done, total, "evaluate")
-            t_wait = time.perf_counter()
+            m = models[k]
+            name = input_name or m.backend.inputs()[0].name
+            t0 = time.perf_counter()
+            outputs = m.backend.infer({name: batch.inputs})
+            m.infer_s += time.perf_counter() - t0
+            pending.append(poster.submit(post, m, outputs, batch))
+            done[k] += len(batch.index)
+            ctx.progress(NAME, done[k], len(indices), m.name)
+
+        while read < n_batches:
+            chunk: list[Batch] = []
+            held = 0
+            chunks += 1
+            for k, m in enumerate(models):
+                if chunks == 1 and hasattr(m.backend, "prepare"):  # session creation: not part of inference
+                    t0 = time.perf_counter()
+                    m.backend.prepare()
+                    opening += time.perf_counter() - t0
+                if k == 0:
+                    while read < n_batches and (not chunk or held < limit):
+                        t0 = time.perf_counter()
+                        batch = next(source)
+                        wait += time.perf_counter() - t0
+                        read += 1
+                        chunk.append(batch)
+                        held += batch.inputs.nbytes
+                        infer(0, batch)
+                else:
+                    for batch in chunk:
+                        infer(k, batch)
+                if read == n_batches:  # its last pass: free the session (and its threads) now
+                    m.backend.close()
         for f in pending:
             f.result()
-    result.timings["wall_s"] = time.perf_counter() - t_start
+    result.timings["wall_s"] = time.perf_counter() - t_start - opening
+    result.timings["load_s"] = result.timings.get("load_s", 0.0) + opening
     result.timings["data_wait_s"] = wait
     for m in models:
         result.timings[f"{m.name}.infer_s"] = m.infer_s
     result.timings["inference_s"] = sum(m.infer_s for m in models)
+    result.details["chunks"] = chunks
     result.details["overhead_vs_inference"] = _overhead(result.timings)
 
 
@@ -274,21 +309,21 @@ def run(ctx: StageContext) -> StageResult:
     if ctx.shard is not None and not indices:
         return StageResult(NAME, "skipped", details={"shard_slice": [indices.start, indices.stop], "sharded_away": True}, notes=[f"shard {ctx.shard}: no batches of the dataset's {len(reader)} samples fall to this shard"])
     names = suite.candidates_of(cfg)
-    # the models alternate batch by batch: spinning intra-op threads of one session would steal the cores of the next
-    backends = suite.backends.model_copy(update={"onnxruntime": suite.backends.onnxruntime.model_copy(update={"allow_spinning": False})})
-    models = [_Model("reference", OnnxRuntimeBackend(Path(suite.models.reference), backends.onnxruntime))]
+    # The first model runs while the data is read and preprocessed, so its ONNX Runtime threads do
+    # not spin-wait (spinning threads would take the cores the reading needs); the others run over
+    # the kept data with the configured setting (ONNX Runtime's default: spin).
+    quiet = suite.backends.model_copy(update={"onnxruntime": suite.backends.onnxruntime.model_copy(update={"allow_spinning": False})})
+    models = [_Model("reference", OnnxRuntimeBackend(Path(suite.models.reference), quiet.onnxruntime))]
     for n in names:
         spec = suite.models.candidates[n]
-        models.append(_Model(n, candidate_backend(spec.backend, Path(spec.path), backends, ctx.samples)))
+        models.append(_Model(n, candidate_backend(spec.backend, Path(spec.path), suite.backends, ctx.samples)))
     if ctx.shard is not None:
         result.details["shard_slice"] = [indices.start, indices.stop]
         for m in models:
             m.record = {}
     t0 = time.perf_counter()
-    for m in models:
+    for m in models:  # inputs and outputs of every model first: a broken candidate fails before any inference
         m.backend.load()
-        if hasattr(m.backend, "prepare"):  # session creation / engine build: not part of inference
-            m.backend.prepare()
     result.timings["load_s"] = time.perf_counter() - t0
     try:
         _run_models(ctx, cfg, reader, models, result, indices)
