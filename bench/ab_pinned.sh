@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The e2e throughput bench of two versions, interleaved: CORES (default "2 16") x 3 rounds x (old, new),
+# 3 repeats each, pinned with taskset; prints the pooled median ratio per version. Run from the repo
+# root, with the old version's package and bench unpacked into _old/:
+#   git archive <old commit> trtverify bench/e2e_throughput.py | tar -x -C _old
+# (on the GPU host: carry _old and .whl). Per-run results go to /tmp/ab, the summary to $OUT/ab_summary.txt.
+export CORES=${CORES:-"2 16"}
+OUT=${OUT:-bench/.cache/ab}
+mkdir -p "$OUT"
+set -u
+[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+rm -rf /tmp/ab
+python3 - <<'PY'
+import os, yaml
+for n in map(int, os.environ["CORES"].split()):
+    for src, tag in (("suites/fashion_mnist.yaml", "fashion"), ("suites/shapes_detection.yaml", "shapes")):
+        d = yaml.safe_load(open(src))
+        d.setdefault("backends", {}).setdefault("onnxruntime", {})["intra_op_num_threads"] = n
+        d["stages"]["e2e"]["workers"] = 2
+        yaml.safe_dump(d, open(f"suites/_dev{n}_{tag}.yaml", "w"), sort_keys=False)
+PY
+for n in $CORES; do for r in 1 2 3; do for v in old new; do
+  b=bench/e2e_throughput.py; [ $v = old ] && b=_old/bench/e2e_throughput.py
+  taskset -c 0-$((n-1)) python3 $b --repeat 3 --suite $PWD/suites/_dev${n}_shapes.yaml --suite $PWD/suites/_dev${n}_fashion.yaml --results /tmp/ab/n${n}_${v}_r$r > /dev/null 2>&1 || echo fail $v
+done; done; done
+rm -f suites/_dev*
+python3 - <<'PY'
+import json, glob, statistics, collections, os
+acc = collections.defaultdict(list); walls = collections.defaultdict(list); raws = collections.defaultdict(list)
+for f in sorted(glob.glob("/tmp/ab/*/e2e_throughput.json")):
+    n, v, r = f.split("/")[-2].split("_")
+    for row in json.load(open(f))["rows"]:
+        acc[(n, row["suite"], v)] += row["ratios"]; walls[(n, row["suite"], v)].append(row["stage_wall_s"]); raws[(n, row["suite"], v)].append(row["raw_inference_s"])
+out = []
+for k in sorted(acc):
+    rs = sorted(acc[k]); q = statistics.quantiles(rs, n=4)
+    line = "%s %s %s: %d ratios, median %.3f (IQR %.3f-%.3f); stage wall %s; raw %s" % (*k, len(rs), statistics.median(rs), q[0], q[2], [round(w, 3) for w in walls[k]], [round(w, 3) for w in raws[k]])
+    print(line); out.append(line)
+open(os.environ["OUT"] + "/ab_summary.txt", "w").write("\n".join(out) + "\n")
+PY
