@@ -312,8 +312,8 @@ def run(ctx: StageContext) -> StageResult:
     # The first model runs while the data is read and preprocessed, so its ONNX Runtime threads do
     # not spin-wait (spinning threads would take the cores the reading needs); the others run over
     # the kept data with the configured setting (ONNX Runtime's default: spin).
-    quiet = suite.backends.model_copy(update={"onnxruntime": suite.backends.onnxruntime.model_copy(update={"allow_spinning": False})})
-    models = [_Model("reference", OnnxRuntimeBackend(Path(suite.models.reference), quiet.onnxruntime))]
+    quiet = suite.backends.onnxruntime.model_copy(update={"allow_spinning": False})
+    models = [_Model("reference", OnnxRuntimeBackend(Path(suite.models.reference), quiet))]
     for n in names:
         spec = suite.models.candidates[n]
         models.append(_Model(n, candidate_backend(spec.backend, Path(spec.path), suite.backends, ctx.samples)))
