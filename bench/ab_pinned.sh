@@ -5,26 +5,18 @@
 #   git archive <old commit> trtverify bench/e2e_throughput.py | tar -x -C _old
 # (on the GPU host: carry _old and .whl). Per-run results go to /tmp/ab, the summary to $OUT/ab_summary.txt.
 export CORES=${CORES:-"2 16"}
-OUT=${OUT:-bench/.cache/ab}
+export OUT=${OUT:-bench/.cache/ab}
 mkdir -p "$OUT"
 set -u
 [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 rm -rf /tmp/ab
-python3 - <<'PY'
-import os, yaml
-for n in map(int, os.environ["CORES"].split()):
-    for src, tag in (("suites/fashion_mnist.yaml", "fashion"), ("suites/shapes_detection.yaml", "shapes")):
-        d = yaml.safe_load(open(src))
-        d.setdefault("backends", {}).setdefault("onnxruntime", {})["intra_op_num_threads"] = n
-        d["stages"]["e2e"]["workers"] = 2
-        yaml.safe_dump(d, open(f"suites/_dev{n}_{tag}.yaml", "w"), sort_keys=False)
-PY
+trap 'rm -f suites/_dev*_fashion.yaml suites/_dev*_shapes.yaml' EXIT
+python3 bench/pinned_suites.py $CORES || exit 1
 for n in $CORES; do for r in 1 2 3; do for v in old new; do
   b=bench/e2e_throughput.py; [ $v = old ] && b=_old/bench/e2e_throughput.py
   taskset -c 0-$((n-1)) python3 $b --repeat 3 --suite $PWD/suites/_dev${n}_shapes.yaml --suite $PWD/suites/_dev${n}_fashion.yaml --results /tmp/ab/n${n}_${v}_r$r > /dev/null 2>&1 || echo fail $v
 done; done; done
-rm -f suites/_dev*
 python3 - <<'PY'
 import json, glob, statistics, collections, os
 acc = collections.defaultdict(list); walls = collections.defaultdict(list); raws = collections.defaultdict(list)

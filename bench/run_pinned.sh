@@ -8,15 +8,7 @@ trap 'rm -f suites/_dev*_fashion.yaml suites/_dev*_shapes.yaml' EXIT   # the pin
 OUT=${OUT:-bench/.cache/pinned}
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nproc; lscpu | grep -E 'Model name|^CPU\(s\)'; python3 -c "import onnxruntime, numpy; print('ort', onnxruntime.__version__, 'numpy', numpy.__version__)"
-python3 - <<'PY'
-import yaml
-for n in (2, 4, 16):
-    for src, tag in (("suites/fashion_mnist.yaml", "fashion"), ("suites/shapes_detection.yaml", "shapes")):
-        d = yaml.safe_load(open(src))
-        d.setdefault("backends", {}).setdefault("onnxruntime", {})["intra_op_num_threads"] = n
-        d["stages"]["e2e"]["workers"] = 2
-        yaml.safe_dump(d, open(f"suites/_dev{n}_{tag}.yaml", "w"), sort_keys=False)
-PY
+python3 bench/pinned_suites.py 2 4 16 || exit 1
 for n in 2 4 16; do
   c="0-$((n-1))"
   echo "== $n cores ($c)"
