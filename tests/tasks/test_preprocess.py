@@ -39,3 +39,34 @@ def test_batch_path_equals_the_per_image_path(options: dict, images: list[np.nda
     assert batch.flags["C_CONTIGUOUS"] and np.array_equal(batch, one_by_one)
     channels = 1 if options.get("grayscale") else 3
     assert batch.shape[1 if options.get("layout", "NCHW") == "NCHW" else 3] == channels
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"layout": "NHWC"},
+        {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+        {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "layout": "NHWC"},
+        {"grayscale": True, "mean": [0.5], "std": [0.25]},
+        {"scale": 1.0, "mean": [127.5], "dtype": "float16"},
+    ],
+)
+def test_values_are_the_textbook_formula(options: dict):
+    """(pixel * scale - mean) / std per channel, then the layout, in float32: written out here
+    step by step, independently of the implementation (which reorders the copies for speed)."""
+    cfg = Preprocess(**options)
+    batch = make_preprocess(cfg, []).batch(SAME)
+    x = np.stack(SAME).astype(np.float32)
+    if cfg.grayscale:
+        x = (np.stack(SAME)[..., :3] @ np.array([0.299, 0.587, 0.114], np.float32))[..., None]
+    x = x * np.float32(cfg.scale)
+    if cfg.mean is not None:
+        x = x - np.asarray(cfg.mean, np.float32)
+    if cfg.std is not None:
+        x = x / np.asarray(cfg.std, np.float32)
+    if cfg.layout == "NCHW":
+        x = x.transpose(0, 3, 1, 2)
+    expected = x.astype(cfg.dtype)
+    assert batch.dtype == expected.dtype and batch.shape == expected.shape
+    assert batch.flags["C_CONTIGUOUS"] and np.array_equal(batch, expected)
