@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The e2e throughput bench of two versions, interleaved: CORES (default "2 16") x 3 rounds x (old, new),
+# The e2e throughput bench of two versions, interleaved: CORES (default "2 16"; N or NtT as in
+# pinned_suites.py) x 3 rounds x (old, new),
 # 3 repeats each, pinned with taskset; prints the pooled median ratio per version. Run from the repo
 # root, with the old version's package and bench unpacked into _old/:
 #   git archive <old commit> trtverify bench/e2e_throughput.py | tar -x -C _old
@@ -13,9 +14,9 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 rm -rf /tmp/ab
 trap 'rm -f suites/_dev*_fashion.yaml suites/_dev*_shapes.yaml' EXIT
 python3 bench/pinned_suites.py $CORES || exit 1
-for n in $CORES; do for r in 1 2 3; do for v in old new; do
+for cfg in $CORES; do n=${cfg%%t*}; for r in 1 2 3; do for v in old new; do
   b=bench/e2e_throughput.py; [ $v = old ] && b=_old/bench/e2e_throughput.py
-  taskset -c 0-$((n-1)) python3 $b --repeat 3 --suite $PWD/suites/_dev${n}_shapes.yaml --suite $PWD/suites/_dev${n}_fashion.yaml --results /tmp/ab/n${n}_${v}_r$r > /dev/null 2>&1 || echo fail $v
+  taskset -c 0-$((n-1)) python3 $b --repeat 3 --suite $PWD/suites/_dev${cfg}_shapes.yaml --suite $PWD/suites/_dev${cfg}_fashion.yaml --results /tmp/ab/n${cfg}_${v}_r$r > /dev/null 2>&1 || echo fail $v
 done; done; done
 python3 - <<'PY'
 import json, glob, statistics, collections, os

@@ -129,6 +129,15 @@ def _consume(m: _Model, cfg: E2EStage, reader: Reader, index: list[int], out: An
             m.record.update(zip(index, out))
 
 
+def _post(m: _Model, cfg: E2EStage, reader: Reader, hook: Any, outputs: dict[str, np.ndarray], batch: Batch) -> None:
+    """Post-process one batch of a model's outputs (hook or built-in) and add it to its metrics."""
+    if cfg.task == "classification":
+        out = _call(hook, outputs, image_sizes=batch.sizes) if hook else _select_output(outputs, cfg.postprocess.output, m.name)
+    else:
+        out = _detections(outputs, batch, cfg, hook, m.name)
+    _consume(m, cfg, reader, batch.index, out, batch.labels)
+
+
 def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_Model], result: StageResult, indices: range) -> None:
     """Model by model over chunks of the data (all of it when it fits in `chunk_mb`).
 
@@ -152,11 +161,7 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
     chunks = 0
 
     def post(m: _Model, outputs: dict[str, np.ndarray], batch: Batch) -> None:
-        if cfg.task == "classification":
-            out = _call(hook, outputs, image_sizes=batch.sizes) if hook else _select_output(outputs, cfg.postprocess.output, m.name)
-        else:
-            out = _detections(outputs, batch, cfg, hook, m.name)
-        _consume(m, cfg, reader, batch.index, out, batch.labels)
+        _post(m, cfg, reader, hook, outputs, batch)
 
     pending: list[Future[None]] = []
     t_start = time.perf_counter()
