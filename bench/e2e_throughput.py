@@ -41,6 +41,17 @@ from trtverify.runner import run_suite  # noqa: E402
 from trtverify.tasks.datasets import batches, make_preprocess, open_dataset  # noqa: E402
 
 
+def preload(loaded) -> tuple:
+    """(reader, every batch, CPU seconds of reading and preprocessing them), serially in this thread
+    (opening the dataset is not counted: the stage does it before its loop too)."""
+    cfg = loaded.suite.stages.e2e
+    reader = open_dataset(cfg.dataset)
+    pre = make_preprocess(cfg.preprocess, loaded.search_path)
+    t0 = time.process_time()
+    data = list(batches(reader, range(len(reader)), cfg.batch_size, pre, 0))
+    return reader, data, time.process_time() - t0
+
+
 def raw_inference(loaded, spinning: bool | None = None) -> float:
     """`spinning`: override the suite's ORT allow_spinning (None: as configured)."""
     suite = loaded.suite
@@ -48,9 +59,7 @@ def raw_inference(loaded, spinning: bool | None = None) -> float:
     if spinning is not None:
         backends = backends.model_copy(update={"onnxruntime": backends.onnxruntime.model_copy(update={"allow_spinning": spinning})})
     cfg = suite.stages.e2e
-    reader = open_dataset(cfg.dataset)
-    pre = make_preprocess(cfg.preprocess, loaded.search_path)
-    data = [b.inputs for b in batches(reader, range(len(reader)), cfg.batch_size, pre, 0)]
+    data = [b.inputs for b in preload(loaded)[1]]
     names = suite.candidates_of(cfg)
     models = [OnnxRuntimeBackend(Path(suite.models.reference), backends.onnxruntime)]
     models += [candidate_backend(suite.models.candidates[n].backend, Path(suite.models.candidates[n].path), backends) for n in names]
@@ -72,22 +81,17 @@ def extra_cpu(loaded) -> tuple[float, float]:
     """CPU seconds of the work the stage does beyond inference, each done serially in this thread:
     reading and preprocessing every sample once, and post-processing plus metric updates of one
     model's outputs (the reference's; the stage does this once per model)."""
-    from trtverify.hooks import load_hook
     from trtverify.stages import e2e
 
     suite = loaded.suite
     cfg = suite.stages.e2e
-    reader = open_dataset(cfg.dataset)
-    pre = make_preprocess(cfg.preprocess, loaded.search_path)
-    t0 = time.process_time()
-    data = list(batches(reader, range(len(reader)), cfg.batch_size, pre, 0))
-    read = time.process_time() - t0
+    reader, data, read = preload(loaded)
     m = OnnxRuntimeBackend(Path(suite.models.reference), suite.backends.onnxruntime)
     m.load()
     name = cfg.preprocess.input or m.inputs()[0].name
     outputs = [m.infer({name: b.inputs}) for b in data]
     m.close()
-    hook = load_hook(cfg.postprocess.hook, loaded.search_path, what="postprocess.hook") if cfg.postprocess.hook else None
+    hook = e2e._postprocess(cfg, loaded.search_path)
     model = e2e._Model("reference", None)
     t0 = time.process_time()
     for out, b in zip(outputs, data):

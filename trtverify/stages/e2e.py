@@ -36,11 +36,12 @@ def gate_metrics(cfg: E2EStage) -> tuple[str, ...]:
     return DETECTION_METRICS
 
 
-def _postprocess(ctx: StageContext, cfg: E2EStage) -> Any:
+def _postprocess(cfg: E2EStage, search_path: Any) -> Any:
+    """The suite's post-processing hook, or None for the built-in."""
     from trtverify.hooks import load_hook
 
     if cfg.postprocess.hook:
-        return load_hook(cfg.postprocess.hook, ctx.loaded.search_path, what="postprocess.hook")
+        return load_hook(cfg.postprocess.hook, search_path, what="postprocess.hook")
     return None
 
 
@@ -151,7 +152,7 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
     from concurrent.futures import Future, ThreadPoolExecutor
 
     pre = make_preprocess(cfg.preprocess, ctx.loaded.search_path)
-    hook = _postprocess(ctx, cfg)
+    hook = _postprocess(cfg, ctx.loaded.search_path)
     input_name = cfg.preprocess.input
     limit = cfg.chunk_mb * 2**20
     n_batches = len(range(0, len(indices), cfg.batch_size))
@@ -159,9 +160,6 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
     read = 0  # batches taken from the reader so far
     done = [0] * len(models)
     chunks = 0
-
-    def post(m: _Model, outputs: dict[str, np.ndarray], batch: Batch) -> None:
-        _post(m, cfg, reader, hook, outputs, batch)
 
     pending: list[Future[None]] = []
     t_start = time.perf_counter()
@@ -178,7 +176,7 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
             t0 = time.perf_counter()
             outputs = m.backend.infer({name: batch.inputs})
             m.infer_s += time.perf_counter() - t0
-            pending.append(poster.submit(post, m, outputs, batch))
+            pending.append(poster.submit(_post, m, cfg, reader, hook, outputs, batch))
             done[k] += len(batch.index)
             ctx.progress(NAME, done[k], len(indices), m.name)
 

@@ -179,8 +179,8 @@ def make_preprocess(cfg: Preprocess, search_path: Sequence[Path]) -> Callable[[n
         """The elementwise steps on [..., H, W, C], for one image or a stacked batch.
 
         The layout moves first, on the (uint8) pixels, and the arithmetic runs in place on one
-        float32 copy: 4-5 times faster than float copies per step, with the same float32
-        operations in the same order, so the same bits."""
+        float32 copy, with the same float32 operations in the same order, so the same bits
+        (with mean and std about 6 times faster than a float copy per step)."""
         if channels_first:
             x = np.ascontiguousarray(np.moveaxis(x, -1, -3))
         y = x.astype(np.float32, order="C")
