@@ -132,3 +132,19 @@ def test_vectorised_demo_decoder_equals_the_per_image_one(model):
                 np.testing.assert_array_equal(g, e)
                 compared += len(g)
     assert compared > 500  # real detections were compared, not empty arrays
+
+
+def test_broken_annotations_fail_before_any_inference(tmp_path: Path):
+    """The COCO file is checked when the dataset opens (once, shared by every model's metrics),
+    so a bad annotation stops the stage at once with the file named, not after the reference ran."""
+    for sub in ("suites", "demo"):
+        shutil.copytree(ROOT / sub, tmp_path / sub)
+    ann = tmp_path / "demo" / "shapes" / "val" / "instances.json"
+    gt = json.loads(ann.read_text())
+    gt["annotations"][5]["category_id"] = 9
+    ann.write_text(json.dumps(gt))
+    r = run_cli("run", str(tmp_path / "suites" / "shapes_detection.yaml"), "--stage", "e2e", "--out", str(tmp_path / "o"))
+    assert r.code == 2, r.out + r.err
+    assert f"{ann}: invalid COCO ground truth: annotations[5] refers to category 9" in r.out
+    stage = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
+    assert "inference_s" not in stage.get("timings", {})

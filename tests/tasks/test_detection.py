@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from trtverify.fsutil import to_json
-from trtverify.tasks.detection import STAT_NAMES, DetectionAccumulator, load_coco, validate_coco
+from trtverify.tasks.detection import STAT_NAMES, DetectionAccumulator, GroundTruth, load_coco, validate_coco
 
 CATEGORIES = [{"id": 1, "name": "person"}, {"id": 3, "name": "car"}, {"id": 18, "name": "dog"}]
 
@@ -315,6 +315,39 @@ def test_bad_updates_are_rejected(gt30: dict, ids: list, dets: list, match: str)
     with pytest.raises(ValueError, match=match):
         acc.update(ids, dets)
     assert acc.images == []
+
+
+def test_one_call_per_batch_equals_one_call_per_image(gt30: dict, dets30: dict) -> None:
+    """`update` checks and converts a whole batch at once; the result must not depend on how the
+    images are grouped. Non-finite rows and empty images included; both share one GroundTruth."""
+    dets = {i: d.copy() for i, d in dets30.items()}
+    first = min(dets)
+    dets[first] = np.vstack([dets[first], [[np.nan, 0, 5, 5, 0.9, 1], [0, 0, np.inf, 5, 0.9, 77]]])  # 77: unknown, but not finite
+    dets[first + 1] = np.zeros((0, 6))
+    truth = GroundTruth(gt30)
+    one, batched = DetectionAccumulator(truth), DetectionAccumulator(truth)
+    for i, d in dets.items():
+        one.update([i], [d])
+    ids = list(dets)
+    for lo in range(0, len(ids), 7):
+        batched.update(ids[lo : lo + 7], [dets[i] for i in ids[lo : lo + 7]])
+    assert one.images == batched.images == sorted(ids)
+    for i in ids:
+        assert np.array_equal(one._dets[i], batched._dets[i])
+    a, b = one.compute(), batched.compute()
+    assert a["nonfinite_detections"] == b["nonfinite_detections"] == 2
+    assert to_json(a) == to_json(b)
+    assert to_json(a) == to_json(accumulate(gt30, dets).compute())  # a private GroundTruth per accumulator: the same
+
+
+def test_a_bad_image_in_a_batch_adds_none_of_it(gt30: dict) -> None:
+    acc = DetectionAccumulator(gt30)
+    good, bad = np.array([[0, 0, 5, 5, 0.5, 1]]), np.array([[0, 0, 5, 5, 0.5, 2]])
+    with pytest.raises(ValueError, match=r"image 2: category ids \[2.0\]"):
+        acc.update([1, 2, 3], [good, bad, good])
+    assert acc.images == []
+    acc.update([1, 3], [good, good])
+    assert acc.images == [1, 3]
 
 
 def test_unknown_backend(acc30: DetectionAccumulator) -> None:

@@ -37,6 +37,7 @@ class Reader:
     label: Callable[[int], int | None]
     class_names: list[str] | None = None
     coco: dict[str, Any] | None = None  # detection ground truth
+    truth: Any = None  # the same, checked and indexed once (detection.GroundTruth), shared by every model
     info: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -187,8 +188,22 @@ def _coco(ds: Dataset) -> Reader:
         images = images[: ds.limit]
         keep = {im["id"] for im in images}
         gt = {**gt, "images": images, "annotations": [a for a in gt["annotations"] if a["image_id"] in keep]}
+    from trtverify.tasks.detection import GroundTruth
+
+    try:  # checked before any model runs: a broken annotation file fails the stage at once, naming the file
+        truth = GroundTruth(gt, str(path))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     names = [c["name"] for c in sorted(gt["categories"], key=lambda c: c["id"])]
-    return Reader([im["id"] for im in images], lambda i: _read_image(root / images[i]["file_name"]), lambda i: None, names, coco=gt, info={"source": str(path), "images": str(root)})
+    return Reader(
+        [im["id"] for im in images],
+        lambda i: _read_image(root / images[i]["file_name"]),
+        lambda i: None,
+        names,
+        coco=gt,
+        truth=truth,
+        info={"source": str(path), "images": str(root)},
+    )
 
 
 def open_dataset(ds: Dataset) -> Reader:

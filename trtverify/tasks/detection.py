@@ -347,69 +347,96 @@ def _prf(tp: int, fp: int, fn: int) -> dict[str, float]:
     return {"precision": _ratio(tp, tp + fp), "recall": _ratio(tp, tp + fn), "f1": _ratio(2 * tp, 2 * tp + fp + fn)}
 
 
-class DetectionAccumulator:
-    """Detections of a validation set against COCO ground truth, image by image; metrics once at the end."""
+class GroundTruth:
+    """COCO ground truth checked and indexed once (`validate_coco`, `_normalise`), to be shared by
+    the accumulators of several models evaluated on the same images. Read-only once built."""
 
-    def __init__(self, gt: dict[str, Any], *, iou: float = 0.5, score_threshold: float = 0.3) -> None:
-        validate_coco(gt)
+    def __init__(self, gt: dict[str, Any], source: str = "ground truth") -> None:
+        validate_coco(gt, source)
+        self.gt = _normalise(gt)
+        self.cat_ids = sorted(c["id"] for c in self.gt["categories"])
+        self.cat_names = {c["id"]: c["name"] for c in self.gt["categories"]}
+        self.image_set = {img["id"] for img in self.gt["images"]}
+        self.key = hash(
+            (
+                tuple(sorted(self.image_set)),
+                tuple(self.cat_ids),
+                tuple((a["image_id"], a["category_id"], *a["bbox"], a["area"], a["iscrowd"]) for a in self.gt["annotations"]),
+            )
+        )
+        self.by_image: dict[int, list[dict[str, Any]]] = {}
+        for a in self.gt["annotations"]:
+            self.by_image.setdefault(a["image_id"], []).append(a)
+
+
+class DetectionAccumulator:
+    """Detections of a validation set against COCO ground truth, image by image; metrics once at the end.
+
+    `gt`: a COCO instances dict, or a `GroundTruth` built from one (shared, not copied)."""
+
+    def __init__(self, gt: dict[str, Any] | GroundTruth, *, iou: float = 0.5, score_threshold: float = 0.3) -> None:
+        truth = gt if isinstance(gt, GroundTruth) else GroundTruth(gt)
         if not 0.0 < float(iou) <= 1.0:
             raise ValueError(f"iou must be in (0, 1], got {iou}")
         if not math.isfinite(float(score_threshold)):
             raise ValueError(f"score_threshold must be finite, got {score_threshold}")
         self.iou = float(iou)
         self.score_threshold = float(score_threshold)
-        self._gt = _normalise(gt)
-        self._cat_ids = sorted(c["id"] for c in self._gt["categories"])
-        self._cat_names = {c["id"]: c["name"] for c in self._gt["categories"]}
-        self._image_set = {img["id"] for img in self._gt["images"]}
-        self._key = hash(
-            (
-                tuple(sorted(self._image_set)),
-                tuple(self._cat_ids),
-                tuple((a["image_id"], a["category_id"], *a["bbox"], a["area"], a["iscrowd"]) for a in self._gt["annotations"]),
-            )
-        )
-        self._gt_by_image: dict[int, list[dict[str, Any]]] = {}
-        for a in self._gt["annotations"]:
-            self._gt_by_image.setdefault(a["image_id"], []).append(a)
+        self._gt = truth.gt
+        self._cat_ids = truth.cat_ids
+        self._cat_names = truth.cat_names
+        self._image_set = truth.image_set
+        self._key = truth.key
+        self._gt_by_image = truth.by_image
         self._dets: dict[int, np.ndarray] = {}  # image id -> [K, 6] xywh, score, category
         self._nonfinite = 0
 
     def update(self, image_ids: Sequence[int], detections: Sequence[np.ndarray]) -> None:
-        """Add the detections ([K, 6] x1, y1, x2, y2, score, category_id) of some images."""
+        """Add the detections ([K, 6] x1, y1, x2, y2, score, category_id) of some images.
+
+        Nothing is added unless every image of the call is valid."""
         if len(image_ids) != len(detections):
             raise ValueError(f"{len(detections)} detection arrays for {len(image_ids)} image ids")
-        batch: dict[int, np.ndarray] = {}
-        nonfinite = 0
+        ids: list[int] = []
+        arrays: list[np.ndarray] = []
         for image_id, det in zip(image_ids, detections):
             if not _is_int(image_id):
                 raise ValueError(f"image ids must be integers, got {image_id!r}")
             i = int(image_id)
             if i not in self._image_set:
                 raise ValueError(f"image {i} is not in the ground truth")
-            if i in self._dets or i in batch:
-                raise ValueError(f"image {i} was already added")
             det = np.asarray(det, dtype=np.float64)
             if det.size == 0:
                 det = det.reshape(0, 6)
             if det.ndim != 2 or det.shape[1] != 6:
                 raise ValueError(f"image {i}: detections must have shape [K, 6] (x1, y1, x2, y2, score, category_id), got {list(det.shape)}")
-            finite = np.isfinite(det).all(axis=1)
-            nonfinite += int(np.count_nonzero(~finite))
-            det = det[finite]
-            cats = det[:, 5]
-            known = np.isin(cats, self._cat_ids)
-            if not known.all():
-                raise ValueError(
-                    f"image {i}: category ids {sorted(set(cats[~known].tolist()))} are not in the ground truth "
-                    f"(categories {self._cat_ids[:10]}{' ...' if len(self._cat_ids) > 10 else ''})"
-                )
-            xywh = det.copy()
-            xywh[:, 2] = np.maximum(det[:, 2] - det[:, 0], 0.0)
-            xywh[:, 3] = np.maximum(det[:, 3] - det[:, 1], 0.0)
-            batch[i] = xywh
-        self._dets.update(batch)
-        self._nonfinite += nonfinite
+            ids.append(i)
+            arrays.append(det)
+        seen = set(self._dets)
+        for i in ids:
+            if i in seen:
+                raise ValueError(f"image {i} was already added")
+            seen.add(i)
+        # the checks and the box conversion on the whole call at once, then split per image
+        counts = np.array([len(a) for a in arrays])
+        owner = np.repeat(np.arange(len(arrays)), counts)
+        det = np.concatenate(arrays) if arrays else np.zeros((0, 6))
+        finite = np.isfinite(det).all(axis=1)
+        known = np.isin(det[:, 5], self._cat_ids) | ~finite
+        if not known.all():
+            first = int(owner[np.argmin(known)])
+            bad = det[(owner == first) & ~known, 5]
+            raise ValueError(
+                f"image {ids[first]}: category ids {sorted(set(bad.tolist()))} are not in the ground truth "
+                f"(categories {self._cat_ids[:10]}{' ...' if len(self._cat_ids) > 10 else ''})"
+            )
+        xywh = det.copy()
+        xywh[:, 2] = np.maximum(det[:, 2] - det[:, 0], 0.0)
+        xywh[:, 3] = np.maximum(det[:, 3] - det[:, 1], 0.0)
+        kept = np.bincount(owner[finite], minlength=len(arrays))
+        parts = np.split(xywh[finite], np.cumsum(kept)[:-1]) if arrays else []
+        self._dets.update(zip(ids, parts))
+        self._nonfinite += int(np.count_nonzero(~finite))
 
     def merge(self, other: DetectionAccumulator) -> None:
         """Add the images of another shard (same ground truth and operating point, disjoint images)."""
