@@ -11,8 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import struct
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,64 +42,11 @@ class Reader:
         return len(self.ids)
 
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_SPNG: Any = None  # the pyspng module, False where it is not installed
-
-
-def _spng() -> Any:
-    global _SPNG
-    if _SPNG is None:
-        try:
-            import pyspng
-
-            _SPNG = pyspng
-        except ImportError:  # optional (no wheel for every platform): PIL reads every PNG too
-            _SPNG = False
-    return _SPNG
-
-
-def _plain_png(data: bytes) -> bool:
-    """A complete, intact, 8-bit, non-interlaced PNG of a size PIL would open: the files the fast
-    decoder reads exactly as PIL does (tests/tasks/test_read_image.py). Every chunk's CRC is checked
-    here because pyspng decodes with CRC checks off: a damaged file must go to PIL, which refuses it."""
-    if len(data) < 33 or data[:8] != PNG_SIGNATURE or data[12:16] != b"IHDR":
-        return False
-    width, height, depth, color, _, _, interlace = struct.unpack_from(">IIBBBBB", data, 16)
-    if depth != 8 or color not in (0, 2, 3, 4, 6) or interlace != 0:
-        return False
-    pil = require("PIL.Image", "reading image files (stage e2e)")
-    if pil.MAX_IMAGE_PIXELS and width * height > pil.MAX_IMAGE_PIXELS:  # PIL's decompression-bomb rules apply
-        return False
-    pos, end = 8, len(data)
-    while pos + 12 <= end:
-        (length,) = struct.unpack_from(">I", data, pos)
-        stop = pos + 8 + length
-        if stop + 4 > end or zlib.crc32(memoryview(data)[pos + 4 : stop]) != struct.unpack_from(">I", data, stop)[0]:
-            return False
-        if data[pos + 4 : pos + 8] == b"IEND":
-            return True
-        pos = stop + 4
-    return False  # no IEND: truncated
-
-
 def _read_image(path: Path) -> np.ndarray:
-    """uint8 HWC RGB pixels of an image file, as PIL's `convert("RGB")` gives them.
-
-    Plain 8-bit PNGs go through libspng (pyspng, where installed), which decodes them about twice
-    as fast as PIL, with the same pixels; everything else, and anything pyspng refuses, through PIL."""
-    try:
-        data = Path(path).read_bytes()  # one read of the whole file: PIL's chunked reads from disk cost more than the bytes
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read image ({exc.strerror or exc})") from exc
-    spng = _spng()
-    if spng and _plain_png(data):
-        try:
-            return spng.load(data, format="RGB")
-        except (RuntimeError, ValueError):
-            pass  # PIL decides, and words the error
     pil = require("PIL.Image", "reading image files (stage e2e)")
     try:
-        with pil.open(io.BytesIO(data)) as im:
+        # one read of the whole file: PIL's chunked reads from disk cost more than the bytes
+        with pil.open(io.BytesIO(Path(path).read_bytes())) as im:
             return np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: cannot read image ({exc})") from exc
