@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -99,6 +100,18 @@ def extra_cpu(loaded) -> tuple[float, float]:
     return read, time.process_time() - t0
 
 
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median: the order statistics x(j), x(k) that the
+    binomial(n, 1/2) law puts around the middle with at least `level` coverage (for n < 6 none
+    exists at 95 %: the range is returned)."""
+    xs, n = sorted(values), len(values)
+    cdf = [sum(math.comb(n, i) for i in range(j + 1)) / 2**n for j in range(n)]  # P(Binomial(n, 1/2) <= j)
+    j = max((j for j in range(n) if cdf[j] <= (1 - level) / 2), default=None)
+    if j is None:
+        return xs[0], xs[-1]
+    return xs[j], xs[n - 1 - j]
+
+
 def stage_wall(loaded, out: Path) -> tuple[float, dict]:
     result = run_suite(loaded, out, stages=["e2e"])
     timings = result.results["stages"][0]["timings"]
@@ -108,7 +121,7 @@ def stage_wall(loaded, out: Path) -> tuple[float, dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", action="append", type=Path, help="suite(s) with an e2e stage [default: the two demos]")
-    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--repeat", type=int, default=15, help="repeats; each gives one wall/raw ratio (single ratios vary by 10-25 %% on shared machines)")
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = ap.parse_args()
     suites = args.suite or [p for p in (REPO / "suites" / "fashion_mnist.yaml", REPO / "suites" / "shapes_detection.yaml") if p.exists()]
@@ -152,6 +165,7 @@ def main() -> int:
                 "post_cpu_s_per_model": statistics.median(post_cpu),
                 "ratio": ratio,
                 "ratio_iqr": [q1, q3],
+                "ratio_ci95": list(median_ci(ratios)),
                 "ratios": ratios,
                 "meets_target": ratio <= 1.10,
             }
@@ -165,12 +179,13 @@ def main() -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "e2e_throughput.json").write_text(json.dumps(report, indent=2) + "\n")
     md = [
-        "| suite | task | samples | models | raw inference s (mode) | stage wall s | inference inside the stage s | extra CPU s: reading / post per model | wall / raw (IQR) | target ≤ 1.10 |",
+        "| suite | task | samples | models | raw inference s (mode) | stage wall s | inference inside the stage s | extra CPU s: reading / post per model | wall / raw: median (95% CI of the median) | target ≤ 1.10 |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     md += [
         f"| {r['suite']} | {r['task']} | {r['samples']} | {r['models']} | {r['raw_inference_s']:.3f} ({r['raw_mode']}) | {r['stage_wall_s']:.3f} | {r['stage_inference_s']:.3f} | {r['reading_cpu_s']:.3f} / {r['post_cpu_s_per_model']:.3f} "
-        f"| {r['ratio']:.3f} ({r['ratio_iqr'][0]:.3f}–{r['ratio_iqr'][1]:.3f}) | {'yes' if r['meets_target'] else 'no'} |"
+        f"| {r['ratio']:.3f} ({r['ratio_ci95'][0]:.3f}–{r['ratio_ci95'][1]:.3f}) "
+        f"| {('yes' if r['ratio_ci95'][1] <= 1.10 else 'yes (median; not the whole CI)') if r['meets_target'] else 'no'} |"
         for r in rows
     ]
     threads = sorted({r["ort_intra_op_threads"] for r in rows})

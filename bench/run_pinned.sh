@@ -15,5 +15,5 @@ python3 bench/pinned_suites.py $CONFIGS || exit 1
 for cfg in $CONFIGS; do
   n=${cfg%%t*}; c="0-$((n-1))"
   echo "== $cfg: $n cores ($c)"
-  taskset -c $c python3 bench/e2e_throughput.py --repeat ${REPEAT:-9} --suite suites/_dev${cfg}_fashion.yaml --suite suites/_dev${cfg}_shapes.yaml --results $OUT/n$cfg 2>&1 | grep -v "^.*: run " 
+  taskset -c $c python3 bench/e2e_throughput.py --repeat ${REPEAT:-15} --suite suites/_dev${cfg}_fashion.yaml --suite suites/_dev${cfg}_shapes.yaml --results $OUT/n$cfg 2>&1 | grep -v "^.*: run " 
 done
