@@ -340,6 +340,14 @@ def test_one_call_per_batch_equals_one_call_per_image(gt30: dict, dets30: dict) 
     assert to_json(a) == to_json(accumulate(gt30, dets).compute())  # a private GroundTruth per accumulator: the same
 
 
+def test_empty_updates_add_nothing(gt30: dict) -> None:
+    acc = DetectionAccumulator(gt30)
+    acc.update([], [])
+    assert acc.images == []
+    acc.update([1, 2], [np.zeros((0, 6)), np.zeros(0)])  # images without detections
+    assert acc.images == [1, 2] and acc._dets[1].shape == acc._dets[2].shape == (0, 6)
+
+
 def test_a_bad_image_in_a_batch_adds_none_of_it(gt30: dict) -> None:
     acc = DetectionAccumulator(gt30)
     good, bad = np.array([[0, 0, 5, 5, 0.5, 1]]), np.array([[0, 0, 5, 5, 0.5, 2]])

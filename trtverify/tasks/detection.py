@@ -412,15 +412,17 @@ class DetectionAccumulator:
                 raise ValueError(f"image {i}: detections must have shape [K, 6] (x1, y1, x2, y2, score, category_id), got {list(det.shape)}")
             ids.append(i)
             arrays.append(det)
-        seen = set(self._dets)
+        seen: set[int] = set()
         for i in ids:
-            if i in seen:
+            if i in self._dets or i in seen:
                 raise ValueError(f"image {i} was already added")
             seen.add(i)
+        if not ids:
+            return
         # the checks and the box conversion on the whole call at once, then split per image
-        counts = np.array([len(a) for a in arrays])
+        counts = np.array([len(a) for a in arrays], dtype=np.int64)
         owner = np.repeat(np.arange(len(arrays)), counts)
-        det = np.concatenate(arrays) if arrays else np.zeros((0, 6))
+        det = np.concatenate(arrays)
         finite = np.isfinite(det).all(axis=1)
         known = np.isin(det[:, 5], self._cat_ids) | ~finite
         if not known.all():
@@ -434,7 +436,7 @@ class DetectionAccumulator:
         xywh[:, 2] = np.maximum(det[:, 2] - det[:, 0], 0.0)
         xywh[:, 3] = np.maximum(det[:, 3] - det[:, 1], 0.0)
         kept = np.bincount(owner[finite], minlength=len(arrays))
-        parts = np.split(xywh[finite], np.cumsum(kept)[:-1]) if arrays else []
+        parts = np.split(xywh[finite], np.cumsum(kept)[:-1])
         self._dets.update(zip(ids, parts))
         self._nonfinite += int(np.count_nonzero(~finite))
 
