@@ -6,6 +6,7 @@ import io
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -338,6 +339,31 @@ def test_one_call_per_batch_equals_one_call_per_image(gt30: dict, dets30: dict) 
     assert a["nonfinite_detections"] == b["nonfinite_detections"] == 2
     assert to_json(a) == to_json(b)
     assert to_json(a) == to_json(accumulate(gt30, dets).compute())  # a private GroundTruth per accumulator: the same
+
+
+@pytest.mark.parametrize(
+    "ids, dets, match",
+    [
+        ([1, 2], [[[0, 0, 5, 5, 0.5, 2]], np.zeros((1, 5))], r"image 1: category ids \[2.0\]"),
+        ([1, 1], [[[0, 0, 5, 5, 0.5, 2]], np.zeros((0, 6))], r"image 1: category ids \[2.0\]"),
+        ([1, 2, 999], [np.zeros((0, 6)), [[0, 0, 5, 5, 0.5, 2]], np.zeros((0, 6))], r"image 2: category ids"),
+        ([1, 999, 2], [np.zeros((0, 6)), np.zeros((0, 6)), [[0, 0, 5, 5, 0.5, 2]]], "image 999 is not in the ground truth"),
+    ],
+)
+def test_the_first_bad_image_is_named(gt30: dict, ids: list, dets: list, match: str) -> None:
+    """The batch-wise checks report what a check of one image after another would report first."""
+    acc = DetectionAccumulator(gt30)
+    with pytest.raises(ValueError, match=match):
+        acc.update(ids, [np.asarray(d, dtype=float) for d in dets])
+    assert acc.images == []
+
+
+def test_rows_with_infinite_corners_are_dropped_without_warnings(gt30: dict) -> None:
+    acc = DetectionAccumulator(gt30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        acc.update([1], [np.array([[np.inf, 0, np.inf, 5, 0.9, 1], [0, 0, 5, 5, 0.9, 1]])])
+    assert acc._dets[1].tolist() == [[0, 0, 5, 5, 0.9, 1]] and acc.compute()["nonfinite_detections"] == 1
 
 
 def test_empty_updates_add_nothing(gt30: dict) -> None:

@@ -394,49 +394,57 @@ class DetectionAccumulator:
     def update(self, image_ids: Sequence[int], detections: Sequence[np.ndarray]) -> None:
         """Add the detections ([K, 6] x1, y1, x2, y2, score, category_id) of some images.
 
-        Nothing is added unless every image of the call is valid."""
+        Nothing is added unless every image of the call is valid; an error names the first
+        invalid image, as checking the images one by one would."""
         if len(image_ids) != len(detections):
             raise ValueError(f"{len(detections)} detection arrays for {len(image_ids)} image ids")
         ids: list[int] = []
         arrays: list[np.ndarray] = []
+        problem: str | None = None  # what is wrong with image len(ids), the first invalid one
         for image_id, det in zip(image_ids, detections):
             if not _is_int(image_id):
-                raise ValueError(f"image ids must be integers, got {image_id!r}")
+                problem = f"image ids must be integers, got {image_id!r}"
+                break
             i = int(image_id)
             if i not in self._image_set:
-                raise ValueError(f"image {i} is not in the ground truth")
+                problem = f"image {i} is not in the ground truth"
+                break
+            if i in self._dets or i in ids:
+                problem = f"image {i} was already added"
+                break
             det = np.asarray(det, dtype=np.float64)
             if det.size == 0:
                 det = det.reshape(0, 6)
             if det.ndim != 2 or det.shape[1] != 6:
-                raise ValueError(f"image {i}: detections must have shape [K, 6] (x1, y1, x2, y2, score, category_id), got {list(det.shape)}")
+                problem = f"image {i}: detections must have shape [K, 6] (x1, y1, x2, y2, score, category_id), got {list(det.shape)}"
+                break
             ids.append(i)
             arrays.append(det)
-        seen: set[int] = set()
-        for i in ids:
-            if i in self._dets or i in seen:
-                raise ValueError(f"image {i} was already added")
-            seen.add(i)
         if not ids:
+            if problem:
+                raise ValueError(problem)
             return
-        # the checks and the box conversion on the whole call at once, then split per image
+        # the rest on the valid images before the first problem at once, then split per image
         counts = np.array([len(a) for a in arrays], dtype=np.int64)
         owner = np.repeat(np.arange(len(arrays)), counts)
         det = np.concatenate(arrays)
         finite = np.isfinite(det).all(axis=1)
-        known = np.isin(det[:, 5], self._cat_ids) | ~finite
-        if not known.all():
-            first = int(owner[np.argmin(known)])
-            bad = det[(owner == first) & ~known, 5]
+        det, owner_kept = det[finite], owner[finite]
+        known = np.isin(det[:, 5], self._cat_ids)
+        if not known.all():  # an earlier image than the one `problem` names
+            first = int(owner_kept[np.argmin(known)])
+            bad = det[(owner_kept == first) & ~known, 5]
             raise ValueError(
                 f"image {ids[first]}: category ids {sorted(set(bad.tolist()))} are not in the ground truth "
                 f"(categories {self._cat_ids[:10]}{' ...' if len(self._cat_ids) > 10 else ''})"
             )
+        if problem:
+            raise ValueError(problem)
         xywh = det.copy()
         xywh[:, 2] = np.maximum(det[:, 2] - det[:, 0], 0.0)
         xywh[:, 3] = np.maximum(det[:, 3] - det[:, 1], 0.0)
-        kept = np.bincount(owner[finite], minlength=len(arrays))
-        parts = np.split(xywh[finite], np.cumsum(kept)[:-1])
+        kept = np.bincount(owner_kept, minlength=len(arrays))
+        parts = np.split(xywh, np.cumsum(kept)[:-1])
         self._dets.update(zip(ids, parts))
         self._nonfinite += int(np.count_nonzero(~finite))
 
