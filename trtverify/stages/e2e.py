@@ -124,7 +124,7 @@ def _consume(m: _Model, cfg: E2EStage, reader: Reader, index: list[int], out: An
             m.record.update(zip(index, np.array(scores)))
     else:
         if m.acc is None:
-            m.acc = DetectionAccumulator(reader.truth or reader.coco, iou=cfg.iou, score_threshold=cfg.score_threshold)
+            m.acc = DetectionAccumulator(reader.truth, iou=cfg.iou, score_threshold=cfg.score_threshold)
         m.acc.update([reader.ids[i] for i in index], out)
         if m.record is not None:
             m.record.update(zip(index, out))
