@@ -1,7 +1,8 @@
 """Copies of the two demo suites for a pinned bench: `suites/_dev<CFG>_{fashion,shapes}.yaml`, for each
 CFG given as `N` (ONNX Runtime's intra-op threads = N, for a process pinned to N cores) or `NtT`
 (T threads, for N cores: the cores beyond T are left to reading and post-processing, as on a machine
-whose inference runs on an accelerator), with 2 e2e reader threads. They live beside the originals
+whose inference runs on an accelerator), with the e2e reader threads left at their default (a quarter of
+the usable cores, 2..4; the stage records it in results.json). They live beside the originals
 so that their relative paths hold; the calling script deletes them.
 
     python3 bench/pinned_suites.py 2 4 16 16t8
@@ -21,6 +22,5 @@ for cfg in sys.argv[1:]:
         with open(src, encoding="utf-8") as fh:
             d = yaml.safe_load(fh)
         d.setdefault("backends", {}).setdefault("onnxruntime", {})["intra_op_num_threads"] = threads
-        d["stages"]["e2e"]["workers"] = 2
         with open(f"suites/_dev{cfg}_{tag}.yaml", "w", encoding="utf-8") as fh:
             yaml.safe_dump(d, fh, sort_keys=False)

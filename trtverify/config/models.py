@@ -263,7 +263,12 @@ class E2EStage(Strict):
     candidates: list[Name] | None = Field(default=None, description="default: every candidate")
     gates: list[Gate] = Field(min_length=1)
     batch_size: int = Field(default=32, ge=1)
-    workers: int = Field(default=2, ge=0, description="background threads reading and preprocessing (0: inline)")
+    workers: int | None = Field(
+        default=None,
+        ge=0,
+        description="background threads reading and preprocessing (0: inline); default: a quarter of the usable cores, "
+        "at least 2 and at most 4",
+    )
     chunk_mb: float = Field(
         default=1024,
         gt=0,

@@ -23,7 +23,7 @@ from trtverify.compare.checks import CheckResult
 from trtverify.config.models import E2EStage
 from trtverify.errors import UsageError
 from trtverify.stages.base import StageContext, StageResult
-from trtverify.tasks.datasets import Batch, Reader, batches, make_preprocess, open_dataset
+from trtverify.tasks.datasets import Batch, Reader, batches, default_workers, make_preprocess, open_dataset
 
 NAME = "e2e"
 CLASSIFICATION_METRICS = ("accuracy", "macro_f1", "micro_f1", "weighted_f1")
@@ -163,7 +163,9 @@ def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_
 
     pending: list[Future[None]] = []
     t_start = time.perf_counter()
-    source = iter(batches(reader, indices, cfg.batch_size, pre, cfg.workers))
+    workers = default_workers(cfg.workers)
+    result.details["workers"] = workers
+    source = iter(batches(reader, indices, cfg.batch_size, pre, workers))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trtverify-post") as poster:
 
         def infer(k: int, batch: Batch) -> None:
