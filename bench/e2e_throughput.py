@@ -7,7 +7,7 @@ too) and its
 (its default) and once off (as the stage runs its first model). The mode with the lower median over the
 repeats is the baseline. Stage: `trtverify`'s e2e stage as a suite runs it (reading,
 preprocessing in background threads, inference, post-processing, metric updates); its
-`wall_s` is the evaluation loop, after session creation and before the final metrics.
+`wall_s` is the evaluation loop without creating and freeing sessions, before the final metrics.
 Beside them, the CPU seconds of the work the stage does beyond inference, each measured
 serially: reading and preprocessing all samples (once per stage), and post-processing plus
 metric updates of one model's outputs (once per model).
