@@ -13,6 +13,7 @@ import pytest
 
 from trtverify.config.models import Dataset, Preprocess
 from trtverify.errors import UsageError
+from trtverify.tasks import datasets
 from trtverify.tasks.datasets import Reader, batches, default_workers, make_preprocess, open_dataset
 
 
@@ -84,19 +85,77 @@ def test_batches_before_a_bad_one_are_delivered_and_its_error_names_the_first_im
         next(it)
 
 
+def _counting_reader(n: int, delay: float = 0.0) -> tuple[Reader, dict[int, str]]:
+    """A reader that records which thread read each index."""
+    seen: dict[int, str] = {}
+
+    def image(i: int) -> np.ndarray:
+        time.sleep(delay)
+        seen[i] = threading.current_thread().name
+        return np.full((4, 4, 3), i % 256, np.uint8)
+
+    return Reader(list(range(n)), image, lambda i: 0), seen
+
+
+def test_the_threads_share_each_batch():
+    reader, seen = _counting_reader(18, delay=0.01)
+    got = list(batches(reader, range(18), 9, make_preprocess(Preprocess(), []), 3))
+    assert [b.index for b in got] == [list(range(9)), list(range(9, 18))]
+    assert len({seen[i] for i in range(9)}) == 3  # the first batch was read in 3 parts at once
+
+
+def test_read_ahead_is_bounded():
+    # a slow consumer: only workers + 1 batches are read ahead, plus the one queued when a batch is taken
+    reader, seen = _counting_reader(100)
+    it = batches(reader, range(100), 5, make_preprocess(Preprocess(), []), 2)
+    next(it)
+    deadline = time.monotonic() + 5
+    while len(seen) < 20 and time.monotonic() < deadline:  # the in-flight reads finish...
+        time.sleep(0.01)
+    time.sleep(0.2)  # ...and no more follow
+    assert len(seen) == (2 + 1) * 5 + 5
+    it.close()
+
+
 def test_an_abandoned_reader_stops_its_threads():
-    pre = make_preprocess(Preprocess(), [])
+    reader, seen = _counting_reader(400, delay=0.1)
     before = {t.ident for t in threading.enumerate()}
-    it = batches(_reader_failing_at(set(), n=400), range(400), 4, pre, 3)
+    it = batches(reader, range(400), 4, make_preprocess(Preprocess(), []), 3)
     next(it)
     it.close()  # as when the stage fails on the first batch: the queued reads are cancelled, the pool joined
     assert not [t for t in threading.enumerate() if t.ident not in before and t.name.startswith("trtverify-data")]
+    # 5 batches (20 images) were queued; the cancelled parts were never read (about 4 + 6 were)
+    assert len(seen) < 20
+
+
+@pytest.mark.parametrize(("cpu_max", "expected"), [("max 100000\n", 16), ("200000 100000\n", 2), ("50000 100000\n", 1), ("garbage\n", 16), (None, 16)])
+def test_usable_cores_honour_a_cgroup_quota(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_max: str | None, expected: int):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    f = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        f.write_text(cpu_max)
+    monkeypatch.setattr(datasets, "CPU_MAX", f)
+    assert datasets.usable_cores() == expected
+
+
+def test_a_hooks_own_attributes_are_not_taken_for_the_built_in_steps(folder: Path):
+    class Hook:
+        def __call__(self, image: np.ndarray) -> np.ndarray:
+            return image[:4, :4, 0].astype(np.float32)
+
+        def finish(self) -> None:  # a hook's own method of that name is left alone
+            raise AssertionError("called")
+
+        per_image = batch = finish
+
+    got = _collect(open_dataset(Dataset(folder=folder)), Hook(), 2)
+    assert got[0].inputs.shape == (7, 4, 4)
 
 
 @pytest.mark.parametrize(("cores", "expected"), [(1, 2), (2, 2), (8, 2), (12, 3), (16, 4), (64, 4)])
 def test_default_workers_follow_the_usable_cores(monkeypatch: pytest.MonkeyPatch, cores: int, expected: int):
-    import os
-
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(datasets, "usable_cores", lambda: cores)
     assert default_workers(None) == expected
     assert default_workers(0) == 0 and default_workers(7) == 7  # a configured number is kept, 0 (inline) too

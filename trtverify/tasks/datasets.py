@@ -219,9 +219,9 @@ def make_preprocess(cfg: Preprocess, search_path: Sequence[Path]) -> Callable[[n
         return finish([shape(im) for im in images])
 
     pre.batch = pre_batch  # type: ignore[attr-defined]
-    # for `batches`: the per-image steps run in parallel over parts of a batch, the rest once per batch
-    pre.per_image = shape  # type: ignore[attr-defined]
-    pre.finish = finish  # type: ignore[attr-defined]
+    # for `batches`: the per-image steps run in parallel over parts of a batch, the rest once per
+    # batch (a private name, so that a hook's own attributes are never taken for these)
+    pre._trtverify_steps = (shape, finish)  # type: ignore[attr-defined]
     return pre
 
 
@@ -233,17 +233,32 @@ class Batch:
     sizes: list[tuple[int, int]]  # original (height, width) of each image
 
 
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
+
+
 def default_workers(workers: int | None) -> int:
     """Reader threads: as configured, or a quarter of the usable cores, at least 2 and at most 4 (measured
     on the detection demo: with 16 cores 4 threads kept the first model waiting about half as long as 2;
     8 were no faster than 4, the decoding's share under the GIL limits them)."""
     if workers is not None:
         return workers
+    return min(4, max(2, usable_cores() // 4))
+
+
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (a
+    container limited to 2 CPUs on a 64-core host has 2)."""
     try:
         cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on macOS or Windows
+    except AttributeError:  # no sched_getaffinity on macOS or Windows
         cores = os.cpu_count() or 2
-    return min(4, max(2, cores // 4))
+    try:
+        quota, period = CPU_MAX.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, int(int(quota) // int(period))))
+    except (OSError, ValueError):  # no cgroup v2 file, or not one we can read
+        pass
+    return cores
 
 
 def batches(reader: Reader, indices: Sequence[int], batch_size: int, preprocess: Callable[[np.ndarray], np.ndarray], workers: int) -> Iterator[Batch]:
@@ -254,8 +269,8 @@ def batches(reader: Reader, indices: Sequence[int], batch_size: int, preprocess:
     that finishes a batch's last part stacks it and runs the batch-wide steps. At most `workers + 1`
     batches are in flight. An error is raised when its batch is reached, for the first failing image
     in order, as when reading serially."""
-    per_image = getattr(preprocess, "per_image", preprocess)  # the built-in's per-image steps, or a hook
-    finish = getattr(preprocess, "finish", np.stack)
+    # the built-in's per-image and batch-wide steps; a hook is called per image and the results stacked
+    per_image, finish = getattr(preprocess, "_trtverify_steps", (preprocess, np.stack))
 
     def read(part: Sequence[int]) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
         out, sizes = [], []
