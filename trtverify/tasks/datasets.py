@@ -215,10 +215,6 @@ def make_preprocess(cfg: Preprocess, search_path: Sequence[Path]) -> Callable[[n
         # one pass over the stacked batch: stacking uint8 copies 4x less than stacking float32
         return scale(np.stack(shaped))
 
-    def pre_batch(images: Sequence[np.ndarray]) -> np.ndarray:
-        return finish([shape(im) for im in images])
-
-    pre.batch = pre_batch  # type: ignore[attr-defined]
     # for `batches`: the per-image steps run in parallel over parts of a batch, the rest once per
     # batch (a private name, so that a hook's own attributes are never taken for these)
     pre._trtverify_steps = (shape, finish)  # type: ignore[attr-defined]
