@@ -36,7 +36,7 @@ def test_coco_figures_equal_pycocotools_on_the_demo(e2e_run):
     pre = make_preprocess(cfg.preprocess, loaded.suite.python_path)
     decode = load_hook(cfg.postprocess.hook, loaded.suite.python_path)
     model = OnnxRuntimeBackend(Path(loaded.suite.models.reference))
-    acc = DetectionAccumulator(reader.coco, iou=cfg.iou, score_threshold=cfg.score_threshold)
+    acc = DetectionAccumulator(reader.truth, iou=cfg.iou, score_threshold=cfg.score_threshold)
     for b in batches(reader, range(len(reader)), 50, pre, 0):
         dets = decode(model.infer({"images": b.inputs}), image_sizes=b.sizes)
         acc.update([reader.ids[i] for i in b.index], dets)

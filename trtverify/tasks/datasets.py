@@ -36,8 +36,7 @@ class Reader:
     image: Callable[[int], np.ndarray]
     label: Callable[[int], int | None]
     class_names: list[str] | None = None
-    coco: dict[str, Any] | None = None  # detection ground truth
-    truth: Any = None  # the same, checked and indexed once (detection.GroundTruth), shared by every model
+    truth: Any = None  # detection ground truth, checked and indexed once (detection.GroundTruth), shared by every model
     info: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -147,7 +146,6 @@ def _coco(ds: Dataset) -> Reader:
         lambda i: _read_image(root / images[i]["file_name"]),
         lambda i: None,
         names,
-        coco=gt,
         truth=truth,
         info={"source": str(path), "images": str(root)},
     )
