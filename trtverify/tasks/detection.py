@@ -382,12 +382,7 @@ class DetectionAccumulator:
             raise ValueError(f"score_threshold must be finite, got {score_threshold}")
         self.iou = float(iou)
         self.score_threshold = float(score_threshold)
-        self._gt = truth.gt
-        self._cat_ids = truth.cat_ids
-        self._cat_names = truth.cat_names
-        self._image_set = truth.image_set
-        self._key = truth.key
-        self._gt_by_image = truth.by_image
+        self._truth = truth  # shared with other accumulators on the same images; read-only
         self._dets: dict[int, np.ndarray] = {}  # image id -> [K, 6] xywh, score, category
         self._nonfinite = 0
 
@@ -406,7 +401,7 @@ class DetectionAccumulator:
                 problem = f"image ids must be integers, got {image_id!r}"
                 break
             i = int(image_id)
-            if i not in self._image_set:
+            if i not in self._truth.image_set:
                 problem = f"image {i} is not in the ground truth"
                 break
             if i in self._dets or i in ids:
@@ -430,13 +425,13 @@ class DetectionAccumulator:
         det = np.concatenate(arrays)
         finite = np.isfinite(det).all(axis=1)
         det, owner_kept = det[finite], owner[finite]
-        known = np.isin(det[:, 5], self._cat_ids)
+        known = np.isin(det[:, 5], self._truth.cat_ids)
         if not known.all():  # an earlier image than the one `problem` names
             first = int(owner_kept[np.argmin(known)])
             bad = det[(owner_kept == first) & ~known, 5]
             raise ValueError(
                 f"image {ids[first]}: category ids {sorted(set(bad.tolist()))} are not in the ground truth "
-                f"(categories {self._cat_ids[:10]}{' ...' if len(self._cat_ids) > 10 else ''})"
+                f"(categories {self._truth.cat_ids[:10]}{' ...' if len(self._truth.cat_ids) > 10 else ''})"
             )
         if problem:
             raise ValueError(problem)
@@ -450,7 +445,7 @@ class DetectionAccumulator:
 
     def merge(self, other: DetectionAccumulator) -> None:
         """Add the images of another shard (same ground truth and operating point, disjoint images)."""
-        if other._key != self._key:
+        if other._truth.key != self._truth.key:
             raise ValueError("cannot merge detections evaluated against different ground truth")
         if (other.iou, other.score_threshold) != (self.iou, self.score_threshold):
             raise ValueError(
@@ -477,20 +472,20 @@ class DetectionAccumulator:
             for i in ids
             for r in self._dets[i].tolist()
         ]
-        precision, recall = _coco_arrays(self._gt, ids, results, backend)
+        precision, recall = _coco_arrays(self._truth.gt, ids, results, backend)
         out: dict[str, Any] = coco_stats(precision, recall)
-        by_cat: dict[int, list[int]] = {cat: [0, 0, 0] for cat in self._cat_ids}
+        by_cat: dict[int, list[int]] = {cat: [0, 0, 0] for cat in self._truth.cat_ids}
         for counts in self._counts().values():
             for cat, c in counts.items():
                 by_cat[cat] = [a + b for a, b in zip(by_cat[cat], c)]
         per_class = []
         t50 = _iou_index(0.5)
-        for k, cat in enumerate(self._cat_ids):
+        for k, cat in enumerate(self._truth.cat_ids):
             tp, fp, fn = by_cat[cat]
             per_class.append(
                 {
                     "category_id": cat,
-                    "name": self._cat_names[cat],
+                    "name": self._truth.cat_names[cat],
                     "ap": _mean_valid(precision[:, :, k, 0, 2]),
                     "ap50": _mean_valid(precision[t50, :, k, 0, 2]),
                     **_prf(tp, fp, fn),
@@ -536,7 +531,7 @@ class DetectionAccumulator:
     def _pairs(self, image_id: int) -> dict[int, _Pair]:
         """(category -> _Pair, at most maxDets detections) of one image, for the categories with
         ground truth or detections."""
-        gts = self._gt_by_image.get(image_id, [])
+        gts = self._truth.by_image.get(image_id, [])
         det = self._dets[image_id]
         cats = sorted({a["category_id"] for a in gts} | set(det[:, 5].astype(np.int64).tolist()))
         return {c: _Pair([a for a in gts if a["category_id"] == c], det[det[:, 5] == c], MAX_DETS) for c in cats}
@@ -546,5 +541,5 @@ class DetectionAccumulator:
         out = {}
         for i in self._need_images():
             det = self._dets[i]
-            out[i] = _Pair(self._gt_by_image.get(i, []), det[det[:, 4] >= self.score_threshold]).counts(self.iou)
+            out[i] = _Pair(self._truth.by_image.get(i, []), det[det[:, 4] >= self.score_threshold]).counts(self.iou)
         return out
