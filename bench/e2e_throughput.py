@@ -58,12 +58,17 @@ def raw_inference(loaded, spinning: bool | None = None) -> float:
     suite = loaded.suite
     backends = suite.backends
     if spinning is not None:
-        backends = backends.model_copy(update={"onnxruntime": backends.onnxruntime.model_copy(update={"allow_spinning": spinning})})
+        backends = backends.model_copy(
+            update={"onnxruntime": backends.onnxruntime.model_copy(update={"allow_spinning": spinning})}
+        )
     cfg = suite.stages.e2e
     data = [b.inputs for b in preload(loaded)[1]]
     names = suite.candidates_of(cfg)
     models = [OnnxRuntimeBackend(Path(suite.models.reference), backends.onnxruntime)]
-    models += [candidate_backend(suite.models.candidates[n].backend, Path(suite.models.candidates[n].path), backends) for n in names]
+    models += [
+        candidate_backend(suite.models.candidates[n].backend, Path(suite.models.candidates[n].path), backends)
+        for n in names
+    ]
     total = 0.0
     for m in models:
         m.load()
@@ -121,27 +126,39 @@ def stage_wall(loaded, out: Path) -> tuple[float, dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", action="append", type=Path, help="suite(s) with an e2e stage [default: the two demos]")
-    ap.add_argument("--repeat", type=int, default=15, help="repeats; each gives one wall/raw ratio (single ratios vary by 10-25 %% on shared machines)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=15,
+        help="repeats; each gives one wall/raw ratio (single ratios vary by 10-25 %% on shared machines)",
+    )
     ap.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = ap.parse_args()
-    suites = args.suite or [p for p in (REPO / "suites" / "fashion_mnist.yaml", REPO / "suites" / "shapes_detection.yaml") if p.exists()]
+    suites = args.suite or [
+        p for p in (REPO / "suites" / "fashion_mnist.yaml", REPO / "suites" / "shapes_detection.yaml") if p.exists()
+    ]
     rows = []
     for path in suites:
         loaded = load_suite(path)
         ons, offs, walls, stage_infer = [], [], [], []
         reading_cpu, post_cpu = zip(*(extra_cpu(loaded) for _ in range(3)))
         for i in range(args.repeat):
+
             def stage() -> None:
                 wall, timings = stage_wall(loaded, REPO / "bench" / ".cache" / "e2e" / loaded.suite.name)
                 walls.append(wall)
                 stage_infer.append(timings["inference_s"])
+
             if i % 2:
                 stage()
             ons.append(raw_inference(loaded, True))
             offs.append(raw_inference(loaded, False))
             if not i % 2:
                 stage()
-            print(f"{loaded.suite.name}: run {i + 1}: raw inference {ons[-1]:.3f} s (spinning) / {offs[-1]:.3f} s (not), stage wall {walls[-1]:.3f} s", flush=True)
+            print(
+                f"{loaded.suite.name}: run {i + 1}: raw inference {ons[-1]:.3f} s (spinning) / {offs[-1]:.3f} s (not), stage wall {walls[-1]:.3f} s",
+                flush=True,
+            )
         # the strict baseline: ORT spin-waiting on (its default) or off (what the stage uses), whichever is faster
         best = ons if statistics.median(ons) <= statistics.median(offs) else offs
         ratios = sorted(w / r for w, r in zip(walls, best))
@@ -173,7 +190,11 @@ def main() -> int:
     report = {
         "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "repeat": args.repeat,
-        "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(), "usable_cores": len(os.sched_getaffinity(0))},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "python": platform.python_version(),
+            "usable_cores": len(os.sched_getaffinity(0)),
+        },
         "rows": rows,
     }
     args.results.mkdir(parents=True, exist_ok=True)
@@ -191,7 +212,10 @@ def main() -> int:
     threads = sorted({r["ort_intra_op_threads"] for r in rows})
     (args.results / "e2e_throughput.md").write_text(
         f"# e2e stage vs raw inference\n\nGenerated {report['generated']}, {args.repeat} repeats; ratios taken within each repeat. "
-        f"{report['machine']['usable_cores']} usable cores, ONNX Runtime intra-op threads {threads} (0: its default).\n\n" + "\n".join(md) + "\n")
+        f"{report['machine']['usable_cores']} usable cores, ONNX Runtime intra-op threads {threads} (0: its default).\n\n"
+        + "\n".join(md)
+        + "\n"
+    )
     print("\n".join(md))
     return 0
 

@@ -46,7 +46,9 @@ sys.path.insert(0, str(HERE))
 import make_models  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-COMPARING = re.compile(r"Comparing Output: '(?P<name>.*?)' \(dtype=(?P<cand>\w+), shape=\(.*?\)\) with '.*?' \(dtype=(?P<ref>\w+),")
+COMPARING = re.compile(
+    r"Comparing Output: '(?P<name>.*?)' \(dtype=(?P<cand>\w+), shape=\(.*?\)\) with '.*?' \(dtype=(?P<ref>\w+),"
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -79,7 +81,13 @@ def measure(cmd: list[str], log_stem: Path, threads: int | None, cwd: Path) -> d
     result_json = log_stem.with_suffix(".measure.json")
     result_json.unlink(missing_ok=True)
     with open(log_stem.with_suffix(".stdout.log"), "wb") as out, open(log_stem.with_suffix(".stderr.log"), "wb") as err:
-        rc = subprocess.call([sys.executable, str(HERE / "peakrss.py"), str(result_json), "--", *cmd], stdout=out, stderr=err, cwd=cwd, env=_env(threads))
+        rc = subprocess.call(
+            [sys.executable, str(HERE / "peakrss.py"), str(result_json), "--", *cmd],
+            stdout=out,
+            stderr=err,
+            cwd=cwd,
+            env=_env(threads),
+        )
     if not result_json.exists():
         raise RuntimeError(f"peakrss.py failed (rc {rc}) for {cmd}; see {log_stem}.stderr.log")
     result = json.loads(result_json.read_text())
@@ -119,9 +127,14 @@ def run_polygraphy(ref: Path, cand: Path, work: Path, threads: int | None, outpu
     cmd2 = [*poly, "run", str(cand), "--onnxrt", *marks, "--load-inputs", "in.json", "--load-outputs", "ref.json"]
     m1 = measure(cmd1, work / "1_ref", threads, work)
     if m1["rc"] != 0 or not (work / "ref.json").exists():
-        return {"error": f"polygraphy reference run failed (rc {m1['rc']}):\n{_tail(work / '1_ref.stdout.log')}\n{_tail(work / '1_ref.stderr.log')}", "steps": [m1]}
+        return {
+            "error": f"polygraphy reference run failed (rc {m1['rc']}):\n{_tail(work / '1_ref.stdout.log')}\n{_tail(work / '1_ref.stderr.log')}",
+            "steps": [m1],
+        }
     m2 = measure(cmd2, work / "2_cand", threads, work)
-    log = (work / "2_cand.stdout.log").read_text(errors="replace") + (work / "2_cand.stderr.log").read_text(errors="replace")
+    log = (work / "2_cand.stdout.log").read_text(errors="replace") + (work / "2_cand.stderr.log").read_text(
+        errors="replace"
+    )
     log = ANSI.sub("", log)  # in case `colored` decides to colour a non-terminal
     compared = [(m["name"], m["cand"], m["ref"]) for m in COMPARING.finditer(log)]
     row = {
@@ -135,7 +148,9 @@ def run_polygraphy(ref: Path, cand: Path, work: Path, threads: int | None, outpu
         "verdict": "passed" if m2["rc"] == 0 else ("failed" if compared else "error"),
     }
     if not compared:
-        row["error"] = f"polygraphy candidate run compared nothing (rc {m2['rc']}):\n{_tail(work / '2_cand.stdout.log')}\n{_tail(work / '2_cand.stderr.log')}"
+        row["error"] = (
+            f"polygraphy candidate run compared nothing (rc {m2['rc']}):\n{_tail(work / '2_cand.stdout.log')}\n{_tail(work / '2_cand.stderr.log')}"
+        )
     return row
 
 
@@ -197,7 +212,9 @@ def run_trtverify(ref: Path, cand: Path, npz: Path, work: Path, threads: int | N
     results = out / "results.json"
     row = {"wall_s": m["wall_s"], "cpu_s": m["cpu_s"], "peak_mb": m["peak_mb"], "steps": [m]}
     if not results.exists() or m["rc"] not in (0, 1):
-        row["error"] = f"trtverify layerwise exited {m['rc']} without results.json:\n{_tail(work / 'layerwise.stderr.log')}"
+        row["error"] = (
+            f"trtverify layerwise exited {m['rc']} without results.json:\n{_tail(work / 'layerwise.stderr.log')}"
+        )
         return row
     data = json.loads(results.read_text())
     stage = (data.get("stages") or [{}])[0]
@@ -219,7 +236,9 @@ def run_trtverify(ref: Path, cand: Path, npz: Path, work: Path, threads: int | N
         row["root_cause"] = {
             "first_divergence": c.get("first_divergence"),
             "method": c.get("root_cause_method"),
-            "top_suspect": {k: top.get(k) for k in ("node", "op_type", "tensor", "score")} if isinstance(top, dict) else top,
+            "top_suspect": {k: top.get(k) for k in ("node", "op_type", "tensor", "score")}
+            if isinstance(top, dict)
+            else top,
             "suspects": len(c.get("root_causes") or []),
         }
         row["unmatched"] = c.get("unmatched")
@@ -238,7 +257,9 @@ def _median_row(samples: list[dict]) -> dict:
     last = dict(ok[-1])
     for key in ("wall_s", "cpu_s", "peak_mb"):
         last[key] = statistics.median(s[key] for s in ok)
-    last["samples"] = [{"wall_s": round(s["wall_s"], 3), "cpu_s": round(s["cpu_s"], 3), "peak_mb": round(s["peak_mb"], 1)} for s in ok]
+    last["samples"] = [
+        {"wall_s": round(s["wall_s"], 3), "cpu_s": round(s["cpu_s"], 3), "peak_mb": round(s["peak_mb"], 1)} for s in ok
+    ]
     loads = [x for s in ok for st in s["steps"] for x in st.get("loadavg_1m", []) if x is not None]
     last["max_loadavg_1m"] = max(loads) if loads else None
     return last
@@ -266,15 +287,33 @@ def _machine() -> dict:
             pass
     commit = None
     try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or None
-        if commit and subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "trtverify"], capture_output=True, text=True).stdout.strip():
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            ).stdout.strip()
+            or None
+        )
+        if (
+            commit
+            and subprocess.run(
+                ["git", "-C", str(REPO), "status", "--porcelain", "--", "trtverify"], capture_output=True, text=True
+            ).stdout.strip()
+        ):
             commit += "+dirty"
     except OSError:
         pass
     digest = hashlib.sha256()
     for f in sorted((REPO / "trtverify").rglob("*.py")):
         digest.update(f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes())
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": mem_gb, "os": platform.platform(), "versions": versions, "trtverify_commit": commit, "trtverify_sources_sha256": digest.hexdigest()[:16]}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": mem_gb,
+        "os": platform.platform(),
+        "versions": versions,
+        "trtverify_commit": commit,
+        "trtverify_sources_sha256": digest.hexdigest()[:16],
+    }
 
 
 def _fmt(v, spec: str) -> str:
@@ -288,7 +327,11 @@ def render(report: dict) -> tuple[str, str]:
         poly, tv = entry["polygraphy"], entry["trtverify"]
         for tool, row in (("polygraphy", poly), ("trtverify", tv)):
             err = row.get("error")
-            note = err.splitlines()[0] if err else {"failed": "FP16 flagged (exit 1)", "passed": "FP16 passed (exit 0)"}.get(row.get("verdict"), "")
+            note = (
+                err.splitlines()[0]
+                if err
+                else {"failed": "FP16 flagged (exit 1)", "passed": "FP16 passed (exit 0)"}.get(row.get("verdict"), "")
+            )
             if tool == "polygraphy" and not err:
                 extra = row.get("shape_tensors_compared")
                 if extra:
@@ -303,29 +346,48 @@ def render(report: dict) -> tuple[str, str]:
                         note += "; same tensors as Polygraphy"
                     else:
                         by = ", ".join(f"{n} {d}" for d, n in same["n_only_polygraphy_by_ref_dtype"].items())
-                        note += f"; tensor sets differ: {same['n_only_polygraphy']} only in Polygraphy" + (f" ({by})" if by else "") + f", {same['n_only_trtverify']} only in trtverify"
-            lines.append([
-                model, tool,
-                _fmt(None if err else row.get("wall_s"), ".2f"),
-                _fmt(None if err else row.get("cpu_s"), ".2f"),
-                _fmt(None if err else row.get("peak_mb"), ".0f"),
-                _fmt(None if err else row.get("tensors_compared"), "d"),
-                _fmt(tr, ".3f"), _fmt(mr, ".3f"), note,
-            ])
+                        note += (
+                            f"; tensor sets differ: {same['n_only_polygraphy']} only in Polygraphy"
+                            + (f" ({by})" if by else "")
+                            + f", {same['n_only_trtverify']} only in trtverify"
+                        )
+            lines.append(
+                [
+                    model,
+                    tool,
+                    _fmt(None if err else row.get("wall_s"), ".2f"),
+                    _fmt(None if err else row.get("cpu_s"), ".2f"),
+                    _fmt(None if err else row.get("peak_mb"), ".0f"),
+                    _fmt(None if err else row.get("tensors_compared"), "d"),
+                    _fmt(tr, ".3f"),
+                    _fmt(mr, ".3f"),
+                    note,
+                ]
+            )
         same = entry.get("polygraphy_same_tensors")
         if same:
             err = same.get("error")
-            lines.append([
-                model, "polygraphy, trtverify's tensors",
-                _fmt(None if err else same.get("wall_s"), ".2f"),
-                _fmt(None if err else same.get("cpu_s"), ".2f"),
-                _fmt(None if err else same.get("peak_mb"), ".0f"),
-                _fmt(None if err else same.get("tensors_compared"), "d"),
-                _fmt(entry.get("time_ratio_same_tensors"), ".3f"), _fmt(entry.get("memory_ratio_same_tensors"), ".3f"),
-                err.splitlines()[0] if err else "the same commands marking exactly the tensors trtverify compared; ratios = trtverify / this row",
-            ])
+            lines.append(
+                [
+                    model,
+                    "polygraphy, trtverify's tensors",
+                    _fmt(None if err else same.get("wall_s"), ".2f"),
+                    _fmt(None if err else same.get("cpu_s"), ".2f"),
+                    _fmt(None if err else same.get("peak_mb"), ".0f"),
+                    _fmt(None if err else same.get("tensors_compared"), "d"),
+                    _fmt(entry.get("time_ratio_same_tensors"), ".3f"),
+                    _fmt(entry.get("memory_ratio_same_tensors"), ".3f"),
+                    err.splitlines()[0]
+                    if err
+                    else "the same commands marking exactly the tensors trtverify compared; ratios = trtverify / this row",
+                ]
+            )
     widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(head)] if lines else [len(h) for h in head]
-    text = "  ".join(h.ljust(w) for h, w in zip(head, widths)) + "\n" + "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in lines)
+    text = (
+        "  ".join(h.ljust(w) for h, w in zip(head, widths))
+        + "\n"
+        + "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in lines)
+    )
     md = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     md += ["| " + " | ".join(r) + " |" for r in lines]
     rc_lines = []
@@ -334,36 +396,49 @@ def render(report: dict) -> tuple[str, str]:
         if rc and "error" not in entry["trtverify"]:
             top = rc.get("top_suspect") or {}
             fd = rc.get("first_divergence")
-            fd_txt = "none (no tensor failed its checks)" if fd is None else (fd.get("tensor") or fd.get("node") or json.dumps(fd)[:120]) if isinstance(fd, dict) else str(fd)
-            rc_lines.append(f"- {model}: first divergence {fd_txt}; top suspect ({rc.get('method')}) `{top.get('node')}` ({top.get('op_type')}), score {_fmt(top.get('score'), '.3g')}")
+            fd_txt = (
+                "none (no tensor failed its checks)"
+                if fd is None
+                else (fd.get("tensor") or fd.get("node") or json.dumps(fd)[:120])
+                if isinstance(fd, dict)
+                else str(fd)
+            )
+            rc_lines.append(
+                f"- {model}: first divergence {fd_txt}; top suspect ({rc.get('method')}) `{top.get('node')}` ({top.get('op_type')}), score {_fmt(top.get('score'), '.3g')}"
+            )
     if rc_lines:
         rc_lines = ["trtverify's root-cause analysis (part of its measured run):", "", *rc_lines, ""]
     mach = report["machine"]
     v = mach["versions"]
-    md_text = "\n".join([
-        "# trtverify layerwise vs Polygraphy (FP32 vs FP16, ONNX Runtime CPU)",
-        "",
-        f"Generated {report['generated']} by `{report['command']}`; median of {report['repeat']} run(s) per tool;"
-        f" threads: {report['threads'] or 'all cores'}.",
-        "",
-        *md,
-        "",
-        "Models (bench/make_models.py; tensors = outputs of non-Constant nodes, what `--onnx-outputs mark all` marks): "
-        + "; ".join(f"{m} {e['model']['tensors']['ref']} (FP32) / {e['model']['tensors']['cand']} (FP16, +2 Casts)" for m, e in report["models"].items())
-        + ". Polygraphy's default tolerance (abs = rel = 1e-5) flags FP16, so its second command exits 1; that is expected and still a complete run.",
-        "",
-        *rc_lines,
-        "Ratios are trtverify / Polygraphy (target: time ≤ 0.333, memory ≤ 0.5). Polygraphy's wall time is the sum of its"
-        " two commands, its peak the larger of the two. Peak = peak RSS of the command's process tree, MB = 2^20 bytes;"
-        " cpu s = user+system CPU seconds of the tree (less sensitive than wall time to other work on the machine)."
-        f" Highest 1-minute load average seen around the measured commands: {report.get('max_loadavg_1m')}"
-        f" on {report['machine']['cores']} cores.",
-        "",
-        f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gb']} GB; {mach['os']}; Python {v.get('python')},"
-        f" onnxruntime {v.get('onnxruntime')}, polygraphy {v.get('polygraphy')}, numpy {v.get('numpy')};"
-        f" trtverify {v.get('trtverify')} ({mach['trtverify_commit']}, sources {mach['trtverify_sources_sha256']}).",
-        "",
-    ])
+    md_text = "\n".join(
+        [
+            "# trtverify layerwise vs Polygraphy (FP32 vs FP16, ONNX Runtime CPU)",
+            "",
+            f"Generated {report['generated']} by `{report['command']}`; median of {report['repeat']} run(s) per tool;"
+            f" threads: {report['threads'] or 'all cores'}.",
+            "",
+            *md,
+            "",
+            "Models (bench/make_models.py; tensors = outputs of non-Constant nodes, what `--onnx-outputs mark all` marks): "
+            + "; ".join(
+                f"{m} {e['model']['tensors']['ref']} (FP32) / {e['model']['tensors']['cand']} (FP16, +2 Casts)"
+                for m, e in report["models"].items()
+            )
+            + ". Polygraphy's default tolerance (abs = rel = 1e-5) flags FP16, so its second command exits 1; that is expected and still a complete run.",
+            "",
+            *rc_lines,
+            "Ratios are trtverify / Polygraphy (target: time ≤ 0.333, memory ≤ 0.5). Polygraphy's wall time is the sum of its"
+            " two commands, its peak the larger of the two. Peak = peak RSS of the command's process tree, MB = 2^20 bytes;"
+            " cpu s = user+system CPU seconds of the tree (less sensitive than wall time to other work on the machine)."
+            f" Highest 1-minute load average seen around the measured commands: {report.get('max_loadavg_1m')}"
+            f" on {report['machine']['cores']} cores.",
+            "",
+            f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gb']} GB; {mach['os']}; Python {v.get('python')},"
+            f" onnxruntime {v.get('onnxruntime')}, polygraphy {v.get('polygraphy')}, numpy {v.get('numpy')};"
+            f" trtverify {v.get('trtverify')} ({mach['trtverify_commit']}, sources {mach['trtverify_sources_sha256']}).",
+            "",
+        ]
+    )
     return text, md_text
 
 
@@ -383,7 +458,9 @@ def bench_model(name: str, repeat: int, threads: int | None, log) -> dict:
         if "error" in p:
             log(f"[{name}]   polygraphy: {p['error'].splitlines()[0]}")
         else:
-            log(f"[{name}]   polygraphy: {p['wall_s']:.2f} s, {p['peak_mb']:.0f} MB, {p['tensors_compared']} tensors compared ({p['verdict']})")
+            log(
+                f"[{name}]   polygraphy: {p['wall_s']:.2f} s, {p['peak_mb']:.0f} MB, {p['tensors_compared']} tensors compared ({p['verdict']})"
+            )
         if saved is None and (work / "polygraphy" / "ref.json").exists():
             saved = polygraphy_saved(work / "polygraphy")
             inputs_meta = write_npz(saved["inputs"], npz)
@@ -398,13 +475,20 @@ def bench_model(name: str, repeat: int, threads: int | None, log) -> dict:
             if t["error"] == NOT_AVAILABLE:
                 tv_samples = [t]
         else:
-            log(f"[{name}]   trtverify: {t['wall_s']:.2f} s, {t['peak_mb']:.0f} MB, {t['tensors_compared']} tensors compared ({t['verdict']})")
+            log(
+                f"[{name}]   trtverify: {t['wall_s']:.2f} s, {t['peak_mb']:.0f} MB, {t['tensors_compared']} tensors compared ({t['verdict']})"
+            )
     poly, tv = _median_row(poly_samples), _median_row(tv_samples)
-    entry: dict = {"model": {"ref": str(ref.relative_to(REPO)), "cand": str(cand.relative_to(REPO)), "tensors": counts}, "inputs": inputs_meta}
+    entry: dict = {
+        "model": {"ref": str(ref.relative_to(REPO)), "cand": str(cand.relative_to(REPO)), "tensors": counts},
+        "inputs": inputs_meta,
+    }
     if "error" not in poly:
         compared = poly.pop("compared")
         poly["shape_tensors_compared"] = sum(1 for _n, _c, r in compared if r.startswith("int"))
-        poly["compared_by_ref_dtype"] = {d: sum(1 for c in compared if c[2] == d) for d in sorted({c[2] for c in compared})}
+        poly["compared_by_ref_dtype"] = {
+            d: sum(1 for c in compared if c[2] == d) for d in sorted({c[2] for c in compared})
+        }
         if saved:
             poly["ref_json_outputs"] = len(saved["ref_outputs"])
         names = [n for n, _c, _r in compared]
@@ -413,7 +497,9 @@ def bench_model(name: str, repeat: int, threads: int | None, log) -> dict:
             ref_dtype = {n: r for n, _c, r in compared}
             only_poly = set(names) - tv_names
             entry["same_tensor_set"] = {
-                "n_only_polygraphy_by_ref_dtype": {d: sum(1 for n in only_poly if ref_dtype[n] == d) for d in sorted({ref_dtype[n] for n in only_poly})},
+                "n_only_polygraphy_by_ref_dtype": {
+                    d: sum(1 for n in only_poly if ref_dtype[n] == d) for d in sorted({ref_dtype[n] for n in only_poly})
+                },
                 "identical": tv_names == set(names),
                 "only_polygraphy": sorted(set(names) - tv_names)[:50],
                 "only_trtverify": sorted(tv_names - set(names))[:50],
@@ -445,12 +531,28 @@ def bench_model(name: str, repeat: int, threads: int | None, log) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--models", default="cnn,encoder", help="comma-separated: cnn, encoder [default: both]")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per tool and model; the median is reported [default: 3]")
-    ap.add_argument("--threads", type=int, default=None, help="pin every measured command to CPUs 0..N-1 (taskset) and set *_NUM_THREADS=N [default: all cores]")
-    ap.add_argument("--results", type=Path, default=RESULTS, help="folder for layerwise_vs_polygraphy.{json,md} [default: bench/results]")
-    ap.add_argument("--trtverify", default=None, metavar="EXE", help="trtverify executable [default: the one beside this Python]")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="runs per tool and model; the median is reported [default: 3]"
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="pin every measured command to CPUs 0..N-1 (taskset) and set *_NUM_THREADS=N [default: all cores]",
+    )
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="folder for layerwise_vs_polygraphy.{json,md} [default: bench/results]",
+    )
+    ap.add_argument(
+        "--trtverify", default=None, metavar="EXE", help="trtverify executable [default: the one beside this Python]"
+    )
     args = ap.parse_args(argv)
     if args.trtverify:
         TRTVERIFY[:] = [args.trtverify]
@@ -470,7 +572,9 @@ def main(argv=None) -> int:
 
     if not trtverify_available():
         log(f"note: {NOT_AVAILABLE} (`trtverify layerwise --help` failed); measuring Polygraphy only")
-    cmd = "python bench/layerwise_vs_polygraphy.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    cmd = "python bench/layerwise_vs_polygraphy.py" + "".join(
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:])
+    )
     t0 = time.perf_counter()
     report = {
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -488,7 +592,9 @@ def main(argv=None) -> int:
     loads = [x for x in loads if x is not None]
     report["max_loadavg_1m"] = round(max(loads), 2) if loads else None
     if loads and max(loads) > (os.cpu_count() or 1) + 0.5:
-        log(f"warning: load average reached {max(loads):.2f} on {os.cpu_count()} cores: other work competed for the CPUs; wall times are inflated")
+        log(
+            f"warning: load average reached {max(loads):.2f} on {os.cpu_count()} cores: other work competed for the CPUs; wall times are inflated"
+        )
     text, md = render(report)
     print(text)
     args.results.mkdir(parents=True, exist_ok=True)

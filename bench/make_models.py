@@ -62,7 +62,9 @@ def _resnet50():
             self.relu = nn.ReLU(inplace=True)
             self.downsample = None
             if stride != 1 or cin != cout:
-                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+                self.downsample = nn.Sequential(
+                    nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout)
+                )
 
         def forward(self, x):
             identity = x if self.downsample is None else self.downsample(x)
@@ -180,7 +182,9 @@ def _encoder(layers=6, hidden=384, heads=6, ffn=1536):
     g = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
         for m in model.modules():
-            if isinstance(m, nn.Linear):  # BERT's initializer_range 0.02 would make attention trivial; use 1/sqrt(fan_in)
+            if isinstance(
+                m, nn.Linear
+            ):  # BERT's initializer_range 0.02 would make attention trivial; use 1/sqrt(fan_in)
                 m.weight.copy_(torch.randn(m.weight.shape, generator=g) / math.sqrt(m.in_features))
                 m.bias.copy_(0.02 * torch.randn(m.bias.shape, generator=g))
             elif isinstance(m, nn.LayerNorm):
@@ -194,7 +198,9 @@ def _encoder(layers=6, hidden=384, heads=6, ffn=1536):
 # --------------------------------------------------------------------------------------------
 
 
-def _export(model, input_name: str, shape: tuple[int, ...], output_name: str, path: Path, dynamic: dict | None = None) -> None:
+def _export(
+    model, input_name: str, shape: tuple[int, ...], output_name: str, path: Path, dynamic: dict | None = None
+) -> None:
     """Export with torch.onnx (TorchScript exporter). With `dynamic` ({axis: name}), the graph is
     exported with those axes dynamic (so it keeps the HF-style Shape/Gather/Unsqueeze/Concat shape
     arithmetic of a real BERT export) and then the input and output are pinned back to `shape`,
@@ -315,7 +321,9 @@ def build(out: Path, force: bool = False, names=tuple(MODELS)) -> dict[str, dict
             c = tensor_counts(path)
             ops = ", ".join(f"{k} {v}" for k, v in c["ops"].items())
             state = "built" if tag in did else "cached"
-            print(f"{path.name:<20} {state:<6} {path.stat().st_size / 2**20:7.1f} MB  nodes {c['nodes']:4d}  tensors {c['tensors']:4d}  [{ops}]")
+            print(
+                f"{path.name:<20} {state:<6} {path.stat().st_size / 2**20:7.1f} MB  nodes {c['nodes']:4d}  tensors {c['tensors']:4d}  [{ops}]"
+            )
         if did:
             print(f"  {name}: {dt:.1f} s")
     return built

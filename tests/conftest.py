@@ -32,7 +32,9 @@ def run_cli(*args: str, cwd: Path | None = None, block: tuple[str, ...] = (), ti
     code = prelude + "from trtverify.cli import main\nmain(sys.argv[1:])\n"
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    p = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
     return CliResult(p.returncode, p.stdout, p.stderr)
 
 

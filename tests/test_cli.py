@@ -45,7 +45,15 @@ def test_layerwise_command_without_a_suite(tmp_path: Path):
 
     np.savez(tmp_path / "in.npz", input=np.random.default_rng(0).uniform(0, 1, (3, 1, 28, 28)).astype(np.float32))
     out = tmp_path / "o"
-    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), str(DEMO / "fashion_cnn_fp16.onnx"), "--inputs", str(tmp_path / "in.npz"), "--out", str(out))
+    r = run_cli(
+        "layerwise",
+        str(DEMO / "fashion_cnn_fp32.onnx"),
+        str(DEMO / "fashion_cnn_fp16.onnx"),
+        "--inputs",
+        str(tmp_path / "in.npz"),
+        "--out",
+        str(out),
+    )
     assert r.code == 0, r.out + r.err
     assert "fashion_cnn_fp16: 15 tensors compared; no divergence" in r.out
     res = json.loads((out / "results.json").read_text())
@@ -57,20 +65,56 @@ def test_layerwise_command_without_a_suite(tmp_path: Path):
 
 
 def test_layerwise_command_generated_inputs_and_checks(tmp_path: Path):
-    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), str(DEMO / "fashion_cnn_int8_qdq.onnx"), "--dim", "batch=4", "--check", "cosine>=0.99999", "--out", str(tmp_path / "o"))
+    r = run_cli(
+        "layerwise",
+        str(DEMO / "fashion_cnn_fp32.onnx"),
+        str(DEMO / "fashion_cnn_int8_qdq.onnx"),
+        "--dim",
+        "batch=4",
+        "--check",
+        "cosine>=0.99999",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert r.code == 1 and "first divergence /features/block1/conv/Conv_output_0" in r.out
-    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), str(DEMO / "fashion_cnn_fp16.onnx"), "--check", "cosine=1", "--out", str(tmp_path / "p"))
+    r = run_cli(
+        "layerwise",
+        str(DEMO / "fashion_cnn_fp32.onnx"),
+        str(DEMO / "fashion_cnn_fp16.onnx"),
+        "--check",
+        "cosine=1",
+        "--out",
+        str(tmp_path / "p"),
+    )
     assert r.code == 2 and "expected METRIC<=VALUE" in r.err
     r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), "--out", str(tmp_path / "q"))
     assert r.code == 2 and "give a CANDIDATE" in r.err
-    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), str(DEMO / "fashion_cnn_fp16.onnx"), "--dim", "batch=zero", "--out", str(tmp_path / "r"))
+    r = run_cli(
+        "layerwise",
+        str(DEMO / "fashion_cnn_fp32.onnx"),
+        str(DEMO / "fashion_cnn_fp16.onnx"),
+        "--dim",
+        "batch=zero",
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert r.code == 2 and "--dim 'batch=zero'" in r.err
 
 
 def test_layerwise_command_with_tensorrt_where_it_is_missing(tmp_path: Path):
     """No TensorRT on this machine: the suite is written and valid, the stage fails with exit 3 and the fix."""
     out = tmp_path / "o"
-    r = run_cli("layerwise", str(DEMO / "fashion_cnn_fp32.onnx"), "--backend", "tensorrt", "--precision", "fp16", "--out", str(out), block=("tensorrt", "polygraphy"))
+    r = run_cli(
+        "layerwise",
+        str(DEMO / "fashion_cnn_fp32.onnx"),
+        "--backend",
+        "tensorrt",
+        "--precision",
+        "fp16",
+        "--out",
+        str(out),
+        block=("tensorrt", "polygraphy"),
+    )
     assert r.code == 3, r.out + r.err
     assert "pip install" in r.out
     import yaml

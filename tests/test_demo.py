@@ -42,7 +42,9 @@ def test_committed_reference_equals_pytorch_today():
     samples = build_samples(loaded)
     stored = np.load(ROOT / "reference_outputs" / "fashion_mnist" / "pytorch" / "outputs.npz", allow_pickle=False)
     manifest = json.loads((ROOT / "reference_outputs" / "fashion_mnist" / "pytorch" / "manifest.json").read_text())
-    torch_backend = backend_class("torch")(loaded.suite.models.pytorch, search_path=loaded.suite.python_path, default_input_names=["input"])
+    torch_backend = backend_class("torch")(
+        loaded.suite.models.pytorch, search_path=loaded.suite.python_path, default_input_names=["input"]
+    )
     for feed, entry in zip(samples, manifest["outputs"]):
         fresh = torch_backend.infer(feed)["logits"]
         np.testing.assert_allclose(fresh, stored[entry["logits"]], rtol=1e-5, atol=1e-5)
@@ -62,13 +64,25 @@ def test_deleted_demo_model_is_exit_2(tmp_path: Path, demo_copy: Path):
     assert r.code == 2 and "models.reference: file not found" in r.err and "fashion_cnn_fp32.onnx" in r.err
 
 
-@pytest.mark.parametrize("model, key", [("fashion_cnn_fp32.onnx", "ort_fp32"), ("fashion_cnn_fp16.onnx", "ort_fp16"), ("fashion_cnn_int8_qdq.onnx", "ort_int8_qdq")])
+@pytest.mark.parametrize(
+    "model, key",
+    [
+        ("fashion_cnn_fp32.onnx", "ort_fp32"),
+        ("fashion_cnn_fp16.onnx", "ort_fp16"),
+        ("fashion_cnn_int8_qdq.onnx", "ort_int8_qdq"),
+    ],
+)
 def test_shipped_models_keep_their_measured_accuracy(model: str, key: str):
     data = np.load(DEMO / "data" / "test_subset.npz", allow_pickle=False)
     images, labels = data["images"], data["labels"]
     assert images.shape == (2000, 1, 28, 28) and images.dtype == np.uint8
     assert np.bincount(labels).tolist() == [200] * 10
     b = backend_class("onnxruntime")(DEMO / model)
-    preds = np.concatenate([b.infer({"input": (images[i : i + 500] / 255.0).astype(np.float32)})["logits"].argmax(1) for i in range(0, 2000, 500)])
+    preds = np.concatenate(
+        [
+            b.infer({"input": (images[i : i + 500] / 255.0).astype(np.float32)})["logits"].argmax(1)
+            for i in range(0, 2000, 500)
+        ]
+    )
     expected = json.loads((DEMO / "metrics.json").read_text())["results"][key]["accuracy"]
     assert abs(float((preds == labels).mean()) - expected) < 0.002

@@ -34,7 +34,11 @@ def test_every_workflow_is_yaml_and_its_commands_exist():
     assert {c.split()[1] for c in commands} == {"run", "merge"}
     for command in commands:
         command = command.split(" || ")[0]
-        command = command.replace("${{ matrix.shard }}", "2").replace("${CI_NODE_INDEX}", "2").replace("${CI_NODE_TOTAL}", "4")
+        command = (
+            command.replace("${{ matrix.shard }}", "2")
+            .replace("${CI_NODE_INDEX}", "2")
+            .replace("${CI_NODE_TOTAL}", "4")
+        )
         args = shlex.split(command)[1:]
         sub = cli.commands[args[0]]
         known = {o for p in sub.params for o in p.opts}

@@ -11,7 +11,9 @@ import time
 import trtverify
 from tests.conftest import ROOT, run_cli
 
-MODULES = sorted(m.name for m in pkgutil.walk_packages(trtverify.__path__, "trtverify.") if m.name != "trtverify.__main__")
+MODULES = sorted(
+    m.name for m in pkgutil.walk_packages(trtverify.__path__, "trtverify.") if m.name != "trtverify.__main__"
+)
 HEAVY = ("torch", "tensorrt", "tensorrt_rtx", "polygraphy")
 
 
@@ -23,7 +25,12 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 def test_every_module_imports_with_heavy_libraries_unimportable():
     assert len(MODULES) > 15
     block = "".join(f"sys.modules[{m!r}] = None\n" for m in HEAVY)
-    code = "import importlib, sys\n" + block + "".join(f"importlib.import_module({m!r})\n" for m in MODULES) + "print('ok')"
+    code = (
+        "import importlib, sys\n"
+        + block
+        + "".join(f"importlib.import_module({m!r})\n" for m in MODULES)
+        + "print('ok')"
+    )
     p = _python(code)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
 
@@ -50,5 +57,7 @@ def test_help_subprocess_wall_time():
 
 
 def test_import_trtverify_is_light():
-    p = _python("import sys, trtverify\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('torch','tensorrt','onnxruntime','onnx','pydantic')))")
+    p = _python(
+        "import sys, trtverify\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('torch','tensorrt','onnxruntime','onnx','pydantic')))"
+    )
     assert p.stdout.strip() == "[]", p.stdout

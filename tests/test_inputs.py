@@ -14,12 +14,20 @@ HEAD = "name: t\nmodels: {reference: tiny.onnx}\nstages: {framework: {}}\n"
 
 def _load(tiny_dir: Path, inputs: str):
     # framework needs pytorch; these tests only build inputs, so give a source
-    text = HEAD.replace("{reference: tiny.onnx}", "{reference: tiny.onnx, pytorch: {torchscript: tiny_script.pt, output_names: [logits]}}") + inputs
+    text = (
+        HEAD.replace(
+            "{reference: tiny.onnx}",
+            "{reference: tiny.onnx, pytorch: {torchscript: tiny_script.pt, output_names: [logits]}}",
+        )
+        + inputs
+    )
     return load_suite(write_suite(tiny_dir, text))
 
 
 def test_generated_inputs_are_deterministic_and_respect_range(tiny_dir: Path):
-    loaded = _load(tiny_dir, "inputs:\n  samples: 3\n  seed: 7\n  generate:\n    input: {shape: [2, 1, 8, 8], range: [-2, 3]}\n")
+    loaded = _load(
+        tiny_dir, "inputs:\n  samples: 3\n  seed: 7\n  generate:\n    input: {shape: [2, 1, 8, 8], range: [-2, 3]}\n"
+    )
     a, b = build_samples(loaded), build_samples(loaded)
     assert len(a) == 3
     for x, y in zip(a, b):
@@ -38,7 +46,10 @@ def test_integer_inputs_cover_the_inclusive_range(tiny_dir: Path):
 def test_npz_with_arrays_scale_dtype_and_batches(tiny_dir: Path):
     imgs = np.arange(10 * 64, dtype=np.uint8).reshape(10, 1, 8, 8)
     np.savez(tiny_dir / "data.npz", images=imgs, labels=np.arange(10))
-    loaded = _load(tiny_dir, "inputs:\n  file: data.npz\n  batch_size: 4\n  arrays:\n    input: {key: images, dtype: float32, scale: 0.5}\n")
+    loaded = _load(
+        tiny_dir,
+        "inputs:\n  file: data.npz\n  batch_size: 4\n  arrays:\n    input: {key: images, dtype: float32, scale: 0.5}\n",
+    )
     samples = build_samples(loaded)
     assert len(samples) == 2  # 10 rows // 4, remainder dropped
     assert samples[1]["input"].dtype == np.float32 and samples[1]["input"].shape == (4, 1, 8, 8)
@@ -48,7 +59,9 @@ def test_npz_with_arrays_scale_dtype_and_batches(tiny_dir: Path):
 def test_npz_missing_key_is_located(tiny_dir: Path):
     np.savez(tiny_dir / "data.npz", images=np.zeros((2, 1, 8, 8)))
     loaded = _load(tiny_dir, "inputs:\n  file: data.npz\n  arrays:\n    input: {key: pixels}\n")
-    with pytest.raises(SuiteError, match=r"suite.yaml:7: inputs.arrays.input: data.npz has no array 'pixels' \(it has: images\)"):
+    with pytest.raises(
+        SuiteError, match=r"suite.yaml:7: inputs.arrays.input: data.npz has no array 'pixels' \(it has: images\)"
+    ):
         build_samples(loaded)
 
 
@@ -75,7 +88,9 @@ def test_hook_inputs(tiny_dir: Path):
         "    yield {'input': 1}\n"
         "    raise ValueError('dataset missing')\n"
     )
-    loaded = _load(tiny_dir, "python_path: [.]\ninputs:\n  samples: 2\n  hook: feeds:make\n  args: {n: 5, scale: 2.0}\n")
+    loaded = _load(
+        tiny_dir, "python_path: [.]\ninputs:\n  samples: 2\n  hook: feeds:make\n  args: {n: 5, scale: 2.0}\n"
+    )
     samples = build_samples(loaded)
     assert len(samples) == 2 and samples[1]["input"][0, 0, 0, 0] == 2.0
     loaded = _load(tiny_dir, "python_path: [.]\ninputs:\n  hook: feeds:broken\n")

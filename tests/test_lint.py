@@ -127,7 +127,12 @@ def test_nonfinite_values_in_an_fp16_initializer_are_high():
     w[2, 0, 0, 0] = -np.inf
     w[2, 0, 1, 1] = np.float16(2.0**-20)  # subnormal already stored as such
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv16", pads=[1, 1, 1, 1])]
-    model = make_model(nodes, [vi("x", [1, 1, 4, 4], TensorProto.FLOAT16)], [vi("y", [1, 3, 4, 4], TensorProto.FLOAT16)], [init("w", w)])
+    model = make_model(
+        nodes,
+        [vi("x", [1, 1, 4, 4], TensorProto.FLOAT16)],
+        [vi("y", [1, 3, 4, 4], TensorProto.FLOAT16)],
+        [init("w", w)],
+    )
     assert target_precision(model) == "fp16"
     findings = lint_candidate(model)
     assert kinds(findings) == [("high", "nonfinite_initializer", "w", 3), ("medium", "initializer_subnormal", "w", 1)]
@@ -141,7 +146,9 @@ def test_integer_and_shape_like_initializers_are_skipped():
         helper.make_node("Resize", ["x", "", "scales"], ["r"], name="resize"),
         helper.make_node("Reshape", ["r", "shape"], ["y"], name="reshape"),
     ]
-    model = make_model(nodes, [vi("x", [1, 1, 1, 1])], [vi("y", [1, 4000])], [init("scales", scales), init("shape", shape)])
+    model = make_model(
+        nodes, [vi("x", [1, 1, 1, 1])], [vi("y", [1, 4000])], [init("scales", scales), init("shape", shape)]
+    )
     assert lint_candidate(model, target="fp16") == []
 
 
@@ -205,7 +212,9 @@ def qdq_mlp(second_input_quantised: bool, scale: float = 0.02) -> onnx.ModelProt
             helper.make_node("QuantizeLinear", ["h_relu", "h_scale", "h_zp"], ["h_q"], name="h_Q"),
             helper.make_node("DequantizeLinear", ["h_q", "h_scale", "h_zp"], ["h_dq"], name="h_DQ"),
         ]
-    nodes.append(helper.make_node("MatMul", ["h_dq" if second_input_quantised else "h_relu", "w2_dq"], ["y"], name="mm2"))
+    nodes.append(
+        helper.make_node("MatMul", ["h_dq" if second_input_quantised else "h_relu", "w2_dq"], ["y"], name="mm2")
+    )
     if not second_input_quantised:
         inits = [i for i in inits if not i.name.startswith("h_")]
     return make_model(nodes, [vi("x", [2, 8])], [vi("y", [2, 4])], inits)
@@ -247,7 +256,12 @@ def test_zero_and_inf_scales_are_high():
         helper.make_node("QuantizeLinear", ["xd", "s_zero", "zp0"], ["xq2"], name="q_zero"),
         helper.make_node("DequantizeLinear", ["xq2", "s_zero", "zp0"], ["y"], name="dq_zero"),
     ]
-    inits = [init("s_bad", scales), init("zp", zp), init("s_zero", np.array(0.0, np.float32)), init("zp0", np.array(0, np.int8))]
+    inits = [
+        init("s_bad", scales),
+        init("zp", zp),
+        init("s_zero", np.array(0.0, np.float32)),
+        init("zp0", np.array(0, np.int8)),
+    ]
     model = make_model(nodes, [vi("x", [1, 4])], [vi("y", [1, 4])], inits)
     findings = lint_candidate(model)
     assert kinds(findings) == [("high", "qdq_invalid_scale", "s_bad", 3), ("high", "qdq_invalid_scale", "s_zero", 1)]
@@ -330,8 +344,12 @@ def branch(name: str, const: str) -> onnx.GraphProto:
 
 def test_if_subgraphs_do_not_crash_and_are_reported_once():
     nodes = [
-        helper.make_node("If", ["cond"], ["a"], name="if1", then_branch=branch("t1", "big"), else_branch=branch("e1", "small")),
-        helper.make_node("If", ["cond"], ["b"], name="if2", then_branch=branch("t2", "small"), else_branch=branch("e2", "small")),
+        helper.make_node(
+            "If", ["cond"], ["a"], name="if1", then_branch=branch("t1", "big"), else_branch=branch("e1", "small")
+        ),
+        helper.make_node(
+            "If", ["cond"], ["b"], name="if2", then_branch=branch("t2", "small"), else_branch=branch("e2", "small")
+        ),
         helper.make_node("Add", ["a", "b"], ["y"], name="sum"),
     ]
     inits = [init("big", np.full((1, 4), 1e6, np.float32)), init("small", np.full((1, 4), 0.5, np.float32))]
@@ -346,7 +364,14 @@ def test_external_data_not_loaded_is_reported_not_read(tmp_path: Path):
     w = np.full((4, 1, 3, 3), 0.25, dtype=np.float32)
     w[0, 0, 0, 0] = 1e5
     path = tmp_path / "m.onnx"
-    onnx.save(conv_model(w), str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="m.data", size_threshold=0)
+    onnx.save(
+        conv_model(w),
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="m.data",
+        size_threshold=0,
+    )
     bare = onnx.load(str(path), load_external_data=False)
     assert kinds(lint_candidate(bare, target="fp16")) == [("info", "external_data_not_loaded", None, 1)]
     assert kinds(lint_candidate(path, target="fp16")) == [("high", "initializer_overflow", "w", 1)]
@@ -363,7 +388,9 @@ def test_findings_sorted_by_severity_then_graph_order_and_serialisable():
     # Initializers listed in the opposite order of their use: graph order wins.
     w2 = np.full((2, 2, 1, 1), 1e-6, dtype=np.float32)
     w2[0, 0, 0, 0] = 1e5
-    model = make_model(nodes, [vi("x", [1, 1, 2, 2])], [vi("y", [1, 2, 2, 2])], [init("w_early", w2), init("w_late", w)])
+    model = make_model(
+        nodes, [vi("x", [1, 1, 2, 2])], [vi("y", [1, 2, 2, 2])], [init("w_early", w2), init("w_late", w)]
+    )
     findings = lint_candidate(model, target="fp16", activation_max={"c1": 5e4})
     assert [(f.severity, f.kind, f.node) for f in findings] == [
         ("high", "initializer_overflow", "first"),
@@ -410,7 +437,12 @@ def test_demo_fp16_has_only_info_subnormals():
     }
     assert [(f.severity, f.kind) for f in findings] == [("info", "initializer_subnormal")] * 4
     assert {f.tensor: f.count for f in findings} == expected
-    assert [f.node for f in findings] == ["/features/block2/conv/Conv", "/features/block3/conv/Conv", "/features/block4/conv/Conv", "/classifier/fc1/Gemm"]
+    assert [f.node for f in findings] == [
+        "/features/block2/conv/Conv",
+        "/features/block3/conv/Conv",
+        "/features/block4/conv/Conv",
+        "/classifier/fc1/Gemm",
+    ]
 
 
 def test_demo_fp32_is_clean_as_fp32_and_as_fp16_shows_the_same_subnormals():

@@ -8,7 +8,10 @@ from trtverify.fsutil import atomic_write, atomic_write_json
 from trtverify.reference import ReferenceStore, hash_samples
 
 INPUTS = [{"input": np.arange(6, dtype=np.float32).reshape(2, 3)}, {"input": np.ones((2, 3), np.float32)}]
-OUTPUTS = [{"logits": np.full((2, 4), 0.5, np.float32), "weird/name:0": np.zeros(2)}, {"logits": np.ones((2, 4), np.float32), "weird/name:0": np.ones(2)}]
+OUTPUTS = [
+    {"logits": np.full((2, 4), 0.5, np.float32), "weird/name:0": np.zeros(2)},
+    {"logits": np.ones((2, 4), np.float32), "weird/name:0": np.ones(2)},
+]
 
 
 def test_roundtrip(tmp_path: Path):
@@ -71,7 +74,9 @@ def test_pickled_arrays_are_refused(tmp_path: Path):
     store.save("pytorch", dep, INPUTS, OUTPUTS, {})
     folder = tmp_path / "suite" / "pytorch"
     # replace outputs with an object array (needs pickle) and fix the manifest hash so only pickle stands in the way
-    np.savez(folder / "outputs.npz", a0=np.array([{"x": 1}], dtype=object), a1=np.zeros(2), a2=np.zeros(1), a3=np.zeros(1))
+    np.savez(
+        folder / "outputs.npz", a0=np.array([{"x": 1}], dtype=object), a1=np.zeros(2), a2=np.zeros(1), a3=np.zeros(1)
+    )
     import hashlib
 
     m = json.loads((folder / "manifest.json").read_text())

@@ -33,7 +33,9 @@ def validate_junit(path: Path) -> ET.Element:
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("schema") / "out"
-    r = run_cli("run", str(ROOT / "suites" / "fashion_mnist.yaml"), "--out", str(out), "--junit", str(out / "junit.xml"))
+    r = run_cli(
+        "run", str(ROOT / "suites" / "fashion_mnist.yaml"), "--out", str(out), "--junit", str(out / "junit.xml")
+    )
     assert r.code == 0, r.out + r.err
     return out
 
@@ -62,18 +64,28 @@ def test_junit_of_a_passing_run(full_run: Path):
     assert root.tag == "testsuites" and root.get("failures") == "0"
     results = json.loads((full_run / "results.json").read_text())
     assert int(root.get("tests")) == sum(len(s["checks"]) for s in results["stages"])
-    assert [ts.get("name") for ts in root] == [f"fashion_mnist.{n}" for n in ("framework", "layerwise", "e2e", "buildlog")]
+    assert [ts.get("name") for ts in root] == [
+        f"fashion_mnist.{n}" for n in ("framework", "layerwise", "e2e", "buildlog")
+    ]
 
 
 def test_junit_of_a_failing_run_names_the_failing_checks(tmp_path: Path):
     shutil.copytree(ROOT / "suites", tmp_path / "suites")
     shutil.copytree(ROOT / "demo", tmp_path / "demo")
     suite = tmp_path / "suites" / "fashion_mnist.yaml"
-    suite.write_text(suite.read_text().replace("- {metric: accuracy, max_drop: 0.01, min: 0.85}", "- {metric: accuracy, max_drop: 0.0001, min: 0.85}"))
+    suite.write_text(
+        suite.read_text().replace(
+            "- {metric: accuracy, max_drop: 0.01, min: 0.85}", "- {metric: accuracy, max_drop: 0.0001, min: 0.85}"
+        )
+    )
     r = run_cli("run", str(suite), "--stage", "e2e", "--out", str(tmp_path / "o"), "--junit", str(tmp_path / "j.xml"))
     assert r.code == 1
     root = validate_junit(tmp_path / "j.xml")
-    failures = [(tc.get("name"), tc.find("failure").get("message")) for tc in root.iter("testcase") if tc.find("failure") is not None]
+    failures = [
+        (tc.get("name"), tc.find("failure").get("message"))
+        for tc in root.iter("testcase")
+        if tc.find("failure") is not None
+    ]
     assert root.get("failures") == "1" and len(failures) == 1
     name, message = failures[0]
     assert name == "int8: accuracy drop <= 0.0001" and message == "accuracy_drop = 5.000e-04, limit <= 1.000e-04"
@@ -81,7 +93,9 @@ def test_junit_of_a_failing_run_names_the_failing_checks(tmp_path: Path):
 
 
 def test_errors_and_interrupted_runs_validate(tmp_path: Path, tiny_suite: Path):
-    r = run_cli("run", str(tiny_suite), "--out", str(tmp_path / "o"), "--junit", str(tmp_path / "j.xml"), block=("torch",))
+    r = run_cli(
+        "run", str(tiny_suite), "--out", str(tmp_path / "o"), "--junit", str(tmp_path / "j.xml"), block=("torch",)
+    )
     assert r.code == 3
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     jsonschema.validate(results, SCHEMA)
@@ -93,7 +107,11 @@ def test_the_junit_schema_rejects_what_ci_systems_would(full_run: Path, tmp_path
     import xmlschema
 
     text = (full_run / "junit.xml").read_text()
-    for broken in (text.replace(' classname="', ' class="', 1), text.replace('failures="0"', 'failures="none"', 1), text.replace("<testcase ", "<case ", 1)):
+    for broken in (
+        text.replace(' classname="', ' class="', 1),
+        text.replace('failures="0"', 'failures="none"', 1),
+        text.replace("<testcase ", "<case ", 1),
+    ):
         (tmp_path / "bad.xml").write_text(broken)
         with pytest.raises(xmlschema.XMLSchemaValidationError):
             validate_junit(tmp_path / "bad.xml")

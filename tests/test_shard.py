@@ -58,7 +58,15 @@ def detection_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for args, out in (((), "full"), (("--shard", "1/2"), "s1"), (("--shard", "2/2"), "s2")):
         r = run_cli("run", str(DETECTION), "--out", str(base / out), *args)
         assert r.code == 0, r.out + r.err
-    r = run_cli("merge", str(base / "s2"), str(base / "s1"), "--out", str(base / "merged"), "--junit", str(base / "merged" / "junit.xml"))
+    r = run_cli(
+        "merge",
+        str(base / "s2"),
+        str(base / "s1"),
+        "--out",
+        str(base / "merged"),
+        "--junit",
+        str(base / "merged" / "junit.xml"),
+    )
     assert r.code == 0, r.out + r.err
     assert "merged from 2 shards" in r.out
     return base
@@ -76,7 +84,9 @@ def test_two_detection_shards_merge_to_exactly_the_unsharded_metrics(detection_r
     for a, b in zip(f["candidates"], m["candidates"], strict=True):
         assert a["name"] == b["name"] and a["metrics"] == b["metrics"] and a["deltas"] == b["deltas"]
         assert a["per_class"] == b["per_class"] and a["worst"] == b["worst"]
-    assert [(c["name"], c["value"], c["passed"]) for c in f["checks"]] == [(c["name"], c["value"], c["passed"]) for c in m["checks"]]
+    assert [(c["name"], c["value"], c["passed"]) for c in f["checks"]] == [
+        (c["name"], c["value"], c["passed"]) for c in m["checks"]
+    ]
     # the tensor stages ran as whole cases in one shard each and come back unchanged
     for name in ("framework", "layerwise"):
         assert [c["name"] for c in _stage(merged, name)["checks"]] == [c["name"] for c in _stage(full, name)["checks"]]
@@ -129,7 +139,11 @@ def test_classification_in_three_shards_merges_exactly_and_keeps_the_gate(tmp_pa
     shutil.copytree(ROOT / "demo" / "fashion_mnist", tmp_path / "demo" / "fashion_mnist")
     suite = tmp_path / "suites" / "fashion_mnist.yaml"
     # a gate tighter than the INT8 drop: the merged run must fail it like the unsharded one
-    suite.write_text(suite.read_text().replace("- {metric: accuracy, max_drop: 0.01, min: 0.85}", "- {metric: accuracy, max_drop: 0.0001, min: 0.85}"))
+    suite.write_text(
+        suite.read_text().replace(
+            "- {metric: accuracy, max_drop: 0.01, min: 0.85}", "- {metric: accuracy, max_drop: 0.0001, min: 0.85}"
+        )
+    )
     full = run_cli("run", str(suite), "--stage", "e2e", "--out", str(tmp_path / "full"), "-q")
     assert full.code == 1
     for i in (1, 2, 3):
@@ -138,6 +152,8 @@ def test_classification_in_three_shards_merges_exactly_and_keeps_the_gate(tmp_pa
     r = run_cli("merge", *(str(tmp_path / f"s{i}") for i in (1, 2, 3)), "--out", str(tmp_path / "m"))
     assert r.code == 1 and "FAIL int8: accuracy drop <= 0.0001" in r.out
     f, m = _stage(_load(tmp_path / "full"), "e2e"), _stage(_load(tmp_path / "m"), "e2e")
-    assert m["reference"] == f["reference"] and [c["metrics"] for c in m["candidates"]] == [c["metrics"] for c in f["candidates"]]
+    assert m["reference"] == f["reference"] and [c["metrics"] for c in m["candidates"]] == [
+        c["metrics"] for c in f["candidates"]
+    ]
     assert [c["worst"] for c in m["candidates"]] == [c["worst"] for c in f["candidates"]]
     assert [(c["name"], c["passed"]) for c in m["checks"]] == [(c["name"], c["passed"]) for c in f["checks"]]

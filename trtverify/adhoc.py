@@ -24,7 +24,9 @@ _CHECK = re.compile(r"^\s*([a-z_]+)\s*(<=|>=)\s*([-+0-9.eE]+|inf)\s*$")
 def parse_check(text: str) -> dict[str, Any]:
     m = _CHECK.match(text)
     if not m:
-        raise UsageError(f"--check '{text}': expected METRIC<=VALUE or METRIC>=VALUE, e.g. rel_l2<=0.01 or cosine>=0.999")
+        raise UsageError(
+            f"--check '{text}': expected METRIC<=VALUE or METRIC>=VALUE, e.g. rel_l2<=0.01 or cosine>=0.999"
+        )
     metric, op, value = m.groups()
     return {"metric": metric, ("max" if op == "<=" else "min"): float(value)}
 
@@ -51,7 +53,11 @@ def _generated_inputs(reference: Path, dims: Sequence[str], seed: int) -> dict[s
         if m.shape is None:
             raise UsageError(f"{reference}: input '{m.name}' has no declared shape; pass --inputs FILE.npz")
         shape = [d if isinstance(d, int) and d > 0 else values.get(str(d), 1) for d in m.shape]
-        dtype = m.dtype if m.dtype in ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool") else "float32"
+        dtype = (
+            m.dtype
+            if m.dtype in ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")
+            else "float32"
+        )
         spec[m.name] = {"shape": shape, "dtype": dtype, "range": [0.0, 1.0]}
     return {"samples": 1, "seed": seed, "generate": spec}
 
@@ -107,5 +113,11 @@ def layerwise_suite(
         suite["backends"] = {backend.replace("-", "_"): {"precisions": precisions}}
     out.mkdir(parents=True, exist_ok=True)
     path = out / "suite.yaml"
-    atomic_write_text(path, "# written by trtverify layerwise; rerun with: trtverify run " + str(path) + "\n" + yaml.safe_dump(suite, sort_keys=False))
+    atomic_write_text(
+        path,
+        "# written by trtverify layerwise; rerun with: trtverify run "
+        + str(path)
+        + "\n"
+        + yaml.safe_dump(suite, sort_keys=False),
+    )
     return path

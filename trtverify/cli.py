@@ -37,7 +37,9 @@ class _Progress:
                 self.last = now
                 width = 24
                 fill = int(width * done / max(total, 1))
-                sys.stderr.write(f"\r  {stage:<10} {what:<14} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}\033[K")
+                sys.stderr.write(
+                    f"\r  {stage:<10} {what:<14} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}\033[K"
+                )
                 if done == total:
                     sys.stderr.write("\n")
                 sys.stderr.flush()
@@ -67,14 +69,43 @@ def cli() -> None:
 @cli.command()
 @click.argument("suite", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--stage", "stages", multiple=True, metavar="NAME", help="Run only this stage (repeatable).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), help="Output folder [default: reports/<suite name>].")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Output folder [default: reports/<suite name>].",
+)
 @click.option("--update-reference", is_flag=True, help="Recompute and rewrite the stored reference outputs.")
-@click.option("--reference-dir", type=click.Path(path_type=Path, file_okay=False), help="Reference store root [default: the suite's reference_dir].")
+@click.option(
+    "--reference-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Reference store root [default: the suite's reference_dir].",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
-@click.option("--samples", "samples_mode", type=click.Choice(["suite", "worst"]), default="suite", show_default=True, help="worst: feed the samples a previous e2e run found most changed (for --stage layerwise).")
-@click.option("--from-results", type=click.Path(path_type=Path, dir_okay=False), help="results.json of that e2e run [default: OUT/results.json].")
-@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here: one test case per check.")
-@click.option("--shard", "shard_text", metavar="I/N", help="Run shard I of N (from 1): whole cases of the tensor stages, a dataset slice of e2e; combine with `trtverify merge`.")
+@click.option(
+    "--samples",
+    "samples_mode",
+    type=click.Choice(["suite", "worst"]),
+    default="suite",
+    show_default=True,
+    help="worst: feed the samples a previous e2e run found most changed (for --stage layerwise).",
+)
+@click.option(
+    "--from-results",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="results.json of that e2e run [default: OUT/results.json].",
+)
+@click.option(
+    "--junit",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write JUnit XML here: one test case per check.",
+)
+@click.option(
+    "--shard",
+    "shard_text",
+    metavar="I/N",
+    help="Run shard I of N (from 1): whole cases of the tensor stages, a dataset slice of e2e; combine with `trtverify merge`.",
+)
 def run(
     suite: Path,
     stages: tuple[str, ...],
@@ -155,11 +186,27 @@ def _finish(results: dict[str, Any], out: Path, quiet: bool, junit: Path | None)
 
 @cli.command()
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), help="Output folder [default: reports/<suite name>].")
-@click.option("--suite", "suite_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), help="The suite file the shards ran [default: the path in their results.json].")
-@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), help="Also write JUnit XML here: one test case per check.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Output folder [default: reports/<suite name>].",
+)
+@click.option(
+    "--suite",
+    "suite_path",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="The suite file the shards ran [default: the path in their results.json].",
+)
+@click.option(
+    "--junit",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write JUnit XML here: one test case per check.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
-def merge(dirs: tuple[Path, ...], out_dir: Path | None, suite_path: Path | None, junit: Path | None, quiet: bool) -> None:
+def merge(
+    dirs: tuple[Path, ...], out_dir: Path | None, suite_path: Path | None, junit: Path | None, quiet: bool
+) -> None:
     """Combine the results of every shard of a run (`run --shard I/N`) into one results.json and report;
     e2e metrics are recomputed over the union of the shards' predictions. Exits like `run`."""
     from trtverify.fsutil import atomic_write_json
@@ -186,7 +233,9 @@ def _summary(results: dict[str, Any], quiet: bool) -> None:
         for s in results["stages"]:
             checks = s.get("checks", [])
             failed = [c for c in checks if not c["passed"]]
-            click.echo(f"[{s['status'].upper():^7}] {s['name']}: {len(checks) - len(failed)}/{len(checks)} checks passed ({s.get('duration_s', 0):.2f} s)")
+            click.echo(
+                f"[{s['status'].upper():^7}] {s['name']}: {len(checks) - len(failed)}/{len(checks)} checks passed ({s.get('duration_s', 0):.2f} s)"
+            )
             for note in s.get("notes", []):
                 click.echo(f"          note: {note}")
             for cand in s.get("candidates", []) if s["name"] == "layerwise" else []:
@@ -201,14 +250,26 @@ def _summary(results: dict[str, Any], quiet: bool) -> None:
                 if rc:
                     kind = "local" if cand.get("root_cause_method") == "isolate" else "added"
                     label = "root cause #1" if fd else "largest own error"
-                    click.echo(f"          {cand['name']}: {label} {rc['node']} ({rc['op_type']}), {kind} rel_l2 {_fmt(rc['score'])}")
-            gated = [g.split(":")[1].split()[0] for g in {c["name"] for c in checks if ": " in c["name"]}] if s["name"] == "e2e" else []
+                    click.echo(
+                        f"          {cand['name']}: {label} {rc['node']} ({rc['op_type']}), {kind} rel_l2 {_fmt(rc['score'])}"
+                    )
+            gated = (
+                [g.split(":")[1].split()[0] for g in {c["name"] for c in checks if ": " in c["name"]}]
+                if s["name"] == "e2e"
+                else []
+            )
             for cand in s.get("candidates", []) if s["name"] == "e2e" else []:
                 ref = s.get("reference", {})
-                parts = [f"{k} {_fmt(ref.get(k))} -> {_fmt(cand['metrics'].get(k))} ({cand['deltas'].get(k, 0):+.4f})" for k in dict.fromkeys(gated) if k in ref]
+                parts = [
+                    f"{k} {_fmt(ref.get(k))} -> {_fmt(cand['metrics'].get(k))} ({cand['deltas'].get(k, 0):+.4f})"
+                    for k in dict.fromkeys(gated)
+                    if k in ref
+                ]
                 click.echo(f"          {cand['name']}: " + ", ".join(parts))
                 if cand.get("worst"):
-                    click.echo(f"          {cand['name']}: most changed samples: {', '.join(str(w['id']) for w in cand['worst'][:8])}")
+                    click.echo(
+                        f"          {cand['name']}: most changed samples: {', '.join(str(w['id']) for w in cand['worst'][:8])}"
+                    )
             for c in failed[:20]:
                 click.echo(f"          FAIL {c['name']}: {_fmt(c['value'])} (limit {c['op']} {_fmt(c['threshold'])})")
             if len(failed) > 20:
@@ -224,16 +285,54 @@ def _summary(results: dict[str, Any], quiet: bool) -> None:
 @cli.command()
 @click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.argument("candidates", nargs=-1, type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option("--inputs", "inputs_file", type=click.Path(path_type=Path, dir_okay=False, exists=True), help=".npz/.npy of inputs (keys = input names, first axis = rows) [default: random inputs].")
-@click.option("--samples", type=click.IntRange(min=1), help="Number of samples [default: 1 generated, or every row of --inputs].")
-@click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE", help="Value of a dynamic dimension for generated inputs (repeatable) [default: 1].")
+@click.option(
+    "--inputs",
+    "inputs_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help=".npz/.npy of inputs (keys = input names, first axis = rows) [default: random inputs].",
+)
+@click.option(
+    "--samples", type=click.IntRange(min=1), help="Number of samples [default: 1 generated, or every row of --inputs]."
+)
+@click.option(
+    "--dim",
+    "dims",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Value of a dynamic dimension for generated inputs (repeatable) [default: 1].",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated inputs.")
-@click.option("--backend", default="onnxruntime", show_default=True, type=click.Choice(["onnxruntime", "tensorrt", "tensorrt-rtx"]), help="Backend running the candidates.")
-@click.option("--precision", "precisions", multiple=True, type=click.Choice(["fp16", "bf16", "int8", "fp8", "tf32"]), help="TensorRT <= 10 builder flag (repeatable); with no CANDIDATE the reference itself is built.")
-@click.option("--check", "checks", multiple=True, metavar="METRIC<=X|METRIC>=X", help="Check for every tensor (repeatable) [default: rel_l2<=0.01, cosine>=0.999].")
-@click.option("--memory-budget", type=float, metavar="MB", help="Bound on intermediates held in memory [default: 2048].")
+@click.option(
+    "--backend",
+    default="onnxruntime",
+    show_default=True,
+    type=click.Choice(["onnxruntime", "tensorrt", "tensorrt-rtx"]),
+    help="Backend running the candidates.",
+)
+@click.option(
+    "--precision",
+    "precisions",
+    multiple=True,
+    type=click.Choice(["fp16", "bf16", "int8", "fp8", "tf32"]),
+    help="TensorRT <= 10 builder flag (repeatable); with no CANDIDATE the reference itself is built.",
+)
+@click.option(
+    "--check",
+    "checks",
+    multiple=True,
+    metavar="METRIC<=X|METRIC>=X",
+    help="Check for every tensor (repeatable) [default: rel_l2<=0.01, cosine>=0.999].",
+)
+@click.option(
+    "--memory-budget", type=float, metavar="MB", help="Bound on intermediates held in memory [default: 2048]."
+)
 @click.option("--root-causes", type=click.IntRange(min=1), help="How many suspects to report [default: 5].")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), help="Output folder [default: reports/layerwise-<reference name>].")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Output folder [default: reports/layerwise-<reference name>].",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
 def layerwise(
     reference: Path,
@@ -298,7 +397,9 @@ def validate(suites: tuple[Path, ...]) -> None:
 @cli.command("parse-log")
 @click.argument("log", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
-@click.option("--against", type=click.Path(path_type=Path, dir_okay=False, exists=True), help="An older build log: what changed.")
+@click.option(
+    "--against", type=click.Path(path_type=Path, dir_okay=False, exists=True), help="An older build log: what changed."
+)
 def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
     """Summarise a TensorRT build log: fallbacks, calibration, tactics, FP16 risks."""
     import json
@@ -314,7 +415,9 @@ def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
             out["against"] = {"log": str(against), **changes}
         click.echo(json.dumps(out, indent=2))
         return
-    click.echo(f"{log}: {parsed.lines} lines, dialect {parsed.dialect or 'unknown'}, TensorRT {parsed.version or 'version not stated'}")
+    click.echo(
+        f"{log}: {parsed.lines} lines, dialect {parsed.dialect or 'unknown'}, TensorRT {parsed.version or 'version not stated'}"
+    )
     if parsed.options:
         click.echo("options: " + ", ".join(f"{k}={v}" for k, v in parsed.options.items()))
     for sev in ("high", "medium", "info"):
@@ -335,10 +438,17 @@ def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
     if changes is not None:
         click.echo(f"against {against} (TensorRT {changes['versions']['old']} -> {changes['versions']['new']}):")
         for c in changes["layers_changed"]:
-            click.echo(f"  changed {c['layer']}: " + "; ".join(f"{k} {v['old']} -> {v['new']}" for k, v in c["changes"].items()))
-        click.echo(f"  layers only in the new build: {len(changes['layers_only_new'])}; only in the old: {len(changes['layers_only_old'])}")
+            click.echo(
+                f"  changed {c['layer']}: "
+                + "; ".join(f"{k} {v['old']} -> {v['new']}" for k, v in c["changes"].items())
+            )
+        click.echo(
+            f"  layers only in the new build: {len(changes['layers_only_new'])}; only in the old: {len(changes['layers_only_old'])}"
+        )
         for f in changes["new_findings"]:
-            click.echo(f"  new finding {f['category']}/{f['kind']} (line {f['lines'][0] if f['lines'] else '?'}): {f['message'][:120]}")
+            click.echo(
+                f"  new finding {f['category']}/{f['kind']} (line {f['lines'][0] if f['lines'] else '?'}): {f['message'][:120]}"
+            )
 
 
 @cli.command()
@@ -356,7 +466,9 @@ def schema() -> None:
 
 @cli.command()
 @click.argument("results", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), help="Output HTML [default: report.html beside RESULTS].")
+@click.option(
+    "--out", type=click.Path(path_type=Path, dir_okay=False), help="Output HTML [default: report.html beside RESULTS]."
+)
 def report(results: Path, out: Path | None) -> None:
     """Re-render the HTML report from a results.json."""
     import json

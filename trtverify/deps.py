@@ -25,4 +25,6 @@ def require(module: str, purpose: str) -> ModuleType:
     except ImportError as exc:
         top = module.split(".")[0]
         fix = _FIXES.get(top, f"pip install {top}")
-        raise MissingDependency(f"{purpose} needs the Python package '{top}', which cannot be imported ({exc}).", fix) from exc
+        raise MissingDependency(
+            f"{purpose} needs the Python package '{top}', which cannot be imported ({exc}).", fix
+        ) from exc

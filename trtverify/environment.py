@@ -13,7 +13,19 @@ from typing import Any
 
 import trtverify
 
-LIBRARIES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "torch", "tensorrt", "tensorrt-rtx", "tensorrt_rtx", "polygraphy", "pydantic", "pyyaml")
+LIBRARIES = (
+    "numpy",
+    "onnx",
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "torch",
+    "tensorrt",
+    "tensorrt-rtx",
+    "tensorrt_rtx",
+    "polygraphy",
+    "pydantic",
+    "pyyaml",
+)
 
 
 @functools.lru_cache(maxsize=1)

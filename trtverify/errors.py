@@ -66,7 +66,7 @@ class BackendError(TrtVerifyError):
     exit_code = EXIT_CHECK_FAILED
 
 
-def unknown(what: str, value: str, known: "list[str] | dict[str, object]") -> str:
+def unknown(what: str, value: str, known: list[str] | dict[str, object]) -> str:
     """'unknown metric 'cosin'; did you mean 'cosine'? (known: ...)' — one wording everywhere."""
     import difflib
 

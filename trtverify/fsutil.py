@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 

@@ -44,7 +44,7 @@ class GraphInfo:
     consumers: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
 
     @classmethod
-    def from_model(cls, model: Any) -> "GraphInfo":
+    def from_model(cls, model: Any) -> GraphInfo:
         g = model.graph
         inits = {i.name for i in g.initializer} | {i.name for i in g.sparse_initializer}
         inputs = [i.name for i in g.input if i.name not in inits]
@@ -94,7 +94,13 @@ def _subgraph_reads(node: Any, live: set[str]) -> bool:
     import onnx
 
     for attr in node.attribute:
-        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []
+        graphs = (
+            [attr.g]
+            if attr.type == onnx.AttributeProto.GRAPH
+            else list(attr.graphs)
+            if attr.type == onnx.AttributeProto.GRAPHS
+            else []
+        )
         for sub in graphs:
             for sn in sub.node:
                 if any(i in live for i in sn.input):
@@ -147,7 +153,9 @@ class Group:
     outputs: tuple[str, ...]  # reference tensors it produces (compared with reference values)
 
 
-def isolation_groups(cand: GraphInfo, reference_tensors: set[str], wanted: Iterable[str]) -> tuple[list[Group], dict[str, str]]:
+def isolation_groups(
+    cand: GraphInfo, reference_tensors: set[str], wanted: Iterable[str]
+) -> tuple[list[Group], dict[str, str]]:
     """Groups producing each tensor in `wanted`; and tensors that could not be isolated, with why.
 
     A group starts at the producer of a wanted tensor and walks back through inputs that the
@@ -195,11 +203,15 @@ def isolation_groups(cand: GraphInfo, reference_tensors: set[str], wanted: Itera
             continue
         node = cand.nodes[p.index]
         outs = tuple(o for o in node.output if o in reference_tensors)
-        groups[p.index] = Group(node.name or f"{node.op_type}_{p.index}", tuple(sorted(members)), tuple(sorted(boundary)), outs)
+        groups[p.index] = Group(
+            node.name or f"{node.op_type}_{p.index}", tuple(sorted(members)), tuple(sorted(boundary)), outs
+        )
     return list(groups.values()), skipped
 
 
-def build_isolation_model(light_model: Any, cand: GraphInfo, groups: Sequence[Group], input_dtypes: dict[str, int]) -> tuple[Any, dict[str, str]]:
+def build_isolation_model(
+    light_model: Any, cand: GraphInfo, groups: Sequence[Group], input_dtypes: dict[str, int]
+) -> tuple[Any, dict[str, str]]:
     """A model running every group side by side on fresh inputs named like the reference tensors.
 
     Returns the model and a map {isolated output name -> reference tensor name}. Graph

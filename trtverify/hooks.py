@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from trtverify.errors import UsageError
 
@@ -43,7 +43,9 @@ def load_hook(spec: str, search_path: Sequence[Path] = (), what: str = "hook") -
             if exc.name and not module_name.startswith(exc.name):
                 raise  # the module exists but imports something missing: let the caller map it
             where = ", ".join(str(p) for p in search_path) or "sys.path"
-            raise UsageError(f"{what} '{spec}': module '{module_name}' not found (searched {where} and sys.path): {exc}") from exc
+            raise UsageError(
+                f"{what} '{spec}': module '{module_name}' not found (searched {where} and sys.path): {exc}"
+            ) from exc
     for part in attr_path.split("."):
         if not hasattr(obj, part):
             raise UsageError(f"{what} '{spec}': '{module_name}' has no attribute '{attr_path}'")

@@ -47,7 +47,10 @@ def build_samples(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
         n = cfg.samples or DEFAULT_GENERATED_SAMPLES
         specs = list(cfg.generate.items())
         return [
-            {name: _generate(name, spec, spec.seed if spec.seed is not None else cfg.seed + j, i) for j, (name, spec) in enumerate(specs)}
+            {
+                name: _generate(name, spec, spec.seed if spec.seed is not None else cfg.seed + j, i)
+                for j, (name, spec) in enumerate(specs)
+            }
             for i in range(n)
         ]
     if cfg.file is not None:
@@ -78,23 +81,37 @@ def _from_file(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
             for name, spec in mapping.items():
                 key = spec.key or name
                 if key not in data.files:
-                    raise loaded_error(loaded, ("inputs", "arrays", name), f"{path.name} has no array '{key}' (it has: {', '.join(data.files)})")
+                    raise loaded_error(
+                        loaded,
+                        ("inputs", "arrays", name),
+                        f"{path.name} has no array '{key}' (it has: {', '.join(data.files)})",
+                    )
                 try:
                     columns[name] = (data[key], spec)
                 except ValueError as exc:  # npz members load lazily: object arrays fail here
-                    raise UsageError(f"{path}: array '{key}' cannot be read without pickle ({exc}); store plain numeric arrays") from exc
+                    raise UsageError(
+                        f"{path}: array '{key}' cannot be read without pickle ({exc}); store plain numeric arrays"
+                    ) from exc
     rows = {len(arr) if arr.ndim else 0 for arr, _ in columns.values()}
     if len(rows) != 1 or 0 in rows:
-        raise UsageError(f"{path}: the arrays must share a non-empty first axis (rows per array: { {n: (a.shape[0] if a.ndim else 0) for n, (a, _) in columns.items()} })")
+        raise UsageError(
+            f"{path}: the arrays must share a non-empty first axis (rows per array: { {n: (a.shape[0] if a.ndim else 0) for n, (a, _) in columns.items()} })"
+        )
     total = rows.pop()
     batch = cfg.batch_size or 1
     n = total // batch
     if cfg.samples is not None:
         if cfg.samples > n:
-            raise loaded_error(loaded, ("inputs", "samples"), f"asks for {cfg.samples} samples of batch {batch} but {path.name} holds {total} rows ({n} samples)")
+            raise loaded_error(
+                loaded,
+                ("inputs", "samples"),
+                f"asks for {cfg.samples} samples of batch {batch} but {path.name} holds {total} rows ({n} samples)",
+            )
         n = cfg.samples
     if n == 0:
-        raise loaded_error(loaded, ("inputs", "batch_size"), f"batch_size {batch} is larger than the {total} rows of {path.name}")
+        raise loaded_error(
+            loaded, ("inputs", "batch_size"), f"batch_size {batch} is larger than the {total} rows of {path.name}"
+        )
     out = []
     for i in range(n):
         feed = {}
@@ -118,7 +135,9 @@ def _from_hook(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
             if cfg.samples is not None and i >= cfg.samples:
                 break
             if not isinstance(feed, dict):
-                raise HookError(f"inputs.hook '{cfg.hook}' yielded a {type(feed).__name__} as sample {i}; yield dicts of input name -> array")
+                raise HookError(
+                    f"inputs.hook '{cfg.hook}' yielded a {type(feed).__name__} as sample {i}; yield dicts of input name -> array"
+                )
             out.append({str(k): np.asarray(v) for k, v in feed.items()})
     except HookError:
         raise
@@ -147,7 +166,9 @@ def static_input_problems(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta
     ref = Path(loaded.suite.models.reference).name
     for name, loc in names.items():
         if name not in declared:
-            problems.append(loaded.problem(loc, f"'{name}' is not an input of {ref} (its inputs: {', '.join(declared)})"))
+            problems.append(
+                loaded.problem(loc, f"'{name}' is not an input of {ref} (its inputs: {', '.join(declared)})")
+            )
     if names:
         for name in declared:
             if name not in names:
@@ -158,13 +179,25 @@ def static_input_problems(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta
                 why = shape_matches(declared[name].shape, tuple(spec.shape))
                 if why:
                     problems.append(loaded.problem(("inputs", "generate", name, "shape"), why))
-                if declared[name].dtype != spec.dtype and not (spec.dtype.startswith("float") and declared[name].dtype.startswith("float")):
-                    problems.append(loaded.problem(("inputs", "generate", name, "dtype"), f"{spec.dtype} but {ref} declares {declared[name].dtype}"))
+                if declared[name].dtype != spec.dtype and not (
+                    spec.dtype.startswith("float") and declared[name].dtype.startswith("float")
+                ):
+                    problems.append(
+                        loaded.problem(
+                            ("inputs", "generate", name, "dtype"),
+                            f"{spec.dtype} but {ref} declares {declared[name].dtype}",
+                        )
+                    )
     pt = loaded.suite.models.pytorch
     if pt is not None and pt.input_names is not None:
         for i, name in enumerate(pt.input_names):
             if name not in declared:
-                problems.append(loaded.problem(("models", "pytorch", "input_names", i), f"'{name}' is not an input of {ref} (its inputs: {', '.join(declared)})"))
+                problems.append(
+                    loaded.problem(
+                        ("models", "pytorch", "input_names", i),
+                        f"'{name}' is not an input of {ref} (its inputs: {', '.join(declared)})",
+                    )
+                )
     return problems
 
 

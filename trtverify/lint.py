@@ -355,9 +355,13 @@ def _range_key(dtype_key: str | None, has_data_use: bool, target: str) -> tuple[
     return None, False, False  # fp32 target
 
 
-def _constant_findings(g: _Graph, name: str, arr: np.ndarray, stored: str, narrow_key: str | None, target: str) -> Found:
+def _constant_findings(
+    g: _Graph, name: str, arr: np.ndarray, stored: str, narrow_key: str | None, target: str
+) -> Found:
     """One constant: one finding per problem (not per consumer), placed at its first consumer in graph order."""
-    uses = [(n, i) for n, i in g.consumers.get(name, []) if i < 0 or _role(g.nodes[n].op_type, i) in ("data", "quantized")]
+    uses = [
+        (n, i) for n, i in g.consumers.get(name, []) if i < 0 or _role(g.nodes[n].op_type, i) in ("data", "quantized")
+    ]
     data_uses = [(n, i) for n, i in uses if i < 0 or _role(g.nodes[n].op_type, i) == "data"]
     key, converted, fallback = _range_key(narrow_key, bool(data_uses), target)
     rng = RANGES[key] if key else None
@@ -436,7 +440,9 @@ def _initializer_findings(g: _Graph, target: str) -> tuple[Found, list[str]]:
     for name, t in g.constants.items():
         if t.data_type not in stored_name:
             continue  # integers, strings, float8 (already-quantised data behind a DequantizeLinear)
-        if not any(i < 0 or _role(g.nodes[n].op_type, i) in ("data", "quantized") for n, i in g.consumers.get(name, [])):
+        if not any(
+            i < 0 or _role(g.nodes[n].op_type, i) in ("data", "quantized") for n, i in g.consumers.get(name, [])
+        ):
             continue  # unused, Q/DQ scales (checked apart), or shape-like inputs
         arr = _array(t)
         if arr is None:
@@ -473,21 +479,35 @@ def _qdq_param_findings(g: _Graph) -> tuple[Found, list[str]]:
                 zero = int(np.count_nonzero(v == 0))
                 nonfinite = int(np.count_nonzero(~finite))
                 negative = bad - zero - nonfinite
-                kind, message = "qdq_invalid_scale", (
-                    f"{node.op_type} '{_node_label(g, idx)}' uses scale '{name}' with {bad} of {v.size} values not finite and > 0 "
-                    f"({zero} zero, {negative} negative, {nonfinite} inf/NaN); TensorRT rejects it or produces inf/NaN."
+                kind, message = (
+                    "qdq_invalid_scale",
+                    (
+                        f"{node.op_type} '{_node_label(g, idx)}' uses scale '{name}' with {bad} of {v.size} values not finite and > 0 "
+                        f"({zero} zero, {negative} negative, {nonfinite} inf/NaN); TensorRT rejects it or produces inf/NaN."
+                    ),
                 )
-                detail = {"total": int(v.size), "zero": zero, "negative": negative, "nonfinite": nonfinite, "users": users}
+                detail = {
+                    "total": int(v.size),
+                    "zero": zero,
+                    "negative": negative,
+                    "nonfinite": nonfinite,
+                    "users": users,
+                }
             else:
                 bad = int(np.count_nonzero(v != 0))
                 if not bad:
                     continue
-                kind, message = "qdq_nonzero_zero_point", (
-                    f"{node.op_type} '{_node_label(g, idx)}' uses zero point '{name}' with {bad} of {v.size} values not 0; "
-                    "TensorRT supports only symmetric quantisation and refuses to build it."
+                kind, message = (
+                    "qdq_nonzero_zero_point",
+                    (
+                        f"{node.op_type} '{_node_label(g, idx)}' uses zero point '{name}' with {bad} of {v.size} values not 0; "
+                        "TensorRT supports only symmetric quantisation and refuses to build it."
+                    ),
                 )
                 detail = {"total": int(v.size), "users": users}
-            found.append((idx, LintFinding(kind, "high", _node_label(g, idx), node.op_type, name, message, bad, detail)))
+            found.append(
+                (idx, LintFinding(kind, "high", _node_label(g, idx), node.op_type, name, message, bad, detail))
+            )
     return found, unread
 
 
@@ -512,7 +532,10 @@ def _coverage_findings(g: _Graph, target: str) -> Found:
     for idx, node in enumerate(g.nodes):
         if node.op_type not in COMPUTE_OPS or len(node.input) < 2:
             continue
-        labels = {0: "data input (input 0)", 1: "weight (input 1)" if node.input[1] in g.constants else "second operand (input 1)"}
+        labels = {
+            0: "data input (input 0)",
+            1: "weight (input 1)" if node.input[1] in g.constants else "second operand (input 1)",
+        }
         missing = [i for i in (0, 1) if node.input[i] and not _from_dequantize(g, node.input[i])]
         if not missing:
             continue
@@ -526,7 +549,12 @@ def _coverage_findings(g: _Graph, target: str) -> Found:
                 f"TensorRT cannot fuse it into an {q} kernel and runs it in higher precision."
             )
         detail = {"missing": [labels[i] for i in missing], "inputs": [node.input[0], node.input[1]], "target": target}
-        found.append((idx, LintFinding("qdq_uncovered", "medium", label, node.op_type, node.input[missing[0]], message, 1, detail)))
+        found.append(
+            (
+                idx,
+                LintFinding("qdq_uncovered", "medium", label, node.op_type, node.input[missing[0]], message, 1, detail),
+            )
+        )
     return found
 
 
@@ -619,7 +647,9 @@ def _quantized_weight_findings(g: _Graph) -> Found:
                 f"{clipped} of {total} values of weight '{t.name}' fall outside the range of QuantizeLinear '{label}' "
                 f"(|w| / scale beyond {rng[1]:g}) and are clipped."
             )
-            found.append((idx, LintFinding("weight_saturation", "medium", label, node.op_type, t.name, msg, clipped, base)))
+            found.append(
+                (idx, LintFinding("weight_saturation", "medium", label, node.op_type, t.name, msg, clipped, base))
+            )
         if qp.elem_type in fp8_e4m3:
             fp8 = RANGES["fp8"]
             a = np.abs(q)
@@ -631,7 +661,14 @@ def _quantized_weight_findings(g: _Graph) -> Found:
                     f"{fp8.zero_limit:.3g} for QuantizeLinear '{label}' and become 0 in {fp8.name}."
                 )
                 sev = "medium" if share >= SMALL_SHARE else "info"
-                found.append((idx, LintFinding("weight_underflow", sev, label, node.op_type, t.name, msg, zero, {**base, "share": share})))
+                found.append(
+                    (
+                        idx,
+                        LintFinding(
+                            "weight_underflow", sev, label, node.op_type, t.name, msg, zero, {**base, "share": share}
+                        ),
+                    )
+                )
     return found
 
 
@@ -666,7 +703,13 @@ def _activation_findings(g: _Graph, target: str, activation_max: Mapping[str, fl
                     f"{where} reaches |x| = {v:.4g} on the FP32 reference but QuantizeLinear '{_node_label(g, n)}' "
                     f"represents at most {lim:.4g}; larger values are clipped ({ratio:.3g}x the range)."
                 )
-                detail = {"max_abs": v, "limit": lim, "ratio": ratio, "quantize_node": _node_label(g, n), "target": target}
+                detail = {
+                    "max_abs": v,
+                    "limit": lim,
+                    "ratio": ratio,
+                    "quantize_node": _node_label(g, n),
+                    "target": target,
+                }
                 found.append((pos, LintFinding("activation_saturation", sev, label, op, name, msg, 1, detail)))
                 break
             if name in g.outputs or not uses or any(g.nodes[n].op_type != "QuantizeLinear" or i != 0 for n, i in uses):
@@ -691,7 +734,12 @@ def _activation_findings(g: _Graph, target: str, activation_max: Mapping[str, fl
                 found.append((pos, LintFinding("activation_close_to_range", "medium", label, op, name, msg, 1, detail)))
     if unknown_names:
         msg = f"{len(unknown_names)} tensor(s) in activation_max are not activations of this graph and were not checked (e.g. '{unknown_names[0]}')."
-        found.append((len(g.nodes), LintFinding("activation_unknown", "info", None, None, None, msg, 1, {"names": unknown_names})))
+        found.append(
+            (
+                len(g.nodes),
+                LintFinding("activation_unknown", "info", None, None, None, msg, 1, {"names": unknown_names}),
+            )
+        )
     return found
 
 
@@ -707,11 +755,18 @@ def _structure_findings(g: _Graph, unread: list[str]) -> Found:
             f"{' and others' if len(holders) > 1 else ''}) hold {total} subgraph node(s) that the lint does not inspect."
         )
         detail = {"nodes": holders, "subgraph_nodes": total}
-        found.append((first, LintFinding("subgraph_skipped", "info", holders[0], g.nodes[first].op_type, None, msg, 1, detail)))
+        found.append(
+            (first, LintFinding("subgraph_skipped", "info", holders[0], g.nodes[first].op_type, None, msg, 1, detail))
+        )
     if unread:
         names = sorted(set(unread))
         msg = f"{len(names)} constant(s) have no data here (external data not loaded, or unreadable), e.g. '{names[0]}'; their values were not checked."
-        found.append((len(g.nodes), LintFinding("external_data_not_loaded", "info", None, None, None, msg, 1, {"tensors": names})))
+        found.append(
+            (
+                len(g.nodes),
+                LintFinding("external_data_not_loaded", "info", None, None, None, msg, 1, {"tensors": names}),
+            )
+        )
     return found
 
 

@@ -96,7 +96,7 @@ class MappedModel:
             self.buf.close()
         self._fh.close()
 
-    def __enter__(self) -> "MappedModel":
+    def __enter__(self) -> MappedModel:
         return self
 
     def __exit__(self, *exc: Any) -> None:

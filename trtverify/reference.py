@@ -111,7 +111,9 @@ class ReferenceStore:
             return Lookup("corrupt", folder, [f"{folder}: unreadable arrays ({exc})"])
         return Lookup("valid", folder, [], inputs, outputs, manifest)
 
-    def save(self, kind: str, depends: dict[str, str], inputs: Samples, outputs: Samples, versions: dict[str, str]) -> Path:
+    def save(
+        self, kind: str, depends: dict[str, str], inputs: Samples, outputs: Samples, versions: dict[str, str]
+    ) -> Path:
         folder = self.folder(kind)
         folder.mkdir(parents=True, exist_ok=True)
         files = {}

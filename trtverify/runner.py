@@ -44,7 +44,9 @@ def select_stages(loaded: LoadedSuite, requested: Sequence[str]) -> list[str]:
         if name not in STAGES:
             raise UsageError(f"--stage {name}: no such stage (stages: {', '.join(STAGES)})")
         if name not in configured:
-            raise UsageError(f"--stage {name}: not configured in {loaded.path} (configured: {', '.join(configured) or 'none'})")
+            raise UsageError(
+                f"--stage {name}: not configured in {loaded.path} (configured: {', '.join(configured) or 'none'})"
+            )
     return [n for n in configured if n in requested]
 
 
@@ -96,9 +98,14 @@ def stage_passed(stage: dict[str, Any]) -> bool:
     return stage["status"] == "passed" or (stage["status"] == "skipped" and bool(stage.get("sharded_away")))
 
 
-def _results(loaded: LoadedSuite, stages: list[StageResult], pending: list[str], started: str, t0: float, shard: Any = None) -> dict[str, Any]:
+def _results(
+    loaded: LoadedSuite, stages: list[StageResult], pending: list[str], started: str, t0: float, shard: Any = None
+) -> dict[str, Any]:
     done = [s.to_dict() for s in stages]
-    done += [{"name": n, "status": "skipped", "checks": [], "notes": ["not run yet (interrupted?)"], "error": None} for n in pending]
+    done += [
+        {"name": n, "status": "skipped", "checks": [], "notes": ["not run yet (interrupted?)"], "error": None}
+        for n in pending
+    ]
     return {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "trtverify_version": __version__,
@@ -152,7 +159,12 @@ def run_suite(
         s0 = time.perf_counter()
         try:
             if name in ("framework", "buildlog") and shard is not None and not owns(shard, loaded, (name, None)):
-                res = StageResult(name, "skipped", notes=[f"runs in shard {owner(loaded, (name, None), shard.count)}/{shard.count}"], details={"sharded_away": True})
+                res = StageResult(
+                    name,
+                    "skipped",
+                    notes=[f"runs in shard {owner(loaded, (name, None), shard.count)}/{shard.count}"],
+                    details={"sharded_away": True},
+                )
             else:
                 res = stage_function(name)(ctx)
         except TrtVerifyError as exc:
@@ -162,7 +174,12 @@ def run_suite(
             res = StageResult(
                 name,
                 "error",
-                error={"kind": "internal", "message": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(), "exit_code": EXIT_INTERNAL},
+                error={
+                    "kind": "internal",
+                    "message": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(),
+                    "exit_code": EXIT_INTERNAL,
+                },
             )
         res.duration_s = time.perf_counter() - s0
         results.append(res)

@@ -96,7 +96,12 @@ def save_predictions(path: Path, task: str, record: dict[int, np.ndarray]) -> No
     else:
         dets = [np.asarray(record[i], dtype=np.float64).reshape(-1, 6) for i in index]
         offsets = np.cumsum([0] + [len(d) for d in dets]).astype(np.int64)
-        arrays = {"task": np.array(task), "index": index, "offsets": offsets, "dets": np.concatenate(dets) if dets else np.zeros((0, 6))}
+        arrays = {
+            "task": np.array(task),
+            "index": index,
+            "offsets": offsets,
+            "dets": np.concatenate(dets) if dets else np.zeros((0, 6)),
+        }
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: np.savez(f, **arrays))
 
@@ -105,7 +110,9 @@ def load_predictions(path: Path, task: str) -> dict[int, np.ndarray]:
     try:
         data = np.load(path, allow_pickle=False)
     except FileNotFoundError:
-        raise UsageError(f"{path}: missing (the shard's directory must hold what `trtverify run --shard` wrote)") from None
+        raise UsageError(
+            f"{path}: missing (the shard's directory must hold what `trtverify run --shard` wrote)"
+        ) from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: not a shard predictions file ({exc})") from exc
     with data:
@@ -131,7 +138,9 @@ def check_shards(results: Sequence[tuple[Path, dict[str, Any]]]) -> int:
         if not info:
             raise UsageError(f"{d / 'results.json'}: not a shard (run with --shard I/N)")
         if r["suite"]["sha256"] != first["suite"]["sha256"]:
-            raise UsageError(f"{d}: ran a different suite file than {first_dir} (sha256 {r['suite']['sha256'][:12]} vs {first['suite']['sha256'][:12]})")
+            raise UsageError(
+                f"{d}: ran a different suite file than {first_dir} (sha256 {r['suite']['sha256'][:12]} vs {first['suite']['sha256'][:12]})"
+            )
         if count is None:
             count = info["count"]
         elif info["count"] != count:
@@ -139,12 +148,16 @@ def check_shards(results: Sequence[tuple[Path, dict[str, Any]]]) -> int:
         if info["index"] in seen:
             raise UsageError(f"{d}: shard {info['index']}/{count} given twice (also {seen[info['index']]})")
         if not r.get("complete"):
-            raise UsageError(f"{d}: shard {info['index']}/{count} did not finish (results.json is incomplete); run it again")
+            raise UsageError(
+                f"{d}: shard {info['index']}/{count} did not finish (results.json is incomplete); run it again"
+            )
         seen[info["index"]] = d
     assert count is not None
     missing = sorted(set(range(1, count + 1)) - set(seen))
     if missing:
-        raise UsageError(f"merge: shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing; give every shard's directory")
+        raise UsageError(
+            f"merge: shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing; give every shard's directory"
+        )
     return count
 
 
@@ -156,7 +169,9 @@ def add_timings(into: dict[str, float], timings: dict[str, float]) -> None:
 
 def _combine_layerwise(parts: list[dict[str, Any]], order: list[str]) -> dict[str, Any]:
     """The layerwise stages of several shards (disjoint candidates) as one stage."""
-    merged: dict[str, Any] = {k: v for k, v in parts[0].items() if k not in ("checks", "notes", "timings", "candidates", "duration_s")}
+    merged: dict[str, Any] = {
+        k: v for k, v in parts[0].items() if k not in ("checks", "notes", "timings", "candidates", "duration_s")
+    }
     cands = [c for p in parts for c in p.get("candidates", [])]
     rank = {n: i for i, n in enumerate(order)}
     merged["candidates"] = sorted(cands, key=lambda c: rank.get(c["name"], len(rank)))
@@ -203,9 +218,13 @@ def merge_runs(dirs: Sequence[Path], suite_path: Path | None = None) -> dict[str
 
             path = Path(suite_path or first["suite"]["path"])
             if not path.is_file():
-                raise UsageError(f"merge: the suite file {path} is not here; pass --suite PATH (the same file the shards ran)")
+                raise UsageError(
+                    f"merge: the suite file {path} is not here; pass --suite PATH (the same file the shards ran)"
+                )
             if sha256_file(path) != first["suite"]["sha256"]:
-                raise UsageError(f"merge: {path} differs from the suite file the shards ran (sha256 {first['suite']['sha256'][:12]})")
+                raise UsageError(
+                    f"merge: {path} differs from the suite file the shards ran (sha256 {first['suite']['sha256'][:12]})"
+                )
             loaded = load_suite(path)
         return loaded
 
@@ -215,7 +234,9 @@ def merge_runs(dirs: Sequence[Path], suite_path: Path | None = None) -> dict[str
         ran = [(d, s) for d, r in shards for s in r["stages"] if s["name"] == name and not s.get("sharded_away")]
         errors = [(d, s) for d, s in ran if s["status"] == "error"]
         if not ran:
-            stages.append({"name": name, "status": "skipped", "checks": [], "notes": ["no shard ran this stage"], "error": None})
+            stages.append(
+                {"name": name, "status": "skipped", "checks": [], "notes": ["no shard ran this stage"], "error": None}
+            )
         elif errors:
             d, s = errors[0]
             stages.append({**s, "notes": [f"shard directory {d}: this stage failed to run there", *s.get("notes", [])]})

@@ -48,13 +48,21 @@ import fmnist_model  # noqa: E402
 DATA_DIR = Path("/usr/share/datasets/fashion-mnist")
 COPYRIGHT_FILE = Path("/usr/share/doc/dataset-fashion-mnist/copyright")
 CLASS_NAMES = [
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 ]
 SEED = 20240611
 OPSET = 17
-PER_CLASS = 200          # test subset: first 200 images of each class
-N_CALIB = 512            # INT8 calibration images (first 512 training images)
+PER_CLASS = 200  # test subset: first 200 images of each class
+N_CALIB = 512  # INT8 calibration images (first 512 training images)
 BATCH_SIZE = 128
 MAX_LR = 4e-3
 WEIGHT_DECAY = 1e-4
@@ -73,7 +81,7 @@ def read_idx(path: Path) -> np.ndarray:
     zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
     if zero != 0 or dtype_code != 0x08:
         raise ValueError(f"{path}: not an unsigned-byte IDX file")
-    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    dims = struct.unpack(">" + "I" * ndim, raw[4 : 4 + 4 * ndim])
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
     if data.size != int(np.prod(dims)):
         raise ValueError(f"{path}: size mismatch")
@@ -111,8 +119,11 @@ def write_data_license(path: Path) -> None:
             for line in fields:
                 if line.startswith("Copyright:"):
                     holder = line.split(":", 1)[1].strip()
-        if fields and fields[0].startswith("License:") and len(fields) > 1 and not any(
-            line.startswith("Files:") for line in fields
+        if (
+            fields
+            and fields[0].startswith("License:")
+            and len(fields) > 1
+            and not any(line.startswith("Files:") for line in fields)
         ):
             for line in fields[1:]:
                 line = line[1:] if line.startswith(" ") else line
@@ -184,8 +195,7 @@ def seed_everything(seed: int, threads: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int,
-          seed: int) -> tuple[float, float]:
+def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, seed: int) -> tuple[float, float]:
     """Train in place; returns (wall time, process CPU time) in seconds."""
     gen = torch.Generator().manual_seed(seed)
     n = len(x)
@@ -201,7 +211,7 @@ def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int,
         flip = torch.rand(n, generator=gen) < 0.5  # random horizontal flip
         total, correct, loss_sum = 0, 0, 0.0
         for s in range(steps_per_epoch):
-            idx = perm[s * BATCH_SIZE:(s + 1) * BATCH_SIZE]
+            idx = perm[s * BATCH_SIZE : (s + 1) * BATCH_SIZE]
             xb, yb = x[idx], y[idx]
             fb = flip[idx]
             xb = torch.where(fb[:, None, None, None], xb.flip(-1), xb)
@@ -214,17 +224,18 @@ def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int,
             loss_sum += loss.item() * len(yb)
             correct += (logits.argmax(1) == yb).sum().item()
             total += len(yb)
-        print(f"epoch {epoch + 1}/{epochs}: loss {loss_sum / total:.4f} "
-              f"train-acc {correct / total:.4f} ({time.perf_counter() - t0:.1f}s)", flush=True)
+        print(
+            f"epoch {epoch + 1}/{epochs}: loss {loss_sum / total:.4f} "
+            f"train-acc {correct / total:.4f} ({time.perf_counter() - t0:.1f}s)",
+            flush=True,
+        )
     return time.perf_counter() - t0, time.process_time() - c0
 
 
 @torch.no_grad()
 def torch_logits(model: torch.nn.Module, x: np.ndarray, batch: int = 500) -> np.ndarray:
     model.eval()
-    return np.concatenate(
-        [model(torch.from_numpy(x[i:i + batch])).numpy() for i in range(0, len(x), batch)]
-    )
+    return np.concatenate([model(torch.from_numpy(x[i : i + batch])).numpy() for i in range(0, len(x), batch)])
 
 
 # -------------------------------------------------------------------------- ONNX
@@ -238,6 +249,7 @@ def export_fp32(model: torch.nn.Module, path: Path) -> None:
     tensors getitem/relu_1/..., see README.md.
     """
     import warnings
+
     import onnx
 
     model.eval()
@@ -245,7 +257,9 @@ def export_fp32(model: torch.nn.Module, path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(
-            model, (dummy,), str(path),
+            model,
+            (dummy,),
+            str(path),
             dynamo=False,
             export_params=True,
             opset_version=OPSET,
@@ -256,8 +270,9 @@ def export_fp32(model: torch.nn.Module, path: Path) -> None:
         )
     m = onnx.load(str(path))
     rename_folded_initializers(m)
-    m.doc_string = ("FashionCNN (Fashion-MNIST). input: float32 [batch,1,28,28] in [0,1] (x/255); "
-                    "output: logits [batch,10].")
+    m.doc_string = (
+        "FashionCNN (Fashion-MNIST). input: float32 [batch,1,28,28] in [0,1] (x/255); output: logits [batch,10]."
+    )
     onnx.checker.check_model(m, full_check=True)
     onnx.save(m, str(path))  # small model -> single file, no external data
 
@@ -315,8 +330,8 @@ def toposort_graph(graph) -> None:
 
 
 INT8_EXTRA_OPTIONS = {
-    "ActivationSymmetric": True,   # zero point 0 for activations (TensorRT requirement)
-    "WeightSymmetric": True,       # zero point 0 for weights (TensorRT requirement)
+    "ActivationSymmetric": True,  # zero point 0 for activations (TensorRT requirement)
+    "WeightSymmetric": True,  # zero point 0 for weights (TensorRT requirement)
     # TensorRT's ONNX parser rejects DequantizeLinear on int32 biases
     # ("only activation types allowed as input to this layer"): keep biases float.
     "QuantizeBias": False,
@@ -336,12 +351,16 @@ def make_int8_qdq(fp32_path: Path, out_path: Path, calib: np.ndarray) -> None:
     """
     import onnx
     from onnxruntime.quantization import (
-        CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static,
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
     )
 
     class Reader(CalibrationDataReader):
         def __init__(self, data: np.ndarray, batch: int = 32) -> None:
-            self._batches = [data[i:i + batch] for i in range(0, len(data), batch)]
+            self._batches = [data[i : i + batch] for i in range(0, len(data), batch)]
             self._it = iter(self._batches)
 
         def get_next(self):
@@ -356,7 +375,9 @@ def make_int8_qdq(fp32_path: Path, out_path: Path, calib: np.ndarray) -> None:
     root.setLevel(logging.ERROR)  # silence "Please consider pre-processing" (see docstring)
     try:
         quantize_static(
-            str(fp32_path), str(out_path), Reader(calib),
+            str(fp32_path),
+            str(out_path),
+            Reader(calib),
             quant_format=QuantFormat.QDQ,
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
@@ -381,7 +402,7 @@ def ort_session(path: Path, threads: int):
 
 def ort_logits(sess, x: np.ndarray, batch: int = 500) -> np.ndarray:
     return np.concatenate(
-        [sess.run(["logits"], {"input": x[i:i + batch]})[0] for i in range(0, len(x), batch)]
+        [sess.run(["logits"], {"input": x[i : i + batch]})[0] for i in range(0, len(x), batch)]
     ).astype(np.float32)
 
 

@@ -54,8 +54,8 @@ import shapes_data  # noqa: E402
 import shapes_decode  # noqa: E402
 import shapes_model  # noqa: E402
 
-SEED = 20240612          # training seed (--seed)
-VAL_SEED = 20240613      # fixed: the validation set never changes with --seed
+SEED = 20240612  # training seed (--seed)
+VAL_SEED = 20240613  # fixed: the validation set never changes with --seed
 N_VAL = 200
 N_CALIB = 256
 OPSET = 17
@@ -63,10 +63,10 @@ BATCH_SIZE = 32
 STEPS_PER_EPOCH = 64
 MAX_LR = 3e-3
 WEIGHT_DECAY = 1e-4
-WARMUP = 0.05            # fraction of training with linear LR warm-up, then cosine decay
-WH_WEIGHT = 0.1          # CenterNet loss weights
+WARMUP = 0.05  # fraction of training with linear LR warm-up, then cosine decay
+WH_WEIGHT = 0.1  # CenterNet loss weights
 OFF_WEIGHT = 1.0
-MIN_OVERLAP = 0.7        # CenterNet Gaussian radius parameter
+MIN_OVERLAP = 0.7  # CenterNet Gaussian radius parameter
 
 PT_FILE = "shapes_centernet.pt"
 FP32_FILE = "shapes_fp32.onnx"
@@ -86,25 +86,28 @@ TRAIN_STREAM, CALIB_STREAM = 1, 2
 def gaussian_radius(h: float, w: float, min_overlap: float = MIN_OVERLAP) -> float:
     """CenterNet's (CornerNet's) Gaussian radius for a box of h x w output cells."""
     a1, b1, c1 = 1, h + w, w * h * (1 - min_overlap) / (1 + min_overlap)
-    r1 = (b1 + math.sqrt(b1 ** 2 - 4 * a1 * c1)) / 2
+    r1 = (b1 + math.sqrt(b1**2 - 4 * a1 * c1)) / 2
     a2, b2, c2 = 4, 2 * (h + w), (1 - min_overlap) * w * h
-    r2 = (b2 + math.sqrt(b2 ** 2 - 4 * a2 * c2)) / 2
+    r2 = (b2 + math.sqrt(b2**2 - 4 * a2 * c2)) / 2
     a3, b3, c3 = 4 * min_overlap, -2 * min_overlap * (h + w), (min_overlap - 1) * w * h
-    r3 = (b3 + math.sqrt(b3 ** 2 - 4 * a3 * c3)) / 2
+    r3 = (b3 + math.sqrt(b3**2 - 4 * a3 * c3)) / 2
     return min(r1, r2, r3)
 
 
 def draw_gaussian(heat: np.ndarray, cx: int, cy: int, radius: int) -> None:
     d = 2 * radius + 1
     sigma = d / 6.0
-    ys, xs = np.ogrid[-radius:radius + 1, -radius:radius + 1]
+    ys, xs = np.ogrid[-radius : radius + 1, -radius : radius + 1]
     g = np.exp(-(xs * xs + ys * ys) / (2 * sigma * sigma)).astype(np.float32)
     g[g < np.finfo(np.float32).eps * g.max()] = 0
     hh, ww = heat.shape
     l, r = min(cx, radius), min(ww - cx, radius + 1)
     t, b = min(cy, radius), min(hh - cy, radius + 1)
-    np.maximum(heat[cy - t:cy + b, cx - l:cx + r], g[radius - t:radius + b, radius - l:radius + r],
-               out=heat[cy - t:cy + b, cx - l:cx + r])
+    np.maximum(
+        heat[cy - t : cy + b, cx - l : cx + r],
+        g[radius - t : radius + b, radius - l : radius + r],
+        out=heat[cy - t : cy + b, cx - l : cx + r],
+    )
 
 
 def make_batch(seed: int, stream: int, index: int, n: int, with_targets: bool = True):
@@ -141,7 +144,7 @@ def centernet_loss(logits, wh_pred, off_pred, heat, wh, off, mask):
     log_1mp = F.logsigmoid(-logits)
     p = torch.sigmoid(logits)
     pos_loss = (log_p * (1 - p) ** 2 * pos).sum()
-    neg_loss = (log_1mp * p ** 2 * (1 - heat) ** 4 * neg).sum()
+    neg_loss = (log_1mp * p**2 * (1 - heat) ** 4 * neg).sum()
     num_pos = pos.sum().clamp(min=1.0)
     focal = -(pos_loss + neg_loss) / num_pos
     n_obj = mask.sum().clamp(min=1.0)
@@ -191,9 +194,11 @@ def train(model, seed: int, epochs: int | None, minutes: float | None) -> dict:
         step += 1
         if step % STEPS_PER_EPOCH == 0:
             a = acc / STEPS_PER_EPOCH
-            print(f"step {step} (epoch {step // STEPS_PER_EPOCH}): loss {a[0]:.3f} focal {a[1]:.3f} "
-                  f"wh {a[2]:.3f} off {a[3]:.3f} lr {lr_at(frac):.2e} ({time.perf_counter() - t0:.0f}s)",
-                  flush=True)
+            print(
+                f"step {step} (epoch {step // STEPS_PER_EPOCH}): loss {a[0]:.3f} focal {a[1]:.3f} "
+                f"wh {a[2]:.3f} off {a[3]:.3f} lr {lr_at(frac):.2e} ({time.perf_counter() - t0:.0f}s)",
+                flush=True,
+            )
             acc[:] = 0
     model.eval()
     return {
@@ -215,8 +220,16 @@ def export_fp32(model, path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            model, (dummy,), str(path), dynamo=False, export_params=True, opset_version=OPSET,
-            do_constant_folding=True, input_names=[INPUT], output_names=OUTPUTS, dynamic_axes=dyn,
+            model,
+            (dummy,),
+            str(path),
+            dynamo=False,
+            export_params=True,
+            opset_version=OPSET,
+            do_constant_folding=True,
+            input_names=[INPUT],
+            output_names=OUTPUTS,
+            dynamic_axes=dyn,
         )
     m = onnx.load(str(path))
     rename_folded_initializers(m)
@@ -281,9 +294,9 @@ def make_fp16(fp32_path: Path, out_path: Path) -> None:
 
 
 INT8_EXTRA_OPTIONS = {
-    "ActivationSymmetric": True,   # zero point 0 for activations (TensorRT requirement)
-    "WeightSymmetric": True,       # zero point 0 for weights (TensorRT requirement)
-    "QuantizeBias": False,         # TensorRT rejects DequantizeLinear on int32 biases
+    "ActivationSymmetric": True,  # zero point 0 for activations (TensorRT requirement)
+    "WeightSymmetric": True,  # zero point 0 for weights (TensorRT requirement)
+    "QuantizeBias": False,  # TensorRT rejects DequantizeLinear on int32 biases
     # Q/DQ on Conv inputs only (TensorRT's recommended placement; it fuses Conv+bias+ReLU).
     # Conv outputs are not quantized, so the heatmap logits, the Sigmoid and the wh /
     # offset regressions stay float instead of passing through an int8 Q/DQ pair.
@@ -299,12 +312,16 @@ def make_int8_qdq(fp32_path: Path, out_path: Path, calib: np.ndarray) -> None:
     """
     import onnx
     from onnxruntime.quantization import (
-        CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static,
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
     )
 
     class Reader(CalibrationDataReader):
         def __init__(self, data: np.ndarray, batch: int = 32) -> None:
-            self._batches = [data[i:i + batch] for i in range(0, len(data), batch)]
+            self._batches = [data[i : i + batch] for i in range(0, len(data), batch)]
             self._it = iter(self._batches)
 
         def get_next(self):
@@ -319,7 +336,9 @@ def make_int8_qdq(fp32_path: Path, out_path: Path, calib: np.ndarray) -> None:
     root.setLevel(logging.ERROR)  # silence "Please consider pre-processing before quantization"
     try:
         quantize_static(
-            str(fp32_path), str(out_path), Reader(calib),
+            str(fp32_path),
+            str(out_path),
+            Reader(calib),
             quant_format=QuantFormat.QDQ,
             op_types_to_quantize=["Conv"],
             activation_type=QuantType.QInt8,
@@ -353,7 +372,7 @@ def load_val(folder: Path) -> tuple[dict, np.ndarray]:
 
 
 def run_model(fn, x: np.ndarray, batch: int = 50) -> dict[str, np.ndarray]:
-    parts = [fn(x[i:i + batch]) for i in range(0, len(x), batch)]
+    parts = [fn(x[i : i + batch]) for i in range(0, len(x), batch)]
     return {k: np.concatenate([p[k] for p in parts]).astype(np.float32) for k in OUTPUTS}
 
 
@@ -365,8 +384,9 @@ def coco_eval(ann_file: Path, doc: dict, outputs: dict[str, np.ndarray]) -> dict
     results = []
     for im, d in zip(doc["images"], dets):
         for x1, y1, x2, y2, s, c in d.tolist():
-            results.append({"image_id": im["id"], "category_id": int(c),
-                            "bbox": [x1, y1, x2 - x1, y2 - y1], "score": s})
+            results.append(
+                {"image_id": im["id"], "category_id": int(c), "bbox": [x1, y1, x2 - x1, y2 - y1], "score": s}
+            )
     with contextlib.redirect_stdout(io.StringIO()):
         gt = COCO(str(ann_file))
         dt = gt.loadRes(results)
@@ -397,10 +417,15 @@ def diff_stats(ref: dict, cand: dict) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     g = ap.add_mutually_exclusive_group()
-    g.add_argument("--epochs", type=int, default=6,
-                   help=f"epochs of {STEPS_PER_EPOCH} x {BATCH_SIZE} generated images (default 6, ~3-3.5 min on 2 idle cores)")
-    g.add_argument("--minutes", type=float, default=None,
-                   help="train for this wall-clock budget instead (not bit-reproducible)")
+    g.add_argument(
+        "--epochs",
+        type=int,
+        default=6,
+        help=f"epochs of {STEPS_PER_EPOCH} x {BATCH_SIZE} generated images (default 6, ~3-3.5 min on 2 idle cores)",
+    )
+    g.add_argument(
+        "--minutes", type=float, default=None, help="train for this wall-clock budget instead (not bit-reproducible)"
+    )
     ap.add_argument("--threads", type=int, default=2, help="CPU threads for torch and ORT (default 2)")
     ap.add_argument("--seed", type=int, default=SEED, help=f"training seed (default {SEED}); val set is fixed")
     ap.add_argument("--out", type=Path, default=HERE, help="output folder (default: this script's folder)")
@@ -423,15 +448,18 @@ def main() -> None:
     (val_dir / "LICENSE.md").write_text(
         "Generated by demo/shapes/make_demo.py (shapes_data.write_coco, seed "
         f"{VAL_SEED}); public domain, CC0 1.0 (https://creativecommons.org/publicdomain/zero/1.0/).\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     print(f"wrote {N_VAL} validation images to {val_dir} ({time.perf_counter() - t:.1f}s)", flush=True)
 
     # 2. train
     model = shapes_model.build()
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"ShapesCenterNet: {n_params:,} parameters; training "
-          f"{f'{args.minutes} min' if args.minutes else f'{args.epochs} epochs'} on {args.threads} threads",
-          flush=True)
+    print(
+        f"ShapesCenterNet: {n_params:,} parameters; training "
+        f"{f'{args.minutes} min' if args.minutes else f'{args.epochs} epochs'} on {args.threads} threads",
+        flush=True,
+    )
     timing = train(model, args.seed, None if args.minutes else args.epochs, args.minutes)
     print(f"trained: {timing}", flush=True)
 
@@ -465,34 +493,68 @@ def main() -> None:
         metrics[key] = coco_eval(ann_file, doc, o)
         if key != "pytorch_fp32":
             metrics[key]["max_abs_diff_vs_pytorch"] = diff_stats(runs["pytorch_fp32"], o)
-        print(f"{key:14s} mAP {metrics[key]['mAP']:.4f}  AP50 {metrics[key]['AP50']:.4f}  "
-              f"AP75 {metrics[key]['AP75']:.4f}", flush=True)
+        print(
+            f"{key:14s} mAP {metrics[key]['mAP']:.4f}  AP50 {metrics[key]['AP50']:.4f}  "
+            f"AP75 {metrics[key]['AP75']:.4f}",
+            flush=True,
+        )
 
     files = {f: (out / f).stat().st_size for f in (PT_FILE, FP32_FILE, FP16_FILE, INT8_FILE)}
     files["val/"] = sum(p.stat().st_size for p in val_dir.rglob("*") if p.is_file())
     result = {
         "task": "detection (COCO bbox mAP, pycocotools)",
-        "dataset": {"folder": "val", "images": len(doc["images"]), "annotations": len(doc["annotations"]),
-                    "seed": VAL_SEED, "image_size": [SIZE, SIZE],
-                    "categories": {c["id"]: c["name"] for c in shapes_data.CATEGORIES}},
-        "model": {"name": "ShapesCenterNet", "parameters": n_params, "stride": STRIDE,
-                  "input": {INPUT: ["batch", 3, SIZE, SIZE]},
-                  "outputs": {"heatmap": ["batch", NUM_CLASSES, SIZE // STRIDE, SIZE // STRIDE],
-                              "wh": ["batch", 2, SIZE // STRIDE, SIZE // STRIDE],
-                              "offset": ["batch", 2, SIZE // STRIDE, SIZE // STRIDE]}},
+        "dataset": {
+            "folder": "val",
+            "images": len(doc["images"]),
+            "annotations": len(doc["annotations"]),
+            "seed": VAL_SEED,
+            "image_size": [SIZE, SIZE],
+            "categories": {c["id"]: c["name"] for c in shapes_data.CATEGORIES},
+        },
+        "model": {
+            "name": "ShapesCenterNet",
+            "parameters": n_params,
+            "stride": STRIDE,
+            "input": {INPUT: ["batch", 3, SIZE, SIZE]},
+            "outputs": {
+                "heatmap": ["batch", NUM_CLASSES, SIZE // STRIDE, SIZE // STRIDE],
+                "wh": ["batch", 2, SIZE // STRIDE, SIZE // STRIDE],
+                "offset": ["batch", 2, SIZE // STRIDE, SIZE // STRIDE],
+            },
+        },
         "decode": {"hook": "shapes_decode:decode", "max_detections": 50, "threshold": 0.05},
         "metrics": metrics,
-        "training": {"seed": args.seed, "epochs": None if args.minutes else args.epochs,
-                     "minutes_budget": args.minutes, "batch_size": BATCH_SIZE,
-                     "steps_per_epoch": STEPS_PER_EPOCH, "max_lr": MAX_LR, "weight_decay": WEIGHT_DECAY,
-                     "optimizer": "AdamW, linear warm-up 5% then cosine", "threads": args.threads, **timing},
-        "int8": {"calibration_images": N_CALIB, "calibration": "MinMax", "op_types_to_quantize": ["Conv"],
-                 "per_channel": True, "extra_options": INT8_EXTRA_OPTIONS},
+        "training": {
+            "seed": args.seed,
+            "epochs": None if args.minutes else args.epochs,
+            "minutes_budget": args.minutes,
+            "batch_size": BATCH_SIZE,
+            "steps_per_epoch": STEPS_PER_EPOCH,
+            "max_lr": MAX_LR,
+            "weight_decay": WEIGHT_DECAY,
+            "optimizer": "AdamW, linear warm-up 5% then cosine",
+            "threads": args.threads,
+            **timing,
+        },
+        "int8": {
+            "calibration_images": N_CALIB,
+            "calibration": "MinMax",
+            "op_types_to_quantize": ["Conv"],
+            "per_channel": True,
+            "extra_options": INT8_EXTRA_OPTIONS,
+        },
         "file_sizes_bytes": files,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "onnx": onnx.__version__,
-                     "onnxruntime": ort.__version__, "numpy": np.__version__, "pillow": PIL.__version__,
-                     "pycocotools": getattr(pycocotools, "__version__", "unknown"),
-                     "platform": platform.platform(), "cpu": platform.processor() or platform.machine()},
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "onnx": onnx.__version__,
+            "onnxruntime": ort.__version__,
+            "numpy": np.__version__,
+            "pillow": PIL.__version__,
+            "pycocotools": getattr(pycocotools, "__version__", "unknown"),
+            "platform": platform.platform(),
+            "cpu": platform.processor() or platform.machine(),
+        },
     }
     (out / "metrics.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {out / 'metrics.json'}")

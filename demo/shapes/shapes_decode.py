@@ -7,7 +7,7 @@ stride 4); ``preprocess`` turns one uint8 HWC RGB image into the model input.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ def _maxpool3x3(heat: np.ndarray) -> np.ndarray:
     out = pad[..., 0:h, 0:w].copy()
     for dy in range(3):
         for dx in range(3):
-            np.maximum(out, pad[..., dy:dy + h, dx:dx + w], out=out)
+            np.maximum(out, pad[..., dy : dy + h, dx : dx + w], out=out)
     return out
 
 
@@ -74,7 +74,11 @@ def decode(
 
     # the whole batch at once: top-k per image, then one gather for every box
     rows = np.arange(b)[:, None]
-    idx = np.argpartition(-peaks, k - 1, axis=1)[:, :k] if k < peaks.shape[1] else np.broadcast_to(np.arange(peaks.shape[1]), (b, k))
+    idx = (
+        np.argpartition(-peaks, k - 1, axis=1)[:, :k]
+        if k < peaks.shape[1]
+        else np.broadcast_to(np.arange(peaks.shape[1]), (b, k))
+    )
     idx = np.take_along_axis(idx, np.argsort(-peaks[rows, idx], axis=1, kind="stable"), axis=1)
     scores = peaks[rows, idx]  # [b, k], descending
     cls = idx // (h * w)
@@ -92,7 +96,9 @@ def decode(
         out_hw = np.tile([float(in_h), float(in_w)], (b, 1))
     limit = np.stack([out_hw[:, 1], out_hw[:, 0]] * 2, axis=1)[:, None, :]  # [b, 1, 4] (w, h, w, h)
     boxes = np.clip(boxes, 0.0, limit)
-    det = np.concatenate([boxes, scores[..., None], np.asarray(CATEGORY_IDS, dtype=np.float32)[cls][..., None]], axis=2).astype(np.float32)
+    det = np.concatenate(
+        [boxes, scores[..., None], np.asarray(CATEGORY_IDS, dtype=np.float32)[cls][..., None]], axis=2
+    ).astype(np.float32)
     sel = scores >= threshold
     results: list[np.ndarray] = [det[i][sel[i]].reshape(-1, 6) for i in range(b)]
     return results

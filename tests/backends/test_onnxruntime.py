@@ -32,7 +32,9 @@ def test_infer_and_metadata():
 
 @pytest.mark.parametrize("level", ["disable", "basic", "extended", "all"])
 def test_optimisation_levels_agree(level: str):
-    b = backend_class("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level=level, intra_op_num_threads=1))
+    b = backend_class("onnxruntime")(
+        TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level=level, intra_op_num_threads=1)
+    )
     ref = backend_class("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level="disable"))
     np.testing.assert_allclose(b.infer({"input": X})["logits"], ref.infer({"input": X})["logits"], rtol=1e-5, atol=1e-6)
 

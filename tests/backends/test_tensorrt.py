@@ -60,7 +60,10 @@ def test_defaults_and_schema_descriptions():
         ({"calibration_cache": "calib.cache", "precisions": ["fp16"]}, "go with precisions: \\[int8\\]"),
         ({"calibration_samples": 0, "precisions": ["int8"]}, "greater than or equal to 1"),
         ({"layer_precisions": {"conv1": "fp16"}, "precisions": ["fp16"]}, "precision_constraints: prefer or obey"),
-        ({"layer_precisions": {"conv1": "fp16"}, "precision_constraints": "obey"}, "must also be enabled in precisions"),
+        (
+            {"layer_precisions": {"conv1": "fp16"}, "precision_constraints": "obey"},
+            "must also be enabled in precisions",
+        ),
         ({"precision_constraints": "obey", "strongly_typed": True}, "weakly typed build"),
         ({"profiles": [{"input": {"min": [1, 1], "opt": [4, 1], "max": [2, 1]}}]}, "min <= opt <= max"),
         ({"profiles": [{"input": {"min": [1], "opt": [1, 1], "max": [1, 1]}}]}, "same rank"),
@@ -107,7 +110,9 @@ def test_paths_are_relative_to_the_suite(tmp_path: Path):
     (tmp_path / "m.engine").write_bytes(b"x")
     o = TensorRTOptions.model_validate({"engine": "m.engine"}, context={"base_dir": tmp_path})
     assert o.engine == (tmp_path / "m.engine").resolve()
-    o = TensorRTOptions.model_validate({"timing_cache": "t.cache", "build_log": "logs/b.log"}, context={"base_dir": tmp_path})
+    o = TensorRTOptions.model_validate(
+        {"timing_cache": "t.cache", "build_log": "logs/b.log"}, context={"base_dir": tmp_path}
+    )
     assert o.timing_cache == (tmp_path / "t.cache").resolve() and o.build_log == (tmp_path / "logs" / "b.log").resolve()
 
 
@@ -131,7 +136,12 @@ def test_build_mode_per_version(kwargs, rtx, version, expected):
     ("kwargs", "rtx", "version", "message"),
     [
         ({"precisions": ["fp16"]}, False, "11.0.0", "TensorRT 11.0.0 builds strongly typed networks"),
-        ({"precisions": ["int8"], "calibration_samples": 4}, True, "1.7.1.116", "TensorRT-RTX 1.7.1.116 builds strongly typed"),
+        (
+            {"precisions": ["int8"], "calibration_samples": 4},
+            True,
+            "1.7.1.116",
+            "TensorRT-RTX 1.7.1.116 builds strongly typed",
+        ),
         ({"strongly_typed": False}, False, "11.1.0", "builds only strongly typed networks"),
         ({"strongly_typed": False}, True, "1.7.1.116", "builds only strongly typed networks"),
         ({"layer_precisions": {"a": "fp32"}, "precision_constraints": "prefer"}, True, "1.7.1", "layer_precisions"),
@@ -151,9 +161,13 @@ def test_registry_protocol_and_from_config():
     assert backend_class("tensorrt") is TensorRTBackend and backend_class("tensorrt-rtx") is TensorRTRTXBackend
     assert {"tensorrt", "tensorrt-rtx"} <= set(REGISTRY)
     feeds = [{"input": np.zeros((2, 1, 28, 28), np.float32)}]
-    b = TensorRTBackend.from_config(MODELS["fp32"], SimpleNamespace(tensorrt=TensorRTOptions(precisions=["fp16"])), feeds)
+    b = TensorRTBackend.from_config(
+        MODELS["fp32"], SimpleNamespace(tensorrt=TensorRTOptions(precisions=["fp16"])), feeds
+    )
     assert isinstance(b, Backend) and b.options.precisions == ["fp16"] and len(b.calibration_feeds) == 1
-    r = TensorRTRTXBackend.from_config(MODELS["fp16"], SimpleNamespace(tensorrt=TensorRTOptions(precisions=["fp16"])), ())
+    r = TensorRTRTXBackend.from_config(
+        MODELS["fp16"], SimpleNamespace(tensorrt=TensorRTOptions(precisions=["fp16"])), ()
+    )
     assert r.options == TensorRTOptions()  # reads backends.tensorrt_rtx only; absent -> defaults
     r = TensorRTRTXBackend.from_config(MODELS["fp16"], SimpleNamespace(tensorrt_rtx={"log_verbosity": "info"}))
     assert r.options.log_verbosity == "info" and r.name == "tensorrt-rtx"

@@ -51,10 +51,16 @@ def test_factory_kwargs_and_strict_weights():
 
 
 def test_unnamed_outputs_need_output_names():
-    b = backend_class("torch")(PyTorchModel(factory="tinymodel:build_two_heads"), search_path=[TINY], default_input_names=["input"])
+    b = backend_class("torch")(
+        PyTorchModel(factory="tinymodel:build_two_heads"), search_path=[TINY], default_input_names=["input"]
+    )
     with pytest.raises(UsageError, match="name them with models.pytorch.output_names"):
         b.infer({"input": X})
-    b = backend_class("torch")(PyTorchModel(factory="tinymodel:build_two_heads", output_names=["logits"]), search_path=[TINY], default_input_names=["input"])
+    b = backend_class("torch")(
+        PyTorchModel(factory="tinymodel:build_two_heads", output_names=["logits"]),
+        search_path=[TINY],
+        default_input_names=["input"],
+    )
     with pytest.raises(UsageError, match="has 1 name"):
         b.infer({"input": X})
 
@@ -70,7 +76,9 @@ def test_expose_submodule_outputs():
 def test_cuda_requested_without_gpu_is_exit_3():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    b = backend_class("torch")(PyTorchModel(torchscript=TINY / "tiny_script.pt", output_names=["logits"]), TorchOptions(device="cuda"))
+    b = backend_class("torch")(
+        PyTorchModel(torchscript=TINY / "tiny_script.pt", output_names=["logits"]), TorchOptions(device="cuda")
+    )
     with pytest.raises(MissingDependency) as info:
         b.load()
     assert info.value.exit_code == 3
@@ -81,6 +89,9 @@ def test_cuda_requested_without_gpu_is_exit_3():
 def test_cuda_matches_cpu():
     cpu = _backend(factory="tinymodel:build", weights=TINY / "tiny.pt").infer({"input": X})["logits"]
     gpu = backend_class("torch")(
-        PyTorchModel(factory="tinymodel:build", weights=TINY / "tiny.pt", output_names=["logits"]), TorchOptions(device="cuda"), search_path=[TINY], default_input_names=["input"]
+        PyTorchModel(factory="tinymodel:build", weights=TINY / "tiny.pt", output_names=["logits"]),
+        TorchOptions(device="cuda"),
+        search_path=[TINY],
+        default_input_names=["input"],
     ).infer({"input": X})["logits"]
     np.testing.assert_allclose(gpu, cpu, rtol=1e-3, atol=1e-4)

@@ -13,8 +13,21 @@ from trtverify.buildlog import parse
 DATA = Path(__file__).resolve().parents[1] / "data" / "buildlogs"
 REAL = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(DATA.glob("*.log"))][:40]
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-PREFIXES = ["[TRT] [W] ", "[I] ", "WARNING: [TRT]: ", "[VERBOSE] ", "    ", "Layer(", "Name: x, LayerType: ",
-            "--------------- Timing Runner: ", "Tactic: 0x1 Time: ", "Weights [name=", " - ", "...", "\x1b[31m"]
+PREFIXES = [
+    "[TRT] [W] ",
+    "[I] ",
+    "WARNING: [TRT]: ",
+    "[VERBOSE] ",
+    "    ",
+    "Layer(",
+    "Name: x, LayerType: ",
+    "--------------- Timing Runner: ",
+    "Tactic: 0x1 Time: ",
+    "Weights [name=",
+    " - ",
+    "...",
+    "\x1b[31m",
+]
 
 
 def _check(text: str) -> None:

@@ -40,7 +40,10 @@ def test_expected_files_present() -> None:
 def test_continuation_and_wrap_lines_join() -> None:
     text = "[W] first part\n    indented continuation\n[I] next\n"
     log_records = __import__("trtverify.buildlog.lines", fromlist=["split_records"]).split_records(text)
-    assert [(r.first, r.last, r.severity) for r in log_records if r.dialect != "blank"] == [(1, 2, "warning"), (3, 3, "info")]
+    assert [(r.first, r.last, r.severity) for r in log_records if r.dialect != "blank"] == [
+        (1, 2, "warning"),
+        (3, 3, "info"),
+    ]
 
 
 def test_dialect_prefixes() -> None:
@@ -53,8 +56,14 @@ def test_dialect_prefixes() -> None:
         "[W] msg": ("polygraphy", "warning"),
         "WARNING: [TRT]: msg": ("deepstream", "warning"),
         "ERROR: [Torch-TensorRT TorchScript Conversion Context] - msg": ("torch_tensorrt", "error"),
-        "2021-01-07 22:13:56.065442: E tensorflow/compiler/tf2tensorrt/utils/trt_logger.cc:41] DefaultLogger msg": ("tftrt", "error"),
-        "2023-01-01 10:00:00.123 [W:onnxruntime:Default, tensorrt_execution_provider.h:83 log] [2023-01-01 10:00:00 WARNING] msg": ("onnxruntime", "warning"),
+        "2021-01-07 22:13:56.065442: E tensorflow/compiler/tf2tensorrt/utils/trt_logger.cc:41] DefaultLogger msg": (
+            "tftrt",
+            "error",
+        ),
+        "2023-01-01 10:00:00.123 [W:onnxruntime:Default, tensorrt_execution_provider.h:83 log] [2023-01-01 10:00:00 WARNING] msg": (
+            "onnxruntime",
+            "warning",
+        ),
         "[VERBOSE] msg": ("rtx", "verbose"),
         "[INTERNAL_ERROR] msg": ("rtx", "internal_error"),
     }
@@ -74,7 +83,9 @@ def test_rtx_logs_parse() -> None:
     for path in sorted((DATA / "rtx").glob("*.log")):  # Polygraphy-logged TensorRT-RTX builds
         log = parse_file(path)
         assert log.version == "1.7.1.116" and log.dialect == "polygraphy"
-        assert log.layers and all(row["precision"] for row in log.layers if row["type"] not in ("signal", "wait")), path.name
+        assert log.layers and all(row["precision"] for row in log.layers if row["type"] not in ("signal", "wait")), (
+            path.name
+        )
 
 
 def test_every_shared_log_has_a_copy_and_an_expected_file() -> None:

@@ -108,7 +108,9 @@ def test_integer_and_bool_tensors():
 
 @settings(max_examples=200, deadline=None)
 @given(
-    hnp.arrays(np.float32, hnp.array_shapes(min_dims=1, max_dims=3, max_side=6), elements=st.floats(-1e6, 1e6, width=32)),
+    hnp.arrays(
+        np.float32, hnp.array_shapes(min_dims=1, max_dims=3, max_side=6), elements=st.floats(-1e6, 1e6, width=32)
+    ),
     st.floats(-1e3, 1e3),
 )
 def test_metric_invariants(a, noise):

@@ -8,7 +8,9 @@ def test_exact_names_only_never_position_or_substring():
 
 
 def test_rename_and_ignore():
-    p = pair_names(["out0", "aux", "x"], ["logits", "aux", "extra"], rename={"out0": "logits", "nope": "y"}, ignore=["extra", "x"])
+    p = pair_names(
+        ["out0", "aux", "x"], ["logits", "aux", "extra"], rename={"out0": "logits", "nope": "y"}, ignore=["extra", "x"]
+    )
     assert p.pairs == [("out0", "logits"), ("aux", "aux")]
     assert p.ignored == ["x", "extra"]
     assert p.reference_only == [] and p.candidate_only == []

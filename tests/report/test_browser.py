@@ -48,9 +48,18 @@ def browser() -> Iterator[Any]:
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
     with tempfile.TemporaryDirectory(prefix="trtverify-chromium-") as profile:
-        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={profile}", "--window-size=1366,900"):
+        for arg in (
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--window-size=1366,900",
+        ):
             opts.add_argument(arg)
         # an explicit driver: Selenium Manager never tries to download one
         driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=opts)
@@ -140,7 +149,12 @@ def test_demo_report_charts_sorts_filters_and_links(browser: Any, demo_run: Path
         assert state["kinds"]["threshold"]["n"] == 2 and state["ytitle"] == "1 − cosine (log)"
         assert state["ink"] > state["pixels"] * 0.02, "the chart canvas is (nearly) blank"
     hists = sum(len(c.get("histograms") or []) for c in cands)
-    assert browser.execute_script("return Array.from(document.querySelectorAll('canvas.hist-chart')).filter(c => Chart.getChart(c)).length") == hists
+    assert (
+        browser.execute_script(
+            "return Array.from(document.querySelectorAll('canvas.hist-chart')).filter(c => Chart.getChart(c)).length"
+        )
+        == hists
+    )
 
     # click-to-sort: numeric on rel_l2 (column 5), ascending then descending
     table = f"lw-table-{si}-0"
@@ -149,11 +163,16 @@ def test_demo_report_charts_sorts_filters_and_links(browser: Any, demo_run: Path
     header.find_element("tag name", "button").click()
     asc = visible_values(browser, table, 5)
     assert asc == sorted(asc)
-    assert visible_values(browser, table, 0) == [r["topo_index"] for r in sorted(cands[0]["rows"], key=lambda r: r["metrics"]["rel_l2"])]
+    assert visible_values(browser, table, 0) == [
+        r["topo_index"] for r in sorted(cands[0]["rows"], key=lambda r: r["metrics"]["rel_l2"])
+    ]
     assert header.get_attribute("aria-sort") == "ascending"
     assert browser.find_element("css selector", f"#{table} thead th:nth-child(1)").get_attribute("aria-sort") == "none"
     header.find_element("tag name", "button").click()
-    assert visible_values(browser, table, 5) == sorted(asc, reverse=True) and header.get_attribute("aria-sort") == "descending"
+    assert (
+        visible_values(browser, table, 5) == sorted(asc, reverse=True)
+        and header.get_attribute("aria-sort") == "descending"
+    )
 
     # filter box, then "failing only" (the demo passes: nothing left)
     box = browser.find_element("css selector", f'input.row-filter[data-table="{table}"]')
@@ -189,8 +208,20 @@ def test_failing_run_marks_first_divergence_and_root_causes(browser: Any, failin
     cand = results["stages"][0]["candidates"][0]
     if not cand.get("histograms"):  # results written before histograms existed: add one by hand
         rc = cand["root_causes"][0]
-        cand["histograms"] = [{"tensor": rc["tensor"], "node": rc["node"], "op_type": rc["op_type"], "topo_index": rc["topo_index"],
-                               "reason": "root cause #1", "log10_edges": [-4.0, -3.5, -3.0, -2.5], "counts": [5, 50, 9], "exact": 1, "nonfinite": 0, "total": 65}]
+        cand["histograms"] = [
+            {
+                "tensor": rc["tensor"],
+                "node": rc["node"],
+                "op_type": rc["op_type"],
+                "topo_index": rc["topo_index"],
+                "reason": "root cause #1",
+                "log10_edges": [-4.0, -3.5, -3.0, -2.5],
+                "counts": [5, 50, 9],
+                "exact": 1,
+                "nonfinite": 0,
+                "total": 65,
+            }
+        ]
         write_report(results, failing_run / "report.html")
     fd = cand["first_divergence"]
     open_report(browser, failing_run / "report.html")
@@ -210,7 +241,9 @@ def test_failing_run_marks_first_divergence_and_root_causes(browser: Any, failin
     assert tip["title"] == [fd["tensor"]] and "▲ first divergence" in tip["body"]
     tip = tooltip_of(browser, "lw-chart-0-0", "root", 0)
     assert "◆ root cause #1" in tip["body"]
-    hist = browser.execute_script("return Array.from(document.querySelectorAll('canvas.hist-chart')).map(c => Chart.getChart(c).data.datasets[0].data.length)")
+    hist = browser.execute_script(
+        "return Array.from(document.querySelectorAll('canvas.hist-chart')).map(c => Chart.getChart(c).data.datasets[0].data.length)"
+    )
     assert len(hist) == len(cand["histograms"]) and all(n > 0 for n in hist)
 
     # the rel_l2 view: its own threshold line
@@ -219,7 +252,10 @@ def test_failing_run_marks_first_divergence_and_root_causes(browser: Any, failin
     assert state["ytitle"] == "rel_l2 (log)" and state["kinds"]["threshold"]["y"] == pytest.approx([0.01, 0.01])
     assert state["kinds"]["first"]["x"] == [fd["topo_index"]]
     assert browser.find_element("id", "lw-help-0-0").text.startswith("rel_l2 of every compared tensor")
-    assert "Dashed line: the per-tensor check cand: rel_l2 <= 0.01 (every tensor)." in browser.find_element("id", "lw-help-0-0").text
+    assert (
+        "Dashed line: the per-tensor check cand: rel_l2 <= 0.01 (every tensor)."
+        in browser.find_element("id", "lw-help-0-0").text
+    )
 
     browser.find_element("css selector", "input.row-failing").click()
     assert visible_values(browser, "lw-table-0-0", 0) == [r["topo_index"] for r in failed]
@@ -254,7 +290,9 @@ def test_hostile_names_stay_text_in_chromium(browser: Any, hostile_run: Path):
     node_line = next(t for t in tip if t["title"] == [HOSTILE_SCRIPT])["body"][0]
     assert node_line.startswith(f"node {HOSTILE[0]} (MatMul)")
     assert any(f"node {HOSTILE_QUOTE} (Relu)" in t["body"][0] for t in tip)
-    legend = browser.execute_script("return Chart.getChart(document.getElementById('lw-chart-0-0')).legend.legendItems.map(i => i.text)")
+    legend = browser.execute_script(
+        "return Chart.getChart(document.getElementById('lw-chart-0-0')).legend.legendItems.map(i => i.text)"
+    )
     assert "first divergence" in legend and "root causes (ranked)" in legend
     # the first divergence marker, over a tensor named like a script
     assert tooltip_of(browser, "lw-chart-0-0", "first", 0)["title"] == [HOSTILE_SCRIPT]

@@ -18,15 +18,24 @@ def test_prefix_node_takes_the_longest_name_on_a_boundary():
 
 
 def test_layer_nodes_are_its_onnx_nodes_plus_the_one_its_name_derives_from():
-    fused = {"name": "__myl_MulAddMoveRelu_myl0_2", "onnx_nodes": ["/features/block1/conv/Conv", "q_QuantizeLinear", "/features/block1/relu/Relu"]}
-    assert layer_nodes(fused, NODES) == {"/features/block1/conv/Conv", "/features/block1/relu/Relu"}  # Q/DQ nodes are not rows
+    fused = {
+        "name": "__myl_MulAddMoveRelu_myl0_2",
+        "onnx_nodes": ["/features/block1/conv/Conv", "q_QuantizeLinear", "/features/block1/relu/Relu"],
+    }
+    assert layer_nodes(fused, NODES) == {
+        "/features/block1/conv/Conv",
+        "/features/block1/relu/Relu",
+    }  # Q/DQ nodes are not rows
     assert layer_nodes({"name": "/a/Conv_1_myl0_3", "onnx_nodes": []}, NODES) == {"/a/Conv_1"}
     assert layer_nodes({"name": "/a/Conv_1_myl0_3"}, NODES) == {"/a/Conv_1"}  # older logs: no onnx_nodes
     assert layer_nodes({"name": "Reformat_0", "onnx_nodes": None}, NODES) == set()
 
 
 def test_a_log_belongs_to_the_candidates_named_in_its_file_name():
-    cands = [{"name": "fp16", "model": "demo/fashion_cnn_fp16.onnx"}, {"name": "int8", "model": "demo/fashion_cnn_int8_qdq.onnx"}]
+    cands = [
+        {"name": "fp16", "model": "demo/fashion_cnn_fp16.onnx"},
+        {"name": "int8", "model": "demo/fashion_cnn_int8_qdq.onnx"},
+    ]
     assert candidates_for_log("logs/fashion_cnn_int8_qdq__mark_all.log", cands) == [1]
     assert candidates_for_log("/x/build.log", cands) == [0, 1]  # no hint: every candidate
     assert candidates_for_log("build.log", []) == []
@@ -48,7 +57,14 @@ def test_build_links_both_ways():
         {
             "name": "buildlog",
             "logs": [
-                {"log": "m_b.log", "layers": [{"name": "/c/Conv_myl0_1", "onnx_nodes": []}, {"name": "fused_2", "onnx_nodes": ["/c/Relu", "/c/Conv"]}, {"name": "Reformat"}]},
+                {
+                    "log": "m_b.log",
+                    "layers": [
+                        {"name": "/c/Conv_myl0_1", "onnx_nodes": []},
+                        {"name": "fused_2", "onnx_nodes": ["/c/Relu", "/c/Conv"]},
+                        {"name": "Reformat"},
+                    ],
+                },
                 {"log": "other.log", "layers": [{"name": "/c/Relu", "onnx_nodes": ["/c/Relu"]}]},
             ],
         },

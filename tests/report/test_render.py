@@ -39,20 +39,27 @@ def test_chart_data_is_embedded_per_candidate(demo: dict):
     layerwise = next(s for s in demo["stages"] if s["name"] == "layerwise")
     si = demo["stages"].index(layerwise)
     assert set(data) == {f"lw-data-{si}-{ci}" for ci in range(len(layerwise["candidates"]))}
-    for ci, (cand, limit) in enumerate(zip(layerwise["candidates"], (0.9999, 0.99))):  # fp16, int8: cosine checks in the suite
+    for ci, (cand, limit) in enumerate(
+        zip(layerwise["candidates"], (0.9999, 0.99))
+    ):  # fp16, int8: cosine checks in the suite
         d = data[f"lw-data-{si}-{ci}"]
         rows = cand["rows"]
         assert d["default"] == "cosine" and [p["x"] for p in d["points"]] == [r["topo_index"] for r in rows]
         assert [p["tensor"] for p in d["points"]] == [r["tensor"] for r in rows]
         cos = d["series"]["cosine"]
-        assert cos["threshold"] == pytest.approx(1 - limit) and cos["check"] == f"{cand['name']}: cosine >= {limit:g} (every tensor)"
+        assert (
+            cos["threshold"] == pytest.approx(1 - limit)
+            and cos["check"] == f"{cand['name']}: cosine >= {limit:g} (every tensor)"
+        )
         for y, r in zip(cos["y"], rows):
             err = 1 - r["metrics"]["cosine"]
             assert y == pytest.approx(err) if err > cos["ymin"] else y == cos["ymin"]
         assert d["series"]["rel_l2"]["y"] == pytest.approx([r["metrics"]["rel_l2"] for r in rows])
         assert d["series"]["rel_l2"]["threshold"] is None  # the suite checks no rel_l2 per tensor
         assert d["first"] is None  # the demo passes
-        assert [(d["points"][x["i"]]["x"], x["rank"]) for x in d["roots"]] == [(rc["topo_index"], rc["rank"]) for rc in cand["root_causes"]]
+        assert [(d["points"][x["i"]]["x"], x["rank"]) for x in d["roots"]] == [
+            (rc["topo_index"], rc["rank"]) for rc in cand["root_causes"]
+        ]
         assert f'data-rows="{len(rows)}"' in html
 
 
@@ -63,13 +70,17 @@ def test_buildlog_layers_link_to_layerwise_rows_and_back(demo: dict):
     int8 = cands.index("int8")
     log = demo["stages"][stages.index("buildlog")]["logs"][0]
     k = next(i for i, layer in enumerate(log["layers"]) if layer["name"] == "/features/block1/conv/Conv_myl0_1")
-    conv = next(r for r in demo["stages"][stages.index("layerwise")]["candidates"][int8]["rows"] if r["node"] == "/features/block1/conv/Conv")
+    conv = next(
+        r
+        for r in demo["stages"][stages.index("layerwise")]["candidates"][int8]["rows"]
+        if r["node"] == "/features/block1/conv/Conv"
+    )
     rid = f"lw-c{int8}-t{conv['topo_index']}"
     assert f'href="#{rid}"' in row_html(html, f"bl-l0-{k}")
     assert f'href="#bl-l0-{k}"' in row_html(html, rid)
     # the log is the INT8 engine's (its file name says so): no fp16 row links to it
     fp16 = cands.index("fp16")
-    assert "href=\"#bl-" not in row_html(html, f"lw-c{fp16}-t{conv['topo_index']}")
+    assert 'href="#bl-' not in row_html(html, f"lw-c{fp16}-t{conv['topo_index']}")
     linked = re.findall(r'<tr id="bl-l0-\d+">.*?</tr>', html, re.S)
     assert len(linked) == len(log["layers"]) and not any(f'href="#lw-c{fp16}-' in t for t in linked)
 
@@ -100,10 +111,18 @@ def test_optional_fields_may_be_missing(demo: dict):
             c.pop("root_causes", None)
     old["stages"] = [s for s in old["stages"] if s["name"] != "buildlog"]
     e2e = next(i for i, s in enumerate(old["stages"]) if s["name"] == "e2e")
-    old["stages"][e2e] = {"name": "e2e", "status": "error", "duration_s": 0.1, "checks": [], "notes": [], "timings": {}, "error": {"kind": "internal", "message": "ValueError: boom", "traceback": "Traceback: boom"}}
+    old["stages"][e2e] = {
+        "name": "e2e",
+        "status": "error",
+        "duration_s": 0.1,
+        "checks": [],
+        "notes": [],
+        "timings": {},
+        "error": {"kind": "internal", "message": "ValueError: boom", "traceback": "Traceback: boom"},
+    }
     old["passed"] = False
     html = render(old)
-    assert "ValueError: boom" in html and "class=\"hist-chart\"" not in html and 'href="#bl-' not in html
+    assert "ValueError: boom" in html and 'class="hist-chart"' not in html and 'href="#bl-' not in html
     assert html.count('class="lw-chart"') == 2
     # a run that stopped in its first stage, without an environment block
     bare = {k: v for k, v in old.items() if k != "environment"}
@@ -117,13 +136,29 @@ def test_histograms_become_bar_charts(demo: dict):
     cand = r["stages"][si]["candidates"][1]
     row = cand["rows"][3]
     cand["histograms"] = [
-        {"tensor": row["tensor"], "node": row["node"], "op_type": row["op_type"], "topo_index": 3, "reason": "root cause #9",
-         "log10_edges": [-5.0, -4.5, -4.0], "counts": [3, 7], "exact": 2, "nonfinite": 1, "total": 13}
+        {
+            "tensor": row["tensor"],
+            "node": row["node"],
+            "op_type": row["op_type"],
+            "topo_index": 3,
+            "reason": "root cause #9",
+            "log10_edges": [-5.0, -4.5, -4.0],
+            "counts": [3, 7],
+            "exact": 2,
+            "nonfinite": 1,
+            "total": 13,
+        }
     ]
     html = render(r)
     h = blobs(html)[f"lw-data-{si}-1"]["hists"]
-    assert h == [{"labels": ["0", "1e-5", "3.2e-5", "nan/inf"], "counts": [2, 3, 7, 1], "kinds": ["exact", "bin", "bin", "nonfinite"],
-                  "ranges": ["exactly 0", "1e-5 – 3.2e-5", "3.2e-5 – 1e-4", "not finite"]}]
+    assert h == [
+        {
+            "labels": ["0", "1e-5", "3.2e-5", "nan/inf"],
+            "counts": [2, 3, 7, 1],
+            "kinds": ["exact", "bin", "bin", "nonfinite"],
+            "ranges": ["exactly 0", "1e-5 – 3.2e-5", "3.2e-5 – 1e-4", "not finite"],
+        }
+    ]
     assert f'data-src="lw-data-{si}-1" data-hist="0"' in html and "root cause #9" in html
     assert f'<a href="#lw-c1-t3"><code>{row["tensor"]}</code></a>' in html
 
@@ -142,7 +177,10 @@ def test_exact_and_nonfinite_errors_sit_on_the_axis_ends(demo: dict):
         assert s["y"][1] == s["ymax"] and "non-finite" in s["note"][1]
         assert all(s["ymin"] <= y <= s["ymax"] and math.isfinite(y) for y in s["y"])
     assert d["series"]["rel_l2"]["y"][2] == d["series"]["rel_l2"]["ymax"] and d["series"]["rel_l2"]["value"][2] == "inf"
-    assert d["series"]["cosine"]["y"][2] == d["series"]["cosine"]["ymin"] and "rounding" in d["series"]["cosine"]["note"][2]
+    assert (
+        d["series"]["cosine"]["y"][2] == d["series"]["cosine"]["ymin"]
+        and "rounding" in d["series"]["cosine"]["note"][2]
+    )
     assert d["points"][1]["m"]["rel_l2"] == "nan"
 
 
@@ -150,7 +188,7 @@ def test_hostile_names_are_escaped_everywhere(hostile_run: Path):
     html = (hostile_run / "report.html").read_text(encoding="utf-8")
     for name in HOSTILE:
         assert name not in html
-    assert not re.search(r"<(img|b)\b", html, re.I) and "onerror=\"" not in html
+    assert not re.search(r"<(img|b)\b", html, re.I) and 'onerror="' not in html
     assert html.count("<script") == html.count("</script>") == 3  # Chart.js, one data block, the page script
     # the data block gives the names back unchanged
     d = next(iter(blobs(html).values()))
@@ -163,8 +201,14 @@ def test_hostile_names_are_escaped_everywhere(hostile_run: Path):
 @pytest.mark.parametrize(
     ("check", "text"),
     [
-        ({"value": 0.05, "threshold": 0.01, "op": "<=", "metric": "rel_l2", "passed": False}, "over by 0.04 (5× the limit)"),
-        ({"value": 0.98, "threshold": 0.99, "op": ">=", "metric": "cosine", "passed": False}, "under by 0.01 (1 − cosine 2× the allowed)"),
+        (
+            {"value": 0.05, "threshold": 0.01, "op": "<=", "metric": "rel_l2", "passed": False},
+            "over by 0.04 (5× the limit)",
+        ),
+        (
+            {"value": 0.98, "threshold": 0.99, "op": ">=", "metric": "cosine", "passed": False},
+            "under by 0.01 (1 − cosine 2× the allowed)",
+        ),
         ({"value": 0.5, "threshold": 0.85, "op": ">=", "metric": "accuracy", "passed": False}, "under by 0.35"),
         ({"value": 0.002, "threshold": 0.01, "op": "<=", "metric": "rel_l2", "passed": True}, "headroom 0.008"),
         ({"value": "nan", "threshold": 0.01, "op": "<=", "metric": "rel_l2", "passed": False}, "value not finite"),

@@ -40,20 +40,35 @@ def test_demo_suite_buildlog_stage(tmp_path: Path):
 def test_gates_fail_on_and_max(tmp_path: Path):
     log = LOGS / "trt8_4_fp16_subnormal_per_weight_frigate5268.log"
     base = f"name: g\nmodels: {{reference: {ROOT / 'demo/fashion_mnist/fashion_cnn_fp32.onnx'}}}\ninputs: {{generate: {{input: {{shape: [1, 1, 28, 28]}}}}}}\nstages:\n  buildlog:\n    logs: [{log}]\n"
-    r = run_cli("run", str(write_suite(tmp_path, base + "    max: {'fp16_weights_*': 0}\n")), "--out", str(tmp_path / "a"))
+    r = run_cli(
+        "run", str(write_suite(tmp_path, base + "    max: {'fp16_weights_*': 0}\n")), "--out", str(tmp_path / "a")
+    )
     assert r.code == 1 and "FAIL trt8_4_fp16_subnormal_per_weight_frigate5268.log: fp16_weights_* count <= 0" in r.out
     r = run_cli("run", str(write_suite(tmp_path, base + "    fail_on: [calibration]\n")), "--out", str(tmp_path / "b"))
     assert r.code == 0, r.out
-    r = run_cli("run", str(write_suite(tmp_path, base + "    fail_on: [fp16_wieghts_*]\n")), "--out", str(tmp_path / "c"))
+    r = run_cli(
+        "run", str(write_suite(tmp_path, base + "    fail_on: [fp16_wieghts_*]\n")), "--out", str(tmp_path / "c")
+    )
     assert r.code == 2 and "stages.buildlog.fail_on[0]: unknown finding category or kind 'fp16_wieghts_*'" in r.err
-    r = run_cli("run", str(write_suite(tmp_path, base.replace(f"    logs: [{log}]\n", "    fail_on: [build]\n"))), "--out", str(tmp_path / "d"))
+    r = run_cli(
+        "run",
+        str(write_suite(tmp_path, base.replace(f"    logs: [{log}]\n", "    fail_on: [build]\n"))),
+        "--out",
+        str(tmp_path / "d"),
+    )
     assert r.code == 1 and "FAIL build logs read" in r.out  # nothing to read is never a pass
 
 
 def test_parse_log_command():
     r = run_cli("parse-log", str(LOGS / "trt8_6_int8_missing_scale_softmax_nvtrt3659.log"))
     assert r.code == 0 and "calibration/missing_scale x6" in r.out
-    r = run_cli("parse-log", str(RTX / "fashion_cnn_int8_qdq__mark_all.log"), "--json", "--against", str(RTX / "fashion_cnn_fp32__mark_all.log"))
+    r = run_cli(
+        "parse-log",
+        str(RTX / "fashion_cnn_int8_qdq__mark_all.log"),
+        "--json",
+        "--against",
+        str(RTX / "fashion_cnn_fp32__mark_all.log"),
+    )
     data = json.loads(r.out)
     assert data["version"] == "1.7.1.116" and data["against"]["layers_changed"]
     r = run_cli("parse-log", "no_such.log")

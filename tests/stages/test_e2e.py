@@ -32,7 +32,9 @@ def test_demo_metrics_match_the_shipped_numbers(demo_run):
     assert stage["reference"]["macro_f1"] == pytest.approx(shipped["ort_fp32"]["macro_f1"], abs=1e-4)
     by = {c["name"]: c for c in stage["candidates"]}
     assert by["int8"]["metrics"]["accuracy"] == pytest.approx(shipped["ort_int8_qdq"]["accuracy"], abs=1e-9)
-    assert by["int8"]["deltas"]["accuracy"] == pytest.approx(by["int8"]["metrics"]["accuracy"] - stage["reference"]["accuracy"])
+    assert by["int8"]["deltas"]["accuracy"] == pytest.approx(
+        by["int8"]["metrics"]["accuracy"] - stage["reference"]["accuracy"]
+    )
     assert len(by["int8"]["per_class"]) == 10 and by["int8"]["per_class"][0]["name"] == "T-shirt/top"
     # worst samples: flipped predictions first, those the reference got right before the others
     worst = by["int8"]["worst"]
@@ -48,7 +50,9 @@ def test_gate_tighter_than_the_int8_drop_fails_and_names_the_metric(tmp_path: Pa
     shutil.copytree(ROOT / "suites", tmp_path / "suites")
     shutil.copytree(ROOT / "demo", tmp_path / "demo")
     suite = tmp_path / "suites" / "fashion_mnist.yaml"
-    text = suite.read_text().replace("- {metric: accuracy, max_drop: 0.01, min: 0.85}", "- {metric: accuracy, max_drop: 0.0001, min: 0.85}")
+    text = suite.read_text().replace(
+        "- {metric: accuracy, max_drop: 0.01, min: 0.85}", "- {metric: accuracy, max_drop: 0.0001, min: 0.85}"
+    )
     suite.write_text(text)
     r = run_cli("run", str(suite), "--stage", "e2e", "--out", str(tmp_path / "o"))
     assert r.code == 1, r.out + r.err
@@ -59,12 +63,34 @@ def test_gate_tighter_than_the_int8_drop_fails_and_names_the_metric(tmp_path: Pa
 def test_layerwise_on_the_worst_samples_of_the_e2e_run(demo_run, tmp_path: Path):
     out, stage = demo_run
     worst = {w["index"] for c in stage["candidates"] for w in c["worst"]}
-    r = run_cli("run", str(SUITE), "--stage", "layerwise", "--samples", "worst", "--from-results", str(out / "results.json"), "--out", str(tmp_path / "w"))
+    r = run_cli(
+        "run",
+        str(SUITE),
+        "--stage",
+        "layerwise",
+        "--samples",
+        "worst",
+        "--from-results",
+        str(out / "results.json"),
+        "--out",
+        str(tmp_path / "w"),
+    )
     assert r.code in (0, 1), r.out + r.err
     assert f"the {len(worst)} worst sample(s)" in r.err
     lw = json.loads((tmp_path / "w" / "results.json").read_text())["stages"][0]
     assert lw["name"] == "layerwise" and lw["samples"] == min(len(worst), 4)  # the suite's layerwise samples: 4
-    r = run_cli("run", str(SUITE), "--stage", "layerwise", "--samples", "worst", "--from-results", str(tmp_path / "nothing.json"), "--out", str(tmp_path / "x"))
+    r = run_cli(
+        "run",
+        str(SUITE),
+        "--stage",
+        "layerwise",
+        "--samples",
+        "worst",
+        "--from-results",
+        str(tmp_path / "nothing.json"),
+        "--out",
+        str(tmp_path / "x"),
+    )
     assert r.code == 2 and "run the e2e stage first" in r.err
 
 
@@ -101,7 +127,12 @@ def test_image_files_give_the_same_metrics_as_the_arrays(tmp_path: Path, source:
     r = run_cli("run", str(write_suite(tmp_path, base + dataset)), "--out", str(tmp_path / "o"))
     assert r.code == 0, r.out + r.err
     from_files = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
-    r = run_cli("run", str(write_suite(tmp_path, base + "    dataset: {npz: same.npz}\n", "arrays.yaml")), "--out", str(tmp_path / "a"))
+    r = run_cli(
+        "run",
+        str(write_suite(tmp_path, base + "    dataset: {npz: same.npz}\n", "arrays.yaml")),
+        "--out",
+        str(tmp_path / "a"),
+    )
     from_arrays = json.loads((tmp_path / "a" / "results.json").read_text())["stages"][0]
     assert from_files["samples"] == from_arrays["samples"] == 60
     assert from_files["reference"]["accuracy"] == from_arrays["reference"]["accuracy"]
@@ -114,10 +145,15 @@ def test_unknown_gate_metric_is_a_located_suite_error(tmp_path: Path):
     (tmp_path / "suites").mkdir()
     path = write_suite(tmp_path / "suites", text, "fashion_mnist.yaml")
     r = run_cli("validate", str(path))
-    assert r.code == 2 and "stages.e2e.gates[0].metric: unknown classification metric 'macro_f2'; did you mean 'macro_f1'?" in r.err
+    assert (
+        r.code == 2
+        and "stages.e2e.gates[0].metric: unknown classification metric 'macro_f2'; did you mean 'macro_f1'?" in r.err
+    )
 
 
-def test_chunked_run_equals_one_chunk_and_one_session_is_alive_at_a_time(demo_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_chunked_run_equals_one_chunk_and_one_session_is_alive_at_a_time(
+    demo_run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """The models take turns over kept chunks of the data; a chunk of one batch must give the
     same metrics, and only one ONNX Runtime session (one intra-op pool) may exist at a time
     when the whole set fits in one chunk (real sessions, counted through the backend)."""
@@ -148,8 +184,12 @@ def test_chunked_run_equals_one_chunk_and_one_session_is_alive_at_a_time(demo_ru
     assert peak[0] == 1
 
     e2e = loaded.suite.stages.e2e
-    small = loaded.suite.model_copy(update={"stages": loaded.suite.stages.model_copy(update={"e2e": e2e.model_copy(update={"chunk_mb": 0.5})})})
-    chunked = run_suite(dataclasses.replace(loaded, suite=small), tmp_path / "chunked", stages=["e2e"]).results["stages"][0]
+    small = loaded.suite.model_copy(
+        update={"stages": loaded.suite.stages.model_copy(update={"e2e": e2e.model_copy(update={"chunk_mb": 0.5})})}
+    )
+    chunked = run_suite(dataclasses.replace(loaded, suite=small), tmp_path / "chunked", stages=["e2e"]).results[
+        "stages"
+    ][0]
     per_batch = 250 * 28 * 28 * 4 / 2**20  # one float32 batch of the demo: 0.75 MB, over the 0.5 MB limit
     assert per_batch > 0.5 and chunked["chunks"] == 2000 // 250
     assert chunked["reference"] == whole["reference"]

@@ -17,7 +17,20 @@ from trtverify.tasks.datasets import batches, make_preprocess, open_dataset
 from trtverify.tasks.detection import DetectionAccumulator
 
 SUITE = ROOT / "suites" / "shapes_detection.yaml"
-STATS = ("map", "ap50", "ap75", "ap_small", "ap_medium", "ap_large", "ar1", "ar10", "ar100", "ar_small", "ar_medium", "ar_large")
+STATS = (
+    "map",
+    "ap50",
+    "ap75",
+    "ap_small",
+    "ap_medium",
+    "ap_large",
+    "ar1",
+    "ar10",
+    "ar100",
+    "ar_small",
+    "ar_medium",
+    "ar_large",
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +54,7 @@ def test_coco_figures_equal_pycocotools_on_the_demo(e2e_run):
         dets = decode(model.infer({"images": b.inputs}), image_sizes=b.sizes)
         acc.update([reader.ids[i] for i in b.index], dets)
     fast, ref = acc.compute("faster-coco-eval"), acc.compute("pycocotools")
+
     def same(a, b) -> bool:  # NaN (e.g. ap_large: no large objects) equals NaN; JSON writes it as "nan"
         a, b = float(a), float(b)
         return (a != a and b != b) or a == pytest.approx(b, abs=1e-12)
@@ -67,14 +81,29 @@ def test_map_gate_tighter_than_the_int8_drop_fails(tmp_path: Path):
     for sub in ("suites", "demo"):
         shutil.copytree(ROOT / sub, tmp_path / sub)
     suite = tmp_path / "suites" / "shapes_detection.yaml"
-    suite.write_text(suite.read_text().replace("- {metric: map, max_drop: 0.01, min: 0.75}", "- {metric: map, max_drop: 0.0001, min: 0.75}"))
+    suite.write_text(
+        suite.read_text().replace(
+            "- {metric: map, max_drop: 0.01, min: 0.75}", "- {metric: map, max_drop: 0.0001, min: 0.75}"
+        )
+    )
     r = run_cli("run", str(suite), "--stage", "e2e", "--out", str(tmp_path / "o"))
     assert r.code == 1 and "FAIL int8: map drop <= 0.0001" in r.out
 
 
 def test_layerwise_on_the_worst_detection_images(e2e_run, tmp_path: Path):
     out, stage = e2e_run
-    r = run_cli("run", str(SUITE), "--stage", "layerwise", "--samples", "worst", "--from-results", str(out / "results.json"), "--out", str(tmp_path / "w"))
+    r = run_cli(
+        "run",
+        str(SUITE),
+        "--stage",
+        "layerwise",
+        "--samples",
+        "worst",
+        "--from-results",
+        str(out / "results.json"),
+        "--out",
+        str(tmp_path / "w"),
+    )
     assert r.code == 0, r.out + r.err
     lw = json.loads((tmp_path / "w" / "results.json").read_text())["stages"][0]
     assert lw["samples"] == 2 and len(lw["candidates"]) == 2  # the suite's layerwise uses 2 samples
@@ -105,7 +134,9 @@ def _decode_one_image_at_a_time(outputs, image_sizes=None, input_size=None, max_
             boxes *= np.array([ow / in_w, oh / in_h, ow / in_w, oh / in_h], dtype=np.float32)
         boxes[:, 0::2], boxes[:, 1::2] = np.clip(boxes[:, 0::2], 0, ow), np.clip(boxes[:, 1::2], 0, oh)
         cats = np.asarray([1, 2, 3], dtype=np.float32)[cls]
-        out.append(np.concatenate([boxes, peaks[i][idx][:, None], cats[:, None]], axis=1).astype(np.float32).reshape(-1, 6))
+        out.append(
+            np.concatenate([boxes, peaks[i][idx][:, None], cats[:, None]], axis=1).astype(np.float32).reshape(-1, 6)
+        )
     return out
 
 
@@ -117,7 +148,12 @@ def test_vectorised_demo_decoder_equals_the_per_image_one(model):
     pre = make_preprocess(cfg.preprocess, loaded.suite.python_path)
     decode = load_hook(cfg.postprocess.hook, loaded.suite.python_path)
     backend = OnnxRuntimeBackend(ROOT / "demo" / "shapes" / f"{model}.onnx")
-    options = [{}, {"image_sizes": "odd"}, {"image_sizes": "odd", "input_size": (128, 128), "max_detections": 5, "threshold": 0.3}, {"max_detections": 10**6, "threshold": 0.0}]
+    options = [
+        {},
+        {"image_sizes": "odd"},
+        {"image_sizes": "odd", "input_size": (128, 128), "max_detections": 5, "threshold": 0.3},
+        {"max_detections": 10**6, "threshold": 0.0},
+    ]
     compared = 0
     for b in batches(reader, range(0, 60), 20, pre, 0):
         outputs = backend.infer({"images": b.inputs})
@@ -143,7 +179,9 @@ def test_broken_annotations_fail_before_any_inference(tmp_path: Path):
     gt = json.loads(ann.read_text())
     gt["annotations"][5]["category_id"] = 9
     ann.write_text(json.dumps(gt))
-    r = run_cli("run", str(tmp_path / "suites" / "shapes_detection.yaml"), "--stage", "e2e", "--out", str(tmp_path / "o"))
+    r = run_cli(
+        "run", str(tmp_path / "suites" / "shapes_detection.yaml"), "--stage", "e2e", "--out", str(tmp_path / "o")
+    )
     assert r.code == 2, r.out + r.err
     assert f"{ann}: invalid COCO ground truth: annotations[5] refers to category 9" in r.out
     stage = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]

@@ -39,7 +39,12 @@ def test_pass_writes_results_report_and_reference(tiny_suite: Path, tmp_path: Pa
     stage = res["stages"][0]
     assert stage["name"] == "framework" and stage["status"] == "passed"
     names = {c["name"] for c in stage["checks"]}
-    assert {"logits: cosine >= 0.99999", "logits: rel_l2 <= 0.0001", "logits: nonfinite_mismatch <= 0", "outputs compared"} <= names
+    assert {
+        "logits: cosine >= 0.99999",
+        "logits: rel_l2 <= 0.0001",
+        "logits: nonfinite_mismatch <= 0",
+        "outputs compared",
+    } <= names
     for c in stage["checks"]:
         assert set(c) >= {"name", "metric", "value", "threshold", "passed", "tensor"}
     row = stage["outputs"][0]
@@ -49,7 +54,12 @@ def test_pass_writes_results_report_and_reference(tiny_suite: Path, tmp_path: Pa
     assert {"pytorch_s", "onnxruntime_s", "compare_s"} <= set(stage["timings"])
     assert res["environment"]["libraries"]["onnxruntime"]
     html = (out / "report.html").read_text()
-    assert "PASSED" in html and "logits" in html and "<script src" not in html and "http" not in html.split("<body>")[1].split("sha256")[0]
+    assert (
+        "PASSED" in html
+        and "logits" in html
+        and "<script src" not in html
+        and "http" not in html.split("<body>")[1].split("sha256")[0]
+    )
     assert (tiny_suite.parent / "refs" / "tiny" / "pytorch" / "manifest.json").exists()
 
 
@@ -125,7 +135,10 @@ def test_per_output_override_and_stage_samples(tiny_dir: Path, tmp_path: Path):
 
 
 def test_unmatched_outputs_fail_unless_ignored_and_rename_pairs(tiny_dir: Path, tmp_path: Path):
-    base = TINY_SUITE.format(samples=2).replace("factory: \"tinymodel:build\", weights: tiny.pt, output_names: [logits]", "factory: \"tinymodel:build_two_heads\", output_names: [out, features]")
+    base = TINY_SUITE.format(samples=2).replace(
+        'factory: "tinymodel:build", weights: tiny.pt, output_names: [logits]',
+        'factory: "tinymodel:build_two_heads", output_names: [out, features]',
+    )
     base = base.replace("reference: tiny.onnx", "reference: two_heads.onnx")
     # torch names 'out' but ONNX says 'logits': nothing pairs by position
     r = run_cli("run", str(write_suite(tiny_dir, base)), "--out", str(tmp_path / "a"))

@@ -77,7 +77,10 @@ def test_planted_conv_fault_is_root_cause_one(tmp_path: Path, precision: str):
     # are about 5 % of the tensor's values, far above FP16 rounding
     hist = cand["histograms"][0]
     assert hist["tensor"] == first["tensor"] and hist["reason"] == "first divergence, root cause #1"
-    assert len(cand["histograms"]) == 3 and sum(hist["counts"]) + hist["exact"] + hist["nonfinite"] == hist["sampled"] <= hist["total"]
+    assert (
+        len(cand["histograms"]) == 3
+        and sum(hist["counts"]) + hist["exact"] + hist["nonfinite"] == hist["sampled"] <= hist["total"]
+    )
     mode = hist["log10_edges"][int(np.argmax(hist["counts"]))]
     assert mode > -4, hist
 
@@ -89,7 +92,10 @@ def test_planted_matmul_fault_in_encoder_is_root_cause_one(tmp_path: Path, preci
     plant(tmp_path / "ref.onnx", tmp_path / "cand.onnx", fault)
     if precision == "fp16":
         to_fp16(tmp_path / "cand.onnx", tmp_path / "cand.onnx")
-    stage = run_layerwise(tmp_path, suite_text("ref.onnx", {"cand": "cand.onnx"}, ENC_INPUTS, "    checks: [{metric: cosine, min: 0.9999}]\n"))
+    stage = run_layerwise(
+        tmp_path,
+        suite_text("ref.onnx", {"cand": "cand.onnx"}, ENC_INPUTS, "    checks: [{metric: cosine, min: 0.9999}]\n"),
+    )
     cand = stage["candidates"][0]
     top = cand["root_causes"][0]
     assert top["node"] == fault and top["op_type"] == "MatMul", cand["root_causes"][:3]
@@ -103,7 +109,9 @@ def test_amplification_ranking_finds_the_fault_without_isolation(tmp_path: Path)
     shutil.copy(DEMO / "fashion_cnn_fp32.onnx", tmp_path / "ref.onnx")
     plant(tmp_path / "ref.onnx", tmp_path / "cand.onnx", "/features/block2/conv/Conv")
     to_fp16(tmp_path / "cand.onnx", tmp_path / "cand.onnx")
-    stage = run_layerwise(tmp_path, suite_text("ref.onnx", {"cand": "cand.onnx"}, CNN_INPUTS, "    root_cause_method: amplification\n"))
+    stage = run_layerwise(
+        tmp_path, suite_text("ref.onnx", {"cand": "cand.onnx"}, CNN_INPUTS, "    root_cause_method: amplification\n")
+    )
     cand = stage["candidates"][0]
     assert cand["root_cause_method"] == "amplification"
     top = cand["root_causes"][0]
@@ -123,13 +131,20 @@ def test_identical_candidate_passes_with_zero_error(tmp_path: Path):
 
 
 def test_unmatched_tensors_are_listed_and_classified(tmp_path: Path):
-    text = suite_text(str(DEMO / "fashion_cnn_fp32.onnx"), {"fp16": str(DEMO / "fashion_cnn_fp16.onnx"), "int8": str(DEMO / "fashion_cnn_int8_qdq.onnx")}, CNN_INPUTS, "    candidate_checks: {int8: [{metric: cosine, min: 0.99}]}\n")
+    text = suite_text(
+        str(DEMO / "fashion_cnn_fp32.onnx"),
+        {"fp16": str(DEMO / "fashion_cnn_fp16.onnx"), "int8": str(DEMO / "fashion_cnn_int8_qdq.onnx")},
+        CNN_INPUTS,
+        "    candidate_checks: {int8: [{metric: cosine, min: 0.99}]}\n",
+    )
     stage = run_layerwise(tmp_path, text)
     fp16, int8 = stage["candidates"]
     assert len(fp16["rows"]) == len(int8["rows"]) == 15
     assert fp16["unmatched"]["candidate_only"]["cast"] and not fp16["unmatched"]["candidate_only"]["qdq"]
     assert len(int8["unmatched"]["candidate_only"]["qdq"]) == 12 and not int8["unmatched"]["reference_only"]
-    assert {r["candidate_dtype"] for r in fp16["rows"][:-1]} == {"float16"} and fp16["rows"][-1]["candidate_dtype"] == "float32"
+    assert {r["candidate_dtype"] for r in fp16["rows"][:-1]} == {"float16"} and fp16["rows"][-1][
+        "candidate_dtype"
+    ] == "float32"
     # INT8 quantisation error is the nodes' own: every isolated Conv/Gemm shows it
     assert {rc["op_type"] for rc in int8["root_causes"]} <= {"Conv", "Gemm"}
 
@@ -137,7 +152,9 @@ def test_unmatched_tensors_are_listed_and_classified(tmp_path: Path):
 def test_mixed_precision_candidate(tmp_path: Path):
     """FP16 everywhere but the Gemms (kept FP32): exposure must not declare wrong dtypes."""
     to_fp16(DEMO / "fashion_cnn_fp32.onnx", tmp_path / "mixed.onnx", op_block_list=["Gemm"])
-    stage = run_layerwise(tmp_path, suite_text(str(DEMO / "fashion_cnn_fp32.onnx"), {"mixed": "mixed.onnx"}, CNN_INPUTS))
+    stage = run_layerwise(
+        tmp_path, suite_text(str(DEMO / "fashion_cnn_fp32.onnx"), {"mixed": "mixed.onnx"}, CNN_INPUTS)
+    )
     cand = stage["candidates"][0]
     rows = {r["op_type"] + str(r["topo_index"]): r["candidate_dtype"] for r in cand["rows"]}
     # the converter runs blocked Gemms in FP32 between casts and gives the original names to the FP16 casts
@@ -157,7 +174,12 @@ def test_mixed_precision_candidate(tmp_path: Path):
 
 
 def test_chunked_path_equals_one_shot(tmp_path: Path):
-    text = suite_text(str(DEMO / "fashion_cnn_fp32.onnx"), {"int8": str(DEMO / "fashion_cnn_int8_qdq.onnx")}, CNN_INPUTS, "    checks: [{metric: cosine, min: 0.9999}]\n")
+    text = suite_text(
+        str(DEMO / "fashion_cnn_fp32.onnx"),
+        {"int8": str(DEMO / "fashion_cnn_int8_qdq.onnx")},
+        CNN_INPUTS,
+        "    checks: [{metric: cosine, min: 0.9999}]\n",
+    )
     one = run_layerwise(tmp_path / "a" if (tmp_path / "a").mkdir() is None else tmp_path, text)
     # 0.05 MB: every tensor gets a chunk of its own, and the reference goes to disk
     small = text + "    memory_budget_mb: 0.05\n"
@@ -193,7 +215,9 @@ def test_zero_pairs_fails(tmp_path: Path):
 
 
 def test_demo_suite_layerwise_reports_both_candidates(tmp_path: Path):
-    r = run_cli("run", str(ROOT / "suites" / "fashion_mnist.yaml"), "--stage", "layerwise", "--out", str(tmp_path / "o"))
+    r = run_cli(
+        "run", str(ROOT / "suites" / "fashion_mnist.yaml"), "--stage", "layerwise", "--out", str(tmp_path / "o")
+    )
     assert r.code == 0, r.out + r.err
     stage = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
     assert [c["name"] for c in stage["candidates"]] == ["fp16", "int8"]

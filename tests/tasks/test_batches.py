@@ -42,7 +42,11 @@ def test_parallel_reading_gives_the_serial_batches(folder: Path, workers: int, b
     pre = make_preprocess(Preprocess(resize=[9, 11], mean=[0.5, 0.4, 0.3], std=[0.2, 0.2, 0.2]), [])
     serial = _collect(reader, pre, 0, batch_size)
     parallel = _collect(reader, pre, workers, batch_size)
-    assert [b.index for b in parallel] == [b.index for b in serial] == [list(range(i, min(i + batch_size, 26))) for i in range(0, 26, batch_size)]
+    assert (
+        [b.index for b in parallel]
+        == [b.index for b in serial]
+        == [list(range(i, min(i + batch_size, 26))) for i in range(0, 26, batch_size)]
+    )
     for p, s in zip(parallel, serial):
         assert p.inputs.dtype == s.inputs.dtype and np.array_equal(p.inputs, s.inputs)
         assert p.labels == s.labels and p.sizes == s.sizes
@@ -128,8 +132,13 @@ def test_an_abandoned_reader_stops_its_threads():
     assert len(seen) < 20
 
 
-@pytest.mark.parametrize(("cpu_max", "expected"), [("max 100000\n", 16), ("200000 100000\n", 2), ("50000 100000\n", 1), ("garbage\n", 16), (None, 16)])
-def test_usable_cores_honour_a_cgroup_quota(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_max: str | None, expected: int):
+@pytest.mark.parametrize(
+    ("cpu_max", "expected"),
+    [("max 100000\n", 16), ("200000 100000\n", 2), ("50000 100000\n", 1), ("garbage\n", 16), (None, 16)],
+)
+def test_usable_cores_honour_a_cgroup_quota(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_max: str | None, expected: int
+):
     import os
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)

@@ -65,7 +65,9 @@ def test_random_scores_match_sklearn(seed: int) -> None:
     assert m["top1_accuracy"] == m["accuracy"]
     for k in (3, 5):
         if k <= c:
-            assert m[f"top{k}_accuracy"] == pytest.approx(top_k_accuracy_score(labels, scores, k=k, labels=list(range(c))), abs=1e-12)
+            assert m[f"top{k}_accuracy"] == pytest.approx(
+                top_k_accuracy_score(labels, scores, k=k, labels=list(range(c))), abs=1e-12
+            )
         else:
             assert f"top{k}_accuracy" not in m
     assert m["invalid"] == 0
@@ -134,7 +136,9 @@ def test_nan_scores_have_no_prediction_and_count_wrong() -> None:
     assert acc.per_sample()["predictions"] == preds.tolist()
     assert m["invalid"] == 2 and m["accuracy"] == 0.5 and m["top2_accuracy"] == 0.5
     # scikit-learn with -1 outside labels=range(3): a miss of the true class, no predicted positive
-    assert_matches_sklearn({**m, "confusion": confusion_matrix(labels, preds, labels=[0, 1, 2]).tolist()}, labels, preds, 3)
+    assert_matches_sklearn(
+        {**m, "confusion": confusion_matrix(labels, preds, labels=[0, 1, 2]).tolist()}, labels, preds, 3
+    )
     assert sum(map(sum, m["confusion"])) == 2  # the NaN rows are absent from the matrix
 
 
@@ -153,7 +157,12 @@ def test_per_sample_ids_and_class_names() -> None:
     acc.update(np.array([0, 1]), np.array([[0.9, 0.1], [0.8, 0.2]]), ids=["a.jpg", "b.jpg"])
     acc.update(np.array([1]), np.array([1]), ids=[np.int64(7)])
     ps = acc.per_sample()
-    assert ps == {"ids": ["a.jpg", "b.jpg", 7], "labels": [0, 1, 1], "predictions": [0, 0, 1], "correct": [True, False, True]}
+    assert ps == {
+        "ids": ["a.jpg", "b.jpg", 7],
+        "labels": [0, 1, 1],
+        "predictions": [0, 0, 1],
+        "correct": [True, False, True],
+    }
     assert type(ps["ids"][2]) is int
     m = acc.compute()
     assert [r["name"] for r in m["per_class"]] == ["cat", "dog"]
@@ -212,7 +221,10 @@ def test_constructor_checks() -> None:
 
 def test_float16_and_integer_scores() -> None:
     labels = np.array([1, 0, 2])
-    for scores in (np.array([[0, 3, 1], [2, 1, 0], [0, 0, 9]], dtype=np.float16), np.array([[0, 3, 1], [2, 1, 0], [0, 0, 9]])):
+    for scores in (
+        np.array([[0, 3, 1], [2, 1, 0], [0, 0, 9]], dtype=np.float16),
+        np.array([[0, 3, 1], [2, 1, 0], [0, 0, 9]]),
+    ):
         acc = ClassificationAccumulator(3, top_k=(1, 2))
         acc.update(labels, scores)
         m = acc.compute()

@@ -39,7 +39,12 @@ def make_gt(n_images: int, seed: int = 0) -> dict:
                     "iscrowd": 0,
                 }
             )
-    return {"info": {"description": "synthetic"}, "images": images, "annotations": anns, "categories": copy.deepcopy(CATEGORIES)}
+    return {
+        "info": {"description": "synthetic"},
+        "images": images,
+        "annotations": anns,
+        "categories": copy.deepcopy(CATEGORIES),
+    }
 
 
 def make_detections(gt: dict, seed: int = 1) -> dict[int, np.ndarray]:
@@ -133,7 +138,9 @@ def test_backends_give_identical_coco_stats(gt30: dict, dets30: dict, acc30: Det
         assert same(fast[name], r), (name, fast[name], r)
     assert 0.3 < fast["map"] < 0.9  # a realistic, imperfect detector
     for a, b in zip(fast["per_class"], slow["per_class"]):
-        assert {k: v for k, v in a.items() if k not in ("ap", "ap50")} == {k: v for k, v in b.items() if k not in ("ap", "ap50")}
+        assert {k: v for k, v in a.items() if k not in ("ap", "ap50")} == {
+            k: v for k, v in b.items() if k not in ("ap", "ap50")
+        }
         assert same(a["ap"], b["ap"]) and same(a["ap50"], b["ap50"])
 
 
@@ -170,7 +177,14 @@ def tiny_gt() -> dict:
             {"id": 2, "image_id": 1, "category_id": 1, "bbox": [20, 20, 10, 10], "area": 100, "iscrowd": 0},  # B
             {"id": 3, "image_id": 1, "category_id": 2, "bbox": [50, 50, 20, 20], "area": 400, "iscrowd": 0},  # C
             {"id": 4, "image_id": 2, "category_id": 2, "bbox": [0, 0, 40, 40], "area": 1600, "iscrowd": 0},  # D
-            {"id": 5, "image_id": 2, "category_id": 2, "bbox": [50, 0, 50, 50], "area": 2500, "iscrowd": 1},  # E (crowd)
+            {
+                "id": 5,
+                "image_id": 2,
+                "category_id": 2,
+                "bbox": [50, 0, 50, 50],
+                "area": 2500,
+                "iscrowd": 1,
+            },  # E (crowd)
             {"id": 6, "image_id": 3, "category_id": 3, "bbox": [10, 10, 10, 10], "area": 100, "iscrowd": 0},  # F
         ],
         "categories": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}, {"id": 3, "name": "c"}],
@@ -203,7 +217,11 @@ def test_precision_recall_f1_by_hand() -> None:
     acc = accumulate(tiny_gt(), tiny_dets())
     m = acc.compute()
     assert (m["tp"], m["fp"], m["fn"]) == (2, 4, 3)
-    assert m["precision"] == pytest.approx(2 / 6) and m["recall"] == pytest.approx(2 / 5) and m["f1"] == pytest.approx(4 / 11)
+    assert (
+        m["precision"] == pytest.approx(2 / 6)
+        and m["recall"] == pytest.approx(2 / 5)
+        and m["f1"] == pytest.approx(4 / 11)
+    )
     pc = {c["category_id"]: c for c in m["per_class"]}
     assert (pc[1]["tp"], pc[1]["fp"], pc[1]["fn"]) == (1, 2, 1)
     assert (pc[1]["precision"], pc[1]["recall"], pc[1]["f1"]) == pytest.approx((1 / 3, 1 / 2, 2 / 5))
@@ -323,7 +341,9 @@ def test_one_call_per_batch_equals_one_call_per_image(gt30: dict, dets30: dict) 
     images are grouped. Non-finite rows and empty images included; both share one GroundTruth."""
     dets = {i: d.copy() for i, d in dets30.items()}
     first = min(dets)
-    dets[first] = np.vstack([dets[first], [[np.nan, 0, 5, 5, 0.9, 1], [0, 0, np.inf, 5, 0.9, 77]]])  # 77: unknown, but not finite
+    dets[first] = np.vstack(
+        [dets[first], [[np.nan, 0, 5, 5, 0.9, 1], [0, 0, np.inf, 5, 0.9, 77]]]
+    )  # 77: unknown, but not finite
     dets[first + 1] = np.zeros((0, 6))
     truth = GroundTruth(gt30)
     one, batched = DetectionAccumulator(truth), DetectionAccumulator(truth)
@@ -347,7 +367,11 @@ def test_one_call_per_batch_equals_one_call_per_image(gt30: dict, dets30: dict) 
         ([1, 2], [[[0, 0, 5, 5, 0.5, 2]], np.zeros((1, 5))], r"image 1: category ids \[2.0\]"),
         ([1, 1], [[[0, 0, 5, 5, 0.5, 2]], np.zeros((0, 6))], r"image 1: category ids \[2.0\]"),
         ([1, 2, 999], [np.zeros((0, 6)), [[0, 0, 5, 5, 0.5, 2]], np.zeros((0, 6))], r"image 2: category ids"),
-        ([1, 999, 2], [np.zeros((0, 6)), np.zeros((0, 6)), [[0, 0, 5, 5, 0.5, 2]]], "image 999 is not in the ground truth"),
+        (
+            [1, 999, 2],
+            [np.zeros((0, 6)), np.zeros((0, 6)), [[0, 0, 5, 5, 0.5, 2]]],
+            "image 999 is not in the ground truth",
+        ),
     ],
 )
 def test_the_first_bad_image_is_named(gt30: dict, ids: list, dets: list, match: str) -> None:
@@ -396,7 +420,7 @@ def test_load_coco(tmp_path: Path, gt30: dict) -> None:
     with pytest.raises(ValueError, match=r"missing\.json: cannot read"):
         load_coco(tmp_path / "missing.json")
     broken = tmp_path / "broken.json"
-    broken.write_text("{\"images\": [")
+    broken.write_text('{"images": [')
     with pytest.raises(ValueError, match=r"broken\.json: not valid JSON \(line 1"):
         load_coco(broken)
     no_anns = tmp_path / "no_anns.json"
@@ -440,7 +464,9 @@ def test_minimal_ground_truth_and_annotation_id_zero(gt30: dict, dets30: dict) -
     for backend in ("faster-coco-eval", "pycocotools"):
         m = acc.compute(backend)
         assert all(same(m[k], full[k]) for k in STAT_NAMES)
-    assert "ignore" not in gt["annotations"][0] and "ignore" not in gt30["annotations"][0]  # the caller's dict is untouched
+    assert (
+        "ignore" not in gt["annotations"][0] and "ignore" not in gt30["annotations"][0]
+    )  # the caller's dict is untouched
 
 
 def test_results_are_json_serialisable(acc30: DetectionAccumulator) -> None:

@@ -16,6 +16,7 @@ def batch_path(pre, images: list[np.ndarray]) -> np.ndarray:
     reader = Reader(list(range(len(images))), lambda i: images[i], lambda i: None)
     return next(batches(reader, range(len(images)), len(images), pre, 0)).inputs
 
+
 RNG = np.random.default_rng(0)
 SAME = [RNG.integers(0, 256, (20, 24, 3), dtype=np.uint8) for _ in range(5)]
 RAGGED = [RNG.integers(0, 256, (16 + 3 * i, 24 - i, 3), dtype=np.uint8) for i in range(5)]

@@ -33,7 +33,9 @@ def backend_class(name: str) -> type[Any]:
 def candidate_backend(name: str, model_path: Any, backends_config: Any, samples: Any = ()) -> Any:
     """A backend instance for a candidate model, configured from the suite's `backends:` section."""
     if name not in CANDIDATE_BACKENDS:
-        raise UsageError(f"backend '{name}' cannot run candidate ONNX models (use one of: {', '.join(CANDIDATE_BACKENDS)})")
+        raise UsageError(
+            f"backend '{name}' cannot run candidate ONNX models (use one of: {', '.join(CANDIDATE_BACKENDS)})"
+        )
     return backend_class(name).from_config(model_path, backends_config, samples)
 
 

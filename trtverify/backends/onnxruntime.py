@@ -37,7 +37,7 @@ class OnnxRuntimeBackend:
         self.casts: dict[str, tuple[str, str]] = {}  # input -> (fed dtype, model dtype), for the record
 
     @classmethod
-    def from_config(cls, model_path: Path, backends: Any, samples: Any = ()) -> "OnnxRuntimeBackend":
+    def from_config(cls, model_path: Path, backends: Any, samples: Any = ()) -> OnnxRuntimeBackend:
         return cls(model_path, backends.onnxruntime)
 
     # -- loading ---------------------------------------------------------------------------
@@ -63,7 +63,9 @@ class OnnxRuntimeBackend:
     def _make_session(self, model: str | bytes) -> Any:
         ort = require("onnxruntime", "the onnxruntime backend")
         so = ort.SessionOptions()
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[self.options.graph_optimization_level])
+        so.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel, _LEVELS[self.options.graph_optimization_level]
+        )
         so.intra_op_num_threads = self.options.intra_op_num_threads
         so.inter_op_num_threads = self.options.inter_op_num_threads
         so.log_severity_level = 3
@@ -99,7 +101,9 @@ class OnnxRuntimeBackend:
             want = declared[name].dtype
             cast = cast_float(name, np.asarray(arr), want, self.casts)
             if cast is None:
-                raise BackendError(f"{self.model_path.name}: input '{name}' is {np.asarray(arr).dtype} but the model expects {want}")
+                raise BackendError(
+                    f"{self.model_path.name}: input '{name}' is {np.asarray(arr).dtype} but the model expects {want}"
+                )
             out[name] = cast
         return out
 

@@ -88,7 +88,10 @@ def _literal(name: str) -> str:
 
 
 def _python_warnings(caught: Sequence[warnings.WarningMessage] | None) -> list[str]:
-    return [f"# python warning: {w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})" for w in caught or ()]
+    return [
+        f"# python warning: {w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})"
+        for w in caught or ()
+    ]
 
 
 def _error_lines(lines: Sequence[str]) -> list[str]:
@@ -107,7 +110,9 @@ class TensorRTBackend:
     rtx = False
     config_attr = "tensorrt"  # attribute of the suite's `backends:` section
 
-    def __init__(self, model_path: Path, options: TensorRTOptions | None = None, *, calibration_feeds: Sequence[Feed] = ()):
+    def __init__(
+        self, model_path: Path, options: TensorRTOptions | None = None, *, calibration_feeds: Sequence[Feed] = ()
+    ):
         self.model_path = Path(model_path)
         self.options = options or TensorRTOptions()
         self.calibration_feeds = list(calibration_feeds)
@@ -132,7 +137,7 @@ class TensorRTBackend:
         self._runner: Any = None
 
     @classmethod
-    def from_config(cls, model_path: Path, backends: Any, samples: Sequence[Feed] = ()) -> "TensorRTBackend":
+    def from_config(cls, model_path: Path, backends: Any, samples: Sequence[Feed] = ()) -> TensorRTBackend:
         """Options from `backends.<config_attr>` (defaults when absent); samples double as calibration feeds."""
         options = getattr(backends, cls.config_attr, None) if backends is not None else None
         if isinstance(options, dict):
@@ -305,7 +310,9 @@ class TensorRTBackend:
                             shape_tensor = False
                             with contextlib.suppress(Exception):
                                 shape_tensor = bool(t.is_shape_tensor)
-                            kinds[t.name] = "LOOP_BODY" if in_loop else "SHAPE_TENSOR" if shape_tensor else layer.type.name
+                            kinds[t.name] = (
+                                "LOOP_BODY" if in_loop else "SHAPE_TENSOR" if shape_tensor else layer.type.name
+                            )
                     inputs = {network.get_input(i).name for i in range(network.num_inputs)}
                 except TrtVerifyError:
                     raise
@@ -368,7 +375,11 @@ class TensorRTBackend:
                     p.add(name, min=tuple(r.min), opt=tuple(r.opt), max=tuple(r.max))
                 out.append(p)
             return out
-        dynamic = [m.name for m in declared.values() if m.shape is None or any(not isinstance(d, int) or d < 0 for d in m.shape)]
+        dynamic = [
+            m.name
+            for m in declared.values()
+            if m.shape is None or any(not isinstance(d, int) or d < 0 for d in m.shape)
+        ]
         feeds = [f for f in list(self.calibration_feeds) + list(extra) if all(n in f for n in dynamic)]
         if not dynamic or not feeds:
             return None  # Polygraphy's default profile: dynamic dimensions set to 1
@@ -377,7 +388,9 @@ class TensorRTBackend:
             shapes = [tuple(np.shape(f[name])) for f in feeds]
             ranks = {len(s) for s in shapes}
             if len(ranks) != 1:
-                raise UsageError(f"input '{name}': samples have different ranks {sorted(ranks)}; give backends.{self.config_attr}.profiles")
+                raise UsageError(
+                    f"input '{name}': samples have different ranks {sorted(ranks)}; give backends.{self.config_attr}.profiles"
+                )
             opt = Counter(shapes).most_common(1)[0][0]
             p.add(name, min=tuple(map(min, zip(*shapes))), opt=opt, max=tuple(map(max, zip(*shapes))))
         return [p]
@@ -405,7 +418,9 @@ class TensorRTBackend:
             if o.precision_constraints != "none":
                 kwargs["precision_constraints"] = o.precision_constraints
             if "int8" in flags:
-                feeds = self.calibration_feeds[: o.calibration_samples] if o.calibration_samples else self.calibration_feeds
+                feeds = (
+                    self.calibration_feeds[: o.calibration_samples] if o.calibration_samples else self.calibration_feeds
+                )
                 if profiles:  # TensorRT calibrates with the opt shapes of the last profile
                     opt = {n: tuple(s.opt) for n, s in profiles[-1].items()}
                     usable = [f for f in feeds if all(tuple(np.shape(f[n])) == shp for n, shp in opt.items() if n in f)]
@@ -417,7 +432,13 @@ class TensorRTBackend:
                     feeds = usable
                 cache = str(o.calibration_cache) if o.calibration_cache else None
                 if feeds or (o.calibration_cache is not None and o.calibration_cache.is_file()):
-                    feeds32 = [{k: np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v) for k, v in f.items()} for f in feeds]
+                    feeds32 = [
+                        {
+                            k: np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v)
+                            for k, v in f.items()
+                        }
+                        for f in feeds
+                    ]
                     kwargs["calibrator"] = pg.Calibrator(feeds32, cache=cache)
                 elif not self._has_qdq():
                     self.warnings.append(
@@ -431,7 +452,9 @@ class TensorRTBackend:
         net = self._parse()
         if o.layer_precisions:
             trt = self._trt
-            net = pg.SetLayerPrecisions(net, {k: getattr(trt.DataType, _LAYER_DTYPES[v]) for k, v in o.layer_precisions.items()})
+            net = pg.SetLayerPrecisions(
+                net, {k: getattr(trt.DataType, _LAYER_DTYPES[v]) for k, v in o.layer_precisions.items()}
+            )
         if self._exposed:
             if o.outputs_mode == "debug_tensors":
                 net = pg.MarkDebug(net, mark_debug=list(self._exposed))
@@ -512,7 +535,11 @@ class TensorRTBackend:
     def _deserialize(self) -> Any:
         """The ICudaEngine (from the built bytes or the prebuilt file); clear error when the GPU is unsupported."""
         pg = self._pg
-        loader = pg.EngineFromPath(str(self.options.engine)) if self.options.engine is not None else pg.EngineFromBytes(self._engine_bytes)
+        loader = (
+            pg.EngineFromPath(str(self.options.engine))
+            if self.options.engine is not None
+            else pg.EngineFromBytes(self._engine_bytes)
+        )
         with self._captured_log() as lines:
             try:
                 engine = loader()

@@ -61,7 +61,7 @@ class ShapeRange(BaseModel):
     max: list[Dim] = Field(description="largest shape the engine accepts")
 
     @model_validator(mode="after")
-    def _ordered(self) -> "ShapeRange":
+    def _ordered(self) -> ShapeRange:
         if not len(self.min) == len(self.opt) == len(self.max):
             raise ValueError(f"min, opt and max need the same rank, got {self.min}, {self.opt}, {self.max}")
         for i, (lo, mid, hi) in enumerate(zip(self.min, self.opt, self.max)):
@@ -175,7 +175,7 @@ class TensorRTOptions(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> "TensorRTOptions":
+    def _consistent(self) -> TensorRTOptions:
         given = self.model_fields_set
         if self.engine is not None:
             clash = [k for k in BUILD_OPTIONS if k in given and getattr(self, k) not in (None, [], {}, "none")]
@@ -197,8 +197,12 @@ class TensorRTOptions(BaseModel):
                     "layer_precisions and precision_constraints need a weakly typed build (TensorRT <= 10); "
                     "a strongly typed network takes every layer's type from the ONNX graph"
                 )
-        if "int8" not in self.precisions and (self.calibration_cache is not None or self.calibration_samples is not None):
-            raise ValueError("calibration_cache and calibration_samples go with precisions: [int8] (weakly typed INT8 calibration)")
+        if "int8" not in self.precisions and (
+            self.calibration_cache is not None or self.calibration_samples is not None
+        ):
+            raise ValueError(
+                "calibration_cache and calibration_samples go with precisions: [int8] (weakly typed INT8 calibration)"
+            )
         if self.layer_precisions and self.precision_constraints == "none":
             raise ValueError(
                 "layer_precisions take effect only with precision_constraints: prefer or obey "
@@ -229,7 +233,9 @@ def resolve_strongly_typed(options: TensorRTOptions, *, rtx: bool, version: str)
                 f"Q/DQ nodes), so precisions {type_flags} cannot be used; convert the model instead"
             )
         if options.layer_precisions or options.precision_constraints != "none":
-            raise ValueError(f"{lib} builds strongly typed networks: layer_precisions/precision_constraints cannot be used")
+            raise ValueError(
+                f"{lib} builds strongly typed networks: layer_precisions/precision_constraints cannot be used"
+            )
     else:
         if "fp8" in options.precisions and major_minor < (8, 6):
             raise ValueError(f"precisions: fp8 needs TensorRT >= 8.6 (installed: {version})")
@@ -238,4 +244,12 @@ def resolve_strongly_typed(options: TensorRTOptions, *, rtx: bool, version: str)
     return strong
 
 
-__all__ = ["BUILD_OPTIONS", "LayerPrecision", "Precision", "ShapeRange", "TYPE_FLAGS", "TensorRTOptions", "resolve_strongly_typed"]
+__all__ = [
+    "BUILD_OPTIONS",
+    "LayerPrecision",
+    "Precision",
+    "ShapeRange",
+    "TYPE_FLAGS",
+    "TensorRTOptions",
+    "resolve_strongly_typed",
+]

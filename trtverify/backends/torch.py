@@ -49,14 +49,21 @@ class TorchBackend:
                 try:
                     factory = load_hook(spec.factory, self.search_path, what="models.pytorch.factory")
                 except ModuleNotFoundError as exc:
-                    raise MissingDependency(f"models.pytorch.factory '{spec.factory}' imports '{exc.name}', which is not installed", f"pip install {exc.name}") from exc
+                    raise MissingDependency(
+                        f"models.pytorch.factory '{spec.factory}' imports '{exc.name}', which is not installed",
+                        f"pip install {exc.name}",
+                    ) from exc
                 model = factory(**spec.kwargs)
                 if not isinstance(model, torch.nn.Module):
-                    raise UsageError(f"models.pytorch.factory '{spec.factory}' returned {type(model).__name__}, expected a torch.nn.Module")
+                    raise UsageError(
+                        f"models.pytorch.factory '{spec.factory}' returned {type(model).__name__}, expected a torch.nn.Module"
+                    )
                 if spec.weights is not None:
                     state = torch.load(str(spec.weights), map_location="cpu", weights_only=True)
                     if not isinstance(state, dict):
-                        raise UsageError(f"{spec.weights}: expected a state_dict (a mapping of tensors), got {type(state).__name__}")
+                        raise UsageError(
+                            f"{spec.weights}: expected a state_dict (a mapping of tensors), got {type(state).__name__}"
+                        )
                     result = model.load_state_dict(state, strict=True)
                     del result
             elif spec.torchscript:
@@ -84,14 +91,18 @@ class TorchBackend:
             return dict(out)
         seq = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
         if seq is None:
-            raise BackendError(f"the PyTorch model returned {type(out).__name__}; expected a tensor, a tuple/list of tensors or a dict")
+            raise BackendError(
+                f"the PyTorch model returned {type(out).__name__}; expected a tensor, a tuple/list of tensors or a dict"
+            )
         if names is None:
             raise UsageError(
                 f"the PyTorch model returns {len(seq)} unnamed tensor(s): name them with models.pytorch.output_names "
                 "(the ONNX output names, in the order forward() returns them)"
             )
         if len(names) != len(seq):
-            raise UsageError(f"models.pytorch.output_names has {len(names)} name(s) but the model returned {len(seq)} tensor(s)")
+            raise UsageError(
+                f"models.pytorch.output_names has {len(names)} name(s) but the model returned {len(seq)} tensor(s)"
+            )
         return dict(zip(names, seq))
 
     def infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -47,8 +47,14 @@ def find_version(records: list[Record]) -> str | None:
 _OPTION_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("precision", re.compile(r"^Precision: (?P<v>\S+)")),
     ("flags", re.compile(r"--(?P<v>fp16|int8|best|bf16|fp8|int4|stronglyTyped|noTF32)\b")),
-    ("builder_optimization_level", re.compile(r"(?:--builderOptimizationLevel=|Builder Optimization Level:? )(?P<v>\d+)")),
-    ("workspace", re.compile(r"(?:--workspace=|--memPoolSize=workspace:|Memory Pools: workspace: |Workspace: )(?P<v>[^,\s]+)")),
+    (
+        "builder_optimization_level",
+        re.compile(r"(?:--builderOptimizationLevel=|Builder Optimization Level:? )(?P<v>\d+)"),
+    ),
+    (
+        "workspace",
+        re.compile(r"(?:--workspace=|--memPoolSize=workspace:|Memory Pools: workspace: |Workspace: )(?P<v>[^,\s]+)"),
+    ),
     ("dla_core", re.compile(r"(?:--useDLACore=|^DLACore: )(?P<v>\d+)")),
     ("dla", re.compile(r"(?P<v>Default DLA is enabled|setDefaultDeviceType)")),
 ]
@@ -99,10 +105,16 @@ class BuildLog:
         return max(self.dialects, key=lambda k: self.dialects[k]) if self.dialects else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "dialect": self.dialect, "dialects": dict(self.dialects),
-                "options": dict(self.options), "findings": [f.to_dict() for f in self.findings],
-                "layers": [dict(x) for x in self.layers], "unknown_lines": self.unknown_lines,
-                "lines": self.lines}
+        return {
+            "version": self.version,
+            "dialect": self.dialect,
+            "dialects": dict(self.dialects),
+            "options": dict(self.options),
+            "findings": [f.to_dict() for f in self.findings],
+            "layers": [dict(x) for x in self.layers],
+            "unknown_lines": self.unknown_lines,
+            "lines": self.lines,
+        }
 
 
 def parse(text: str) -> BuildLog:
@@ -118,8 +130,15 @@ def parse(text: str) -> BuildLog:
     options = find_options(records)
     layers = layer_table(records)
     findings = collect(records, precision_fallback(layers, _requested_precision(options)))
-    return BuildLog(find_version(records), dialects, options, findings, layers, unknown,
-                    text.count("\n") + (0 if text.endswith("\n") or not text else 1))
+    return BuildLog(
+        find_version(records),
+        dialects,
+        options,
+        findings,
+        layers,
+        unknown,
+        text.count("\n") + (0 if text.endswith("\n") or not text else 1),
+    )
 
 
 def parse_file(path: str | Path) -> BuildLog:

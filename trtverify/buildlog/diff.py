@@ -21,7 +21,11 @@ def diff(new: BuildLog, old: BuildLog) -> dict[str, Any]:
         o = old_layers.get(name)
         if o is None:
             continue
-        fields = {k: {"old": o.get(k), "new": n.get(k)} for k in ("precision", "tactic", "onnx_nodes", "type") if o.get(k) != n.get(k)}
+        fields = {
+            k: {"old": o.get(k), "new": n.get(k)}
+            for k in ("precision", "tactic", "onnx_nodes", "type")
+            if o.get(k) != n.get(k)
+        }
         if fields:
             changed.append({"layer": name, "changes": fields})
     old_f = {_key(f) for f in old.findings}

@@ -29,9 +29,16 @@ class Finding:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "category": self.category, "severity": self.severity,
-                "message": self.message, "lines": list(self.lines), "layers": list(self.layers),
-                "count": self.count, "detail": dict(self.detail)}
+        return {
+            "kind": self.kind,
+            "category": self.category,
+            "severity": self.severity,
+            "message": self.message,
+            "lines": list(self.lines),
+            "layers": list(self.layers),
+            "count": self.count,
+            "detail": dict(self.detail),
+        }
 
 
 @dataclass(frozen=True)
@@ -70,43 +77,68 @@ def _simple(kind: str, category: str, severity: str, rx: str, layer_group: str |
 # --- F1 fallbacks -------------------------------------------------------------------------
 
 rule_dla_fallback = _simple(
-    "dla_fallback", "fallback", "medium",
-    r"DLA is enabled but layer (?P<layer>.+?) is not (?:supported|running) on DLA,? falling back to GPU", "layer")
+    "dla_fallback",
+    "fallback",
+    "medium",
+    r"DLA is enabled but layer (?P<layer>.+?) is not (?:supported|running) on DLA,? falling back to GPU",
+    "layer",
+)
 rule_dla_unsupported = _simple(
-    "dla_unsupported", "fallback", "info",
-    r"^(?P<layer>.+?): (?:.*\bnot supported for DLA\b|.*\bon DLA requires\b)", "layer")
-rule_dla_unused = _simple(
-    "dla_unused", "fallback", "medium", r"no layer in the network can run on DLA")
+    "dla_unsupported",
+    "fallback",
+    "info",
+    r"^(?P<layer>.+?): (?:.*\bnot supported for DLA\b|.*\bon DLA requires\b)",
+    "layer",
+)
+rule_dla_unused = _simple("dla_unused", "fallback", "medium", r"no layer in the network can run on DLA")
 rule_plugin_import = _simple(
-    "unsupported_op_plugin", "fallback", "medium",
-    r"No importer registered for op: (?P<layer>[^\s.]+)", "layer")
+    "unsupported_op_plugin", "fallback", "medium", r"No importer registered for op: (?P<layer>[^\s.]+)", "layer"
+)
 rule_plugin_created = _simple(
-    "plugin_created", "fallback", "info", r"Successfully created plugin: (?P<layer>\S+)", "layer")
+    "plugin_created", "fallback", "info", r"Successfully created plugin: (?P<layer>\S+)", "layer"
+)
 rule_precision_constraints = _simple(
-    "precision_constraints_not_obeyed", "fallback", "medium",
+    "precision_constraints_not_obeyed",
+    "fallback",
+    "medium",
     r"(?:No implementation (?:of layer (?P<layer>.+?) )?obeys the requested constraints|"
-    r"no implementation obeys reformatting-free rules)", "layer")
+    r"no implementation obeys reformatting-free rules)",
+    "layer",
+)
 
 # --- F2 INT8 calibration ------------------------------------------------------------------
 
-rule_calibrator_unused = _simple(
-    "calibrator_not_used", "calibration", "high", r"Calibrator is not being used")
+rule_calibrator_unused = _simple("calibrator_not_used", "calibration", "high", r"Calibrator is not being used")
 rule_missing_scale = _simple(
-    "missing_scale", "calibration", "medium",
-    r"Missing scale and zero-point for tensor (?P<layer>.+?), expect fall back", "layer")
+    "missing_scale",
+    "calibration",
+    "medium",
+    r"Missing scale and zero-point for tensor (?P<layer>.+?), expect fall back",
+    "layer",
+)
 rule_calibration_failure = _simple(
-    "calibration_failure", "calibration", "high",
-    r"Calibration failure occurred|Calibration failed\b|calibration failed")
+    "calibration_failure",
+    "calibration",
+    "high",
+    r"Calibration failure occurred|Calibration failed\b|calibration failed",
+)
 rule_cache_read = _simple(
-    "calibration_cache_read", "calibration", "info", r"Reading Calibration Cache for calibrator: (?P<layer>\S+)")
+    "calibration_cache_read", "calibration", "info", r"Reading Calibration Cache for calibrator: (?P<layer>\S+)"
+)
 rule_cache_written = _simple(
-    "calibration_cache_written", "calibration", "info", r"Writing Calibration Cache for calibrator: (?P<layer>\S+)")
+    "calibration_cache_written", "calibration", "info", r"Writing Calibration Cache for calibrator: (?P<layer>\S+)"
+)
 rule_random_calibration = _simple(
-    "random_calibration_data", "calibration", "high",
-    r"(?:random|synthetic) (?:data|inputs?) (?:for|during) calibration|calibrat\w+ (?:with|using) random")
+    "random_calibration_data",
+    "calibration",
+    "high",
+    r"(?:random|synthetic) (?:data|inputs?) (?:for|during) calibration|calibrat\w+ (?:with|using) random",
+)
 
-_CALIB = re.compile(r"Starting Calibration with batch size (?P<bs>\d+)|Calibrated batch (?P<b>\d+) in (?P<bt>[\d.eE+-]+)"
-                    r"|Post Processing Calibration data in (?P<pp>[\d.eE+-]+)|Calibration completed in (?P<done>[\d.eE+-]+)")
+_CALIB = re.compile(
+    r"Starting Calibration with batch size (?P<bs>\d+)|Calibrated batch (?P<b>\d+) in (?P<bt>[\d.eE+-]+)"
+    r"|Post Processing Calibration data in (?P<pp>[\d.eE+-]+)|Calibration completed in (?P<done>[\d.eE+-]+)"
+)
 
 
 def rule_calibration_progress(records: list[Record]) -> Iterator[Hit]:
@@ -129,16 +161,21 @@ def rule_calibration_progress(records: list[Record]) -> Iterator[Hit]:
 # --- F3 tactics ---------------------------------------------------------------------------
 
 rule_tactic_skipped = _simple(
-    "tactic_skipped_workspace", "tactics", "medium",
+    "tactic_skipped_workspace",
+    "tactics",
+    "medium",
     r"(?:Skipping tactic (?P<layer>-?\w+) due to insuf+icient memory|^Tactic (?P<t>-?\w+) scratch requested: \d+, available: \d+"
-    r"|Some tactics do not have sufficient workspace memory)")
-rule_timing_cache = _simple(
-    "timing_cache", "tactics", "info",
-    r"timing cache|TimingCache")
+    r"|Some tactics do not have sufficient workspace memory)",
+)
+rule_timing_cache = _simple("timing_cache", "tactics", "info", r"timing cache|TimingCache")
 
 _RUNNER = re.compile(r"^-{5,}\s*Timing(?: Runner:)? (?P<layer>.+?)(?: \((?P<runner>[^()]*)\))?\s*$")
-_TACTIC_TIME = re.compile(r"^(?:Tactic Name: (?P<name>\S+) )?Tactic:? (?P<t>-?(?:0x)?[0-9a-fA-F]+):? [Tt]ime:? (?P<time>[\d.eE+-]+|inf)")
-_FASTEST = re.compile(r"(?:^|profiling completed in [\d.]+ seconds\. )Fastest Tactic: (?P<t>-?(?:0x)?[0-9a-fA-F]+) Time: (?P<time>[\d.eE+-]+|inf)")
+_TACTIC_TIME = re.compile(
+    r"^(?:Tactic Name: (?P<name>\S+) )?Tactic:? (?P<t>-?(?:0x)?[0-9a-fA-F]+):? [Tt]ime:? (?P<time>[\d.eE+-]+|inf)"
+)
+_FASTEST = re.compile(
+    r"(?:^|profiling completed in [\d.]+ seconds\. )Fastest Tactic: (?P<t>-?(?:0x)?[0-9a-fA-F]+) Time: (?P<time>[\d.eE+-]+|inf)"
+)
 _PROFILED = re.compile(r"^(?P<layer>.+?) \((?P<runner>[^()]*)\) profiling completed in")
 
 
@@ -162,10 +199,17 @@ def rule_tactic_choice(records: list[Record]) -> Iterator[Hit]:
         else:
             tactic, t = min(b["timed"], key=lambda x: x[1])
             computed = True
-        d = {"tactic": tactic, "time_ms": t, "runner": b["runner"], "computed": computed,
-             "timed": len(b["timed"])}
-        yield Hit("tactic_choice", "tactics", "info", f"{b['layer']}: tactic {tactic} ({t} ms)",
-                  b["line"], (b["layer"],), d, key="tactic_choice:" + b["layer"])
+        d = {"tactic": tactic, "time_ms": t, "runner": b["runner"], "computed": computed, "timed": len(b["timed"])}
+        yield Hit(
+            "tactic_choice",
+            "tactics",
+            "info",
+            f"{b['layer']}: tactic {tactic} ({t} ms)",
+            b["line"],
+            (b["layer"],),
+            d,
+            key="tactic_choice:" + b["layer"],
+        )
 
     for r in records:
         text = _msg(r)
@@ -173,8 +217,13 @@ def rule_tactic_choice(records: list[Record]) -> Iterator[Hit]:
         if m:
             if block:
                 yield from finish(block)
-            block = {"layer": m.group("layer"), "runner": m.group("runner"), "line": r.first,
-                     "timed": [], "fastest": None}
+            block = {
+                "layer": m.group("layer"),
+                "runner": m.group("runner"),
+                "line": r.first,
+                "timed": [],
+                "fastest": None,
+            }
             continue
         m = _TACTIC_TIME.match(text)
         if m and block is not None:
@@ -186,8 +235,13 @@ def rule_tactic_choice(records: list[Record]) -> Iterator[Hit]:
             if p and (block is None or block["layer"] != p.group("layer") or block["fastest"] is not None):
                 if block:
                     yield from finish(block)
-                block = {"layer": p.group("layer"), "runner": p.group("runner"), "line": r.first,
-                         "timed": [], "fastest": None}
+                block = {
+                    "layer": p.group("layer"),
+                    "runner": p.group("runner"),
+                    "line": r.first,
+                    "timed": [],
+                    "fastest": None,
+                }
             if block is not None:
                 block["fastest"] = (m.group("t"), _time(m.group("time")))
                 yield from finish(block)
@@ -199,34 +253,56 @@ def rule_tactic_choice(records: list[Record]) -> Iterator[Hit]:
 # --- F4 other accuracy risks --------------------------------------------------------------
 
 rule_int64_cast = _simple(
-    "int64_cast", "accuracy", "medium",
+    "int64_cast",
+    "accuracy",
+    "medium",
     r"INT64 weights, while TensorRT does not natively support INT64|cast down to INT32|"
-    r"Casting INT64 to INT32|INT64 is not natively supported")
+    r"Casting INT64 to INT32|INT64 is not natively supported",
+)
 rule_int32_clamp = _simple(
-    "int32_clamp", "accuracy", "high", r"weights outside the range of INT32 (?:was|were) clamped|clamped to INT32")
+    "int32_clamp", "accuracy", "high", r"weights outside the range of INT32 (?:was|were) clamped|clamped to INT32"
+)
 rule_layernorm = _simple(
-    "layernorm_fp16", "accuracy", "medium",
+    "layernorm_fp16",
+    "accuracy",
+    "medium",
     r"Detected layernorm nodes in FP16|layernorm (?:after self-attention )?in FP16 may cause overflow|"
-    r"LayerNorm.* in FP16 .*overflow")
+    r"LayerNorm.* in FP16 .*overflow",
+)
 rule_weights_conversion = _simple(
-    "weight_conversion_issues", "accuracy", "info",
-    r"encountered issues when converting weights between types")
+    "weight_conversion_issues", "accuracy", "info", r"encountered issues when converting weights between types"
+)
 rule_no_implementation = _simple(
-    "no_implementation", "build", "high",
-    r"Could not find any implementation for node (?P<layer>.+?)\.?\)?\s*$", "layer")
+    "no_implementation",
+    "build",
+    "high",
+    r"Could not find any implementation for node (?P<layer>.+?)\.?\)?\s*$",
+    "layer",
+)
 rule_build_failure = _simple(
-    "build_failure", "build", "high",
+    "build_failure",
+    "build",
+    "high",
     r"Builder failed while configuring|enginePtr != nullptr|Engine could not be created|Unable to create engine|"
-    r"Failed to create engine|Network validation failed|engine (?:is )?null|Engine build failed")
-rule_library_error = _simple(
-    "library_error", "build", "high", r"(?:cuBLAS|cuDNN|cuBLASLt|CUDA) Error in \w+")
+    r"Failed to create engine|Network validation failed|engine (?:is )?null|Engine build failed",
+)
+rule_library_error = _simple("library_error", "build", "high", r"(?:cuBLAS|cuDNN|cuBLASLt|CUDA) Error in \w+")
 rule_library_mismatch = _simple(
-    "library_version_mismatch", "build", "medium", r"was linked against \S+(?: \S+)? [\d.]+ but loaded")
+    "library_version_mismatch", "build", "medium", r"was linked against \S+(?: \S+)? [\d.]+ but loaded"
+)
 
 _WEIGHT_HEAD = re.compile(r"^Weights \[name=(?P<name>.+?)\] had the following issues when converted to FP16")
 _WEIGHT_ISSUES = [
-    ("fp16_weights_overflow", "high", re.compile(r"(?:Values? out of range|greater than (?:the )?(?:largest|max)|exceed)", re.I)),
-    ("fp16_weights_underflow", "medium", re.compile(r"less than (?:the )?smallest positive FP16 subnormal|converted to zero|underflow", re.I)),
+    (
+        "fp16_weights_overflow",
+        "high",
+        re.compile(r"(?:Values? out of range|greater than (?:the )?(?:largest|max)|exceed)", re.I),
+    ),
+    (
+        "fp16_weights_underflow",
+        "medium",
+        re.compile(r"less than (?:the )?smallest positive FP16 subnormal|converted to zero|underflow", re.I),
+    ),
     ("fp16_weights_subnormal", "medium", re.compile(r"subnormal FP16 values", re.I)),
 ]
 _WEIGHT_SUMMARY = re.compile(r"^-\s*(?P<n>\d+) weights are affected by this issue: (?P<what>.+)")
@@ -248,8 +324,16 @@ def rule_fp16_weights(records: list[Record]) -> Iterator[Hit]:
         if summary:
             for kind, sev, rx in _WEIGHT_ISSUES:
                 if rx.search(summary.group("what")):
-                    yield Hit(kind, "accuracy", sev, text, r.first, (), {"weights": int(summary.group("n"))},
-                              key=kind + ":summary")
+                    yield Hit(
+                        kind,
+                        "accuracy",
+                        sev,
+                        text,
+                        r.first,
+                        (),
+                        {"weights": int(summary.group("n"))},
+                        key=kind + ":summary",
+                    )
                     break
             continue
         if current is not None and text.startswith("-"):
@@ -284,20 +368,52 @@ def precision_fallback(layers: list[dict[str, Any]], requested: str | None) -> l
     hits = []
     for row in layers:
         p, typ = row.get("precision"), str(row.get("type", "")).lower()
-        if p in _RANK and _RANK[p] > _RANK[target] and typ not in _PASSIVE_TYPES and "reformat" not in row["name"].lower():
-            hits.append(Hit("layer_precision_fallback", "fallback", "medium",
-                            f"{row['name']} ({row.get('type')}) runs in {p}, {target} requested", row["line"],
-                            (row["name"],), {"precision": p, "requested": target}))
+        if (
+            p in _RANK
+            and _RANK[p] > _RANK[target]
+            and typ not in _PASSIVE_TYPES
+            and "reformat" not in row["name"].lower()
+        ):
+            hits.append(
+                Hit(
+                    "layer_precision_fallback",
+                    "fallback",
+                    "medium",
+                    f"{row['name']} ({row.get('type')}) runs in {p}, {target} requested",
+                    row["line"],
+                    (row["name"],),
+                    {"precision": p, "requested": target},
+                )
+            )
     return hits
 
 
 RULES: tuple[Rule, ...] = (
-    rule_dla_fallback, rule_dla_unsupported, rule_dla_unused, rule_plugin_import, rule_plugin_created,
-    rule_precision_constraints, rule_calibrator_unused, rule_missing_scale, rule_calibration_failure,
-    rule_cache_read, rule_cache_written, rule_random_calibration, rule_calibration_progress,
-    rule_tactic_skipped, rule_timing_cache, rule_tactic_choice, rule_int64_cast, rule_int32_clamp,
-    rule_layernorm, rule_weights_conversion, rule_no_implementation, rule_build_failure,
-    rule_library_error, rule_library_mismatch, rule_fp16_weights,
+    rule_dla_fallback,
+    rule_dla_unsupported,
+    rule_dla_unused,
+    rule_plugin_import,
+    rule_plugin_created,
+    rule_precision_constraints,
+    rule_calibrator_unused,
+    rule_missing_scale,
+    rule_calibration_failure,
+    rule_cache_read,
+    rule_cache_written,
+    rule_random_calibration,
+    rule_calibration_progress,
+    rule_tactic_skipped,
+    rule_timing_cache,
+    rule_tactic_choice,
+    rule_int64_cast,
+    rule_int32_clamp,
+    rule_layernorm,
+    rule_weights_conversion,
+    rule_no_implementation,
+    rule_build_failure,
+    rule_library_error,
+    rule_library_mismatch,
+    rule_fp16_weights,
 )
 
 
@@ -317,8 +433,18 @@ def fold(hits: list[Hit]) -> list[Finding]:
             detail["occurrences"] = [dict(h.detail, line=h.line) for h in group] if any(h.detail for h in group) else []
             if not detail["occurrences"]:
                 del detail["occurrences"]
-        out.append(Finding(first.kind, first.category, max((h.severity for h in group), key=lambda s: -SEVERITY_RANK[s]),
-                           first.message, tuple(h.line for h in group), tuple(layers), len(group), detail))
+        out.append(
+            Finding(
+                first.kind,
+                first.category,
+                max((h.severity for h in group), key=lambda s: -SEVERITY_RANK[s]),
+                first.message,
+                tuple(h.line for h in group),
+                tuple(layers),
+                len(group),
+                detail,
+            )
+        )
     out.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.lines[0], f.kind))
     return out
 

@@ -9,7 +9,9 @@ from typing import Any
 
 from trtverify.buildlog.lines import Record
 
-_OLD = re.compile(r"^Layer\((?P<type>[^)]*)\): (?P<name>.+?), Tactic: (?P<tactic>-?(?:0x)?[0-9a-fA-F]+), (?P<io>.*)$", re.S)
+_OLD = re.compile(
+    r"^Layer\((?P<type>[^)]*)\): (?P<name>.+?), Tactic: (?P<tactic>-?(?:0x)?[0-9a-fA-F]+), (?P<io>.*)$", re.S
+)
 _NEW = re.compile(r"^Name: (?P<name>.+?), LayerType: (?P<type>[^,]+),")
 _TACTIC_NAME = re.compile(r"TacticName: (?P<v>[^,]+)")
 _TACTIC_VALUE = re.compile(r"TacticValue: (?P<v>-?(?:0x)?[0-9a-fA-F]+)")
@@ -51,17 +53,27 @@ def _row(text: str, line: int) -> dict[str, Any] | None:
     m = _OLD.match(text)
     if m:
         out = _OLD_OUT.search(m.group("io"))
-        return {"name": m.group("name"), "type": m.group("type"),
-                "precision": precision_of(out.group("t")) if out else None,
-                "tactic": m.group("tactic"), "tactic_name": None, "onnx_nodes": [], "line": line}
+        return {
+            "name": m.group("name"),
+            "type": m.group("type"),
+            "precision": precision_of(out.group("t")) if out else None,
+            "tactic": m.group("tactic"),
+            "tactic_name": None,
+            "onnx_nodes": [],
+            "line": line,
+        }
     m = _NEW.match(text)
     if m:
         outs = _OUTPUTS.search(text)
         fmt = _FORMAT.search(outs.group("v")) if outs else None
         tn, tv = _TACTIC_NAME.search(text), _TACTIC_VALUE.search(text)
-        return {"name": m.group("name"), "type": m.group("type").strip(),
-                "precision": precision_of(fmt.group("v")) if fmt else None,
-                "tactic": tv.group("v") if tv else None,
-                "tactic_name": tn.group("v").strip() if tn else None,
-                "onnx_nodes": [x.strip() for x in _ONNX.findall(text)], "line": line}
+        return {
+            "name": m.group("name"),
+            "type": m.group("type").strip(),
+            "precision": precision_of(fmt.group("v")) if fmt else None,
+            "tactic": tv.group("v") if tv else None,
+            "tactic_name": tn.group("v").strip() if tn else None,
+            "onnx_nodes": [x.strip() for x in _ONNX.findall(text)],
+            "line": line,
+        }
     return None

@@ -16,11 +16,23 @@ from typing import Any
 SEVERITIES = ("verbose", "info", "warning", "error", "internal_error")
 
 _SEV_WORDS = {
-    "V": "verbose", "X": "verbose", "!": "internal_error", "VERBOSE": "verbose", "DEBUG": "verbose", "GRAPH": "verbose", "D": "verbose",
-    "I": "info", "INFO": "info",
-    "W": "warning", "WARNING": "warning", "WARN": "warning",
-    "E": "error", "ERROR": "error",
-    "F": "internal_error", "INTERNAL_ERROR": "internal_error", "INTERNAL ERROR": "internal_error",
+    "V": "verbose",
+    "X": "verbose",
+    "!": "internal_error",
+    "VERBOSE": "verbose",
+    "DEBUG": "verbose",
+    "GRAPH": "verbose",
+    "D": "verbose",
+    "I": "info",
+    "INFO": "info",
+    "W": "warning",
+    "WARNING": "warning",
+    "WARN": "warning",
+    "E": "error",
+    "ERROR": "error",
+    "F": "internal_error",
+    "INTERNAL_ERROR": "internal_error",
+    "INTERNAL ERROR": "internal_error",
 }
 
 _TS = r"\[\d{1,2}/\d{1,2}/\d{4}-\d{1,2}:\d{2}:\d{2}\]"
@@ -31,10 +43,16 @@ _SEVW = r"VERBOSE|INFO|WARNING|WARN|ERROR|INTERNAL_ERROR|INTERNAL ERROR|DEBUG"
 DIALECTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(rx))
     for name, rx in [
-        ("onnxruntime", r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ )?\[(?P<sev>[VIWEF]):onnxruntime:[^\]]*\]\s*"
-                        r"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (?P<sev2>" + _SEVW + r")\]\s*)?"),
-        ("tftrt", r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?P<sev>[VIWEF]) (?:[\w./-]+:\d+\] )"
-                  r"(?:DefaultLogger |TF-TRT Warning: |TensorRT: )?"),
+        (
+            "onnxruntime",
+            r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ )?\[(?P<sev>[VIWEF]):onnxruntime:[^\]]*\]\s*"
+            r"(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (?P<sev2>" + _SEVW + r")\]\s*)?",
+        ),
+        (
+            "tftrt",
+            r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?P<sev>[VIWEF]) (?:[\w./-]+:\d+\] )"
+            r"(?:DefaultLogger |TF-TRT Warning: |TensorRT: )?",
+        ),
         ("trtexec", _TS + r" \[(?P<sev>[VIWEF])\] (?:\[TRT\] )?"),
         ("python", r"(?:" + _TS + r" )?\[TRT\] \[(?P<sev>[VIWEF])\] "),
         ("python", r"\[TensorRT\] (?P<sev>" + _SEVW + r"): "),
@@ -66,8 +84,13 @@ class Record:
     text: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"first": self.first, "last": self.last, "dialect": self.dialect,
-                "severity": self.severity, "text": self.text}
+        return {
+            "first": self.first,
+            "last": self.last,
+            "dialect": self.dialect,
+            "severity": self.severity,
+            "text": self.text,
+        }
 
 
 def clean_line(line: str) -> str:
@@ -82,7 +105,7 @@ def match_prefix(line: str) -> tuple[str, str | None, str] | None:
         if m:
             groups = m.groupdict()
             word = groups.get("sev2") or groups.get("sev") or ""
-            msg = body[m.end():]
+            msg = body[m.end() :]
             if msg.startswith("[TRT] "):
                 msg = msg[6:]
             return name, _SEV_WORDS.get(word.upper()), msg.strip()

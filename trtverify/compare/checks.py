@@ -87,7 +87,9 @@ class TensorSeries:
     dtype: str | None = None
     cand_dtype: str | None = None
     values: dict[str, list[float]] = field(default_factory=dict)
-    nonfinite: dict[str, int] = field(default_factory=lambda: {"ref_nan": 0, "ref_inf": 0, "cand_nan": 0, "cand_inf": 0, "nonfinite_mismatch": 0})
+    nonfinite: dict[str, int] = field(
+        default_factory=lambda: {"ref_nan": 0, "ref_inf": 0, "cand_nan": 0, "cand_inf": 0, "nonfinite_mismatch": 0}
+    )
     errors: list[str] = field(default_factory=list)
     samples: int = 0
     histogram: bool = False
@@ -159,7 +161,11 @@ def evaluate(series: TensorSeries, checks: Sequence[Check]) -> list[CheckResult]
     out = []
     name = series.candidate
     if series.errors:
-        out.append(CheckResult(f"{name}: comparable", "comparable", None, None, "==", False, name, {"errors": series.errors[:5]}))
+        out.append(
+            CheckResult(
+                f"{name}: comparable", "comparable", None, None, "==", False, name, {"errors": series.errors[:5]}
+            )
+        )
     mism = series.nonfinite["nonfinite_mismatch"]
     out.append(
         CheckResult(
@@ -177,11 +183,26 @@ def evaluate(series: TensorSeries, checks: Sequence[Check]) -> list[CheckResult]
         key = metric_key(check.metric, check.params)
         vals = series.values.get(key, [])
         if not vals:
-            out.append(CheckResult(f"{name}: {key} {check.op} {check.threshold:g}", key, None, check.threshold, check.op, False, name, {"reason": "no comparable samples"}))
+            out.append(
+                CheckResult(
+                    f"{name}: {key} {check.op} {check.threshold:g}",
+                    key,
+                    None,
+                    check.threshold,
+                    check.op,
+                    False,
+                    name,
+                    {"reason": "no comparable samples"},
+                )
+            )
             continue
         summary = _summary(vals, METRICS[check.metric].better)
         failing = [i for i, v in enumerate(vals) if not check.passes(v)]
-        worst_idx = int(np.nanargmax(vals) if check.max is not None else np.nanargmin(vals)) if not all(v != v for v in vals) else 0
+        worst_idx = (
+            int(np.nanargmax(vals) if check.max is not None else np.nanargmin(vals))
+            if not all(v != v for v in vals)
+            else 0
+        )
         out.append(
             CheckResult(
                 f"{name}: {key} {check.op} {check.threshold:g}",

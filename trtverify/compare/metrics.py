@@ -223,7 +223,9 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
                 outside = int(np.count_nonzero(np.abs(b64 - a64) > p["atol"] + p["rtol"] * np.abs(a64)))
             metrics[key] = (outside + mismatch) / ref.size
         elif name == "topk_agreement":
-            metrics[key] = topk_agreement(_as_float64(ref).reshape(ref.shape), _as_float64(cand).reshape(cand.shape), int(p["k"]))
+            metrics[key] = topk_agreement(
+                _as_float64(ref).reshape(ref.shape), _as_float64(cand).reshape(cand.shape), int(p["k"])
+            )
         else:
             raise KeyError(f"metric {name} takes no parameters")
 

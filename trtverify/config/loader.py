@@ -76,7 +76,7 @@ def _message(err: dict[str, Any]) -> str:
     msg = str(err["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
-            msg = msg[len(prefix):]
+            msg = msg[len(prefix) :]
     if kind not in ("value_error", "assertion_error") and "input" in err:
         value = err["input"]
         if isinstance(value, (str, int, float, bool)) or value is None:
@@ -107,7 +107,10 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
     if lw is not None:
         names = suite.candidates_of(lw)
         if not suite.models.candidates:
-            add(("stages", "layerwise"), "stage 'layerwise' compares candidates with the reference: add models.candidates")
+            add(
+                ("stages", "layerwise"),
+                "stage 'layerwise' compares candidates with the reference: add models.candidates",
+            )
         for i, name in enumerate(lw.candidates or []):
             if name not in suite.models.candidates:
                 add(("stages", "layerwise", "candidates", i), unknown("candidate", name, list(suite.models.candidates)))

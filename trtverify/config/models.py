@@ -99,7 +99,7 @@ class Check(Strict):
         return v
 
     @model_validator(mode="after")
-    def _threshold(self) -> "Check":
+    def _threshold(self) -> Check:
         spec = METRICS[self.metric]
         want = spec.threshold_key
         other = "min" if want == "max" else "max"
@@ -155,7 +155,9 @@ class FrameworkStage(Strict):
     checks: list[Check] = Field(default_factory=_default_framework_checks, min_length=1)
     outputs: dict[str, OutputOverride] = Field(default_factory=dict, description="per-output checks replacing `checks`")
     rename: dict[str, str] = Field(default_factory=dict, description="PyTorch output name -> ONNX output name")
-    ignore: list[str] = Field(default_factory=list, description="outputs to leave out (listed as ignored in the results)")
+    ignore: list[str] = Field(
+        default_factory=list, description="outputs to leave out (listed as ignored in the results)"
+    )
     samples: int | None = Field(default=None, ge=1, description="use only the first N input samples")
 
 
@@ -171,10 +173,18 @@ class TensorOverride(Strict):
 class LayerwiseStage(Strict):
     """Stage 2: every intermediate tensor of the reference vs each candidate; first divergence and root causes."""
 
-    candidates: list[Name] | None = Field(default=None, description="names from models.candidates (default: all of them)")
-    checks: list[Check] = Field(default_factory=_default_layerwise_checks, min_length=1, description="applied to every compared tensor")
-    candidate_checks: dict[Name, list[Check]] = Field(default_factory=dict, description="per-candidate checks replacing `checks`")
-    tensors: dict[str, TensorOverride] = Field(default_factory=dict, description="per-tensor checks replacing the candidate's checks")
+    candidates: list[Name] | None = Field(
+        default=None, description="names from models.candidates (default: all of them)"
+    )
+    checks: list[Check] = Field(
+        default_factory=_default_layerwise_checks, min_length=1, description="applied to every compared tensor"
+    )
+    candidate_checks: dict[Name, list[Check]] = Field(
+        default_factory=dict, description="per-candidate checks replacing `checks`"
+    )
+    tensors: dict[str, TensorOverride] = Field(
+        default_factory=dict, description="per-tensor checks replacing the candidate's checks"
+    )
     rename: dict[str, str] = Field(default_factory=dict, description="reference tensor name -> candidate tensor name")
     ignore: list[str] = Field(default_factory=list, description="tensors left out (listed as ignored)")
     samples: int | None = Field(default=None, ge=1, description="use only the first N input samples (default: all)")
@@ -190,7 +200,9 @@ class LayerwiseStage(Strict):
         description="with amplification ranking: run the top N suspects in isolation on the candidate's own backend "
         "(for TensorRT one sub-engine build) and re-rank them by their confirmed own error",
     )
-    memory_budget_mb: float = Field(default=2048, gt=0, description="bound on intermediate tensors held in memory at once")
+    memory_budget_mb: float = Field(
+        default=2048, gt=0, description="bound on intermediate tensors held in memory at once"
+    )
 
 
 class Gate(Strict):
@@ -198,11 +210,13 @@ class Gate(Strict):
 
     metric: str = Field(description="e.g. accuracy, macro_f1, map, ap50, f1")
     max_drop: float | None = Field(default=None, ge=0, description="reference - candidate may not exceed this")
-    max_rel_drop: float | None = Field(default=None, ge=0, le=1, description="(reference - candidate) / reference may not exceed this")
+    max_rel_drop: float | None = Field(
+        default=None, ge=0, le=1, description="(reference - candidate) / reference may not exceed this"
+    )
     min: float | None = Field(default=None, description="the candidate's value may not fall below this")
 
     @model_validator(mode="after")
-    def _some(self) -> "Gate":
+    def _some(self) -> Gate:
         if self.max_drop is None and self.max_rel_drop is None and self.min is None:
             raise ValueError(f"gate on '{self.metric}' needs max_drop, max_rel_drop or min")
         return self
@@ -215,17 +229,25 @@ class Dataset(Strict):
     npz: Annotated[FilePath, AfterValidator(_suffix(".npz"))] | None = None
     images_key: str = "images"
     labels_key: str = "labels"
-    layout: Literal["NCHW", "NHWC"] | None = Field(default=None, description="layout of npz images (default: guessed from the channel axis)")
+    layout: Literal["NCHW", "NHWC"] | None = Field(
+        default=None, description="layout of npz images (default: guessed from the channel axis)"
+    )
     folder: DirPath | None = Field(default=None, description="image-folder tree: FOLDER/<class name>/<image>")
-    csv: Annotated[FilePath, AfterValidator(_suffix(".csv"))] | None = Field(default=None, description="CSV with columns file,label (a header row is allowed)")
-    image_root: DirPath | None = Field(default=None, description="folder the CSV's files are relative to (default: the CSV's folder)")
-    coco: Annotated[FilePath, AfterValidator(_suffix(".json"))] | None = Field(default=None, description="COCO instances JSON")
+    csv: Annotated[FilePath, AfterValidator(_suffix(".csv"))] | None = Field(
+        default=None, description="CSV with columns file,label (a header row is allowed)"
+    )
+    image_root: DirPath | None = Field(
+        default=None, description="folder the CSV's files are relative to (default: the CSV's folder)"
+    )
+    coco: Annotated[FilePath, AfterValidator(_suffix(".json"))] | None = Field(
+        default=None, description="COCO instances JSON"
+    )
     images: DirPath | None = Field(default=None, description="COCO image folder (default: 'images' beside the JSON)")
     class_names: list[str] | None = None
     limit: int | None = Field(default=None, ge=1, description="use only the first N samples")
 
     @model_validator(mode="after")
-    def _one(self) -> "Dataset":
+    def _one(self) -> Dataset:
         given = [k for k in ("npz", "folder", "csv", "coco") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of npz, folder, csv, coco (got {', '.join(given) or 'none'})")
@@ -233,9 +255,13 @@ class Dataset(Strict):
 
 
 class Preprocess(Strict):
-    hook: HookSpec | None = Field(default=None, description="'module:callable'(image uint8 HWC) -> array for one sample; replaces the built-ins")
+    hook: HookSpec | None = Field(
+        default=None, description="'module:callable'(image uint8 HWC) -> array for one sample; replaces the built-ins"
+    )
     input: str | None = Field(default=None, description="model input to feed (default: the only input)")
-    resize: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = Field(default=None, description="[height, width]")
+    resize: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, description="[height, width]"
+    )
     grayscale: bool = False
     scale: float = Field(default=1 / 255, description="multiply pixels by this")
     mean: list[float] | None = None
@@ -250,7 +276,10 @@ class Postprocess(Strict):
         description="'module:callable'(outputs: dict, image_sizes: list[(h, w)], input_size: (h, w)) -> "
         "classification: scores [B, C]; detection: list of [K, 6] arrays (x1, y1, x2, y2, score, class) in image pixels",
     )
-    output: str | None = Field(default=None, description="model output to read (default: the first); detection: raw [B, K, 6] rows in input pixels")
+    output: str | None = Field(
+        default=None,
+        description="model output to read (default: the first); detection: raw [B, K, 6] rows in input pixels",
+    )
 
 
 class E2EStage(Strict):
@@ -275,9 +304,13 @@ class E2EStage(Strict):
         description="preprocessed inputs kept in memory at once: every model runs over a chunk before the next model does "
         "(a larger set is done in several chunks)",
     )
-    top_k: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 5], description="classification top-k accuracies")
+    top_k: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1, 5], description="classification top-k accuracies"
+    )
     iou: float = Field(default=0.5, gt=0, le=1, description="detection: IoU for precision / recall / F1")
-    score_threshold: float = Field(default=0.3, ge=0, le=1, description="detection: score threshold for precision / recall / F1")
+    score_threshold: float = Field(
+        default=0.3, ge=0, le=1, description="detection: score threshold for precision / recall / F1"
+    )
     worst: int = Field(default=20, ge=0, description="how many most-disagreeing samples to list")
 
 
@@ -289,15 +322,19 @@ class BuildlogStage(Strict):
         description="build logs to read (default: the build_log files of backends.tensorrt / tensorrt_rtx, when they exist)",
     )
     against: Annotated[FilePath, AfterValidator(_suffix(".log", ".txt"))] | None = Field(
-        default=None, description="an older build log: list layers whose precision/tactic/fusion changed and new warnings"
+        default=None,
+        description="an older build log: list layers whose precision/tactic/fusion changed and new warnings",
     )
     fail_on: list[str] = Field(
-        default_factory=list, description="categories (fallback, calibration, tactics, accuracy, build), kinds or kind globs that fail the stage"
+        default_factory=list,
+        description="categories (fallback, calibration, tactics, accuracy, build), kinds or kind globs that fail the stage",
     )
     fail_severity: list[Literal["high", "medium", "info"]] = Field(
         default_factory=lambda: ["high", "medium"], description="severities that fail_on counts"
     )
-    max: dict[str, int] = Field(default_factory=dict, description="category / kind / glob -> largest allowed count, e.g. {'fp16_weights_*': 0}")
+    max: dict[str, int] = Field(
+        default_factory=dict, description="category / kind / glob -> largest allowed count, e.g. {'fp16_weights_*': 0}"
+    )
 
 
 class Stages(Strict):
@@ -307,7 +344,7 @@ class Stages(Strict):
     buildlog: BuildlogStage | None = None
 
     @model_validator(mode="after")
-    def _some(self) -> "Stages":
+    def _some(self) -> Stages:
         if not any(getattr(self, n) is not None for n in type(self).model_fields):
             raise ValueError(f"no stage configured; add one of: {', '.join(type(self).model_fields)}")
         return self
@@ -321,7 +358,9 @@ class PyTorchModel(Strict):
 
     factory: HookSpec | None = Field(default=None, description="'module:callable' returning an nn.Module")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
-    weights: FilePath | None = Field(default=None, description="state_dict file, loaded with torch.load(weights_only=True)")
+    weights: FilePath | None = Field(
+        default=None, description="state_dict file, loaded with torch.load(weights_only=True)"
+    )
     torchscript: FilePath | None = None
     exported: FilePath | None = Field(default=None, description="a torch.export .pt2 file")
     input_names: list[str] | None = Field(
@@ -332,7 +371,7 @@ class PyTorchModel(Strict):
     )
 
     @model_validator(mode="after")
-    def _one_source(self) -> "PyTorchModel":
+    def _one_source(self) -> PyTorchModel:
         given = [k for k in ("factory", "torchscript", "exported") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of factory, torchscript, exported (got {', '.join(given) or 'none'})")
@@ -367,9 +406,9 @@ def _candidate_shorthand(v: Any) -> Any:
 class Models(Strict):
     reference: OnnxPath = Field(description="the reference FP32 ONNX model")
     pytorch: PyTorchModel | None = None
-    candidates: dict[Name, Annotated[Candidate, BeforeValidator(_candidate_shorthand, json_schema_input_type=str | Candidate)]] = Field(
-        default_factory=dict, description="name -> ONNX path, or {path, backend, description}"
-    )
+    candidates: dict[
+        Name, Annotated[Candidate, BeforeValidator(_candidate_shorthand, json_schema_input_type=str | Candidate)]
+    ] = Field(default_factory=dict, description="name -> ONNX path, or {path, backend, description}")
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -409,17 +448,23 @@ class Inputs(Strict):
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the hook")
 
     @model_validator(mode="after")
-    def _one_source(self) -> "Inputs":
+    def _one_source(self) -> Inputs:
         given = [k for k in ("generate", "file", "hook") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one input source: generate, file or hook (got {', '.join(given) or 'none'})")
+            raise ValueError(
+                f"give exactly one input source: generate, file or hook (got {', '.join(given) or 'none'})"
+            )
         if self.generate is not None and not self.generate:
             raise ValueError("generate: needs at least one input")
         if (self.arrays is not None or self.batch_size is not None) and self.file is None:
             raise ValueError("'arrays' and 'batch_size' go with 'file' only")
         if self.args and self.hook is None:
             raise ValueError("'args' goes with 'hook' only")
-        if self.file is not None and self.file.suffix.lower() == ".npy" and (self.arrays is None or len(self.arrays) != 1):
+        if (
+            self.file is not None
+            and self.file.suffix.lower() == ".npy"
+            and (self.arrays is None or len(self.arrays) != 1)
+        ):
             raise ValueError("a .npy file holds one array: name the input it feeds with arrays: {INPUT_NAME: {}}")
         return self
 
@@ -446,7 +491,9 @@ class TorchOptions(Strict):
 class Backends(Strict):
     onnxruntime: OnnxRuntimeOptions = Field(default_factory=OnnxRuntimeOptions)
     torch: TorchOptions = Field(default_factory=TorchOptions)
-    tensorrt: TensorRTOptions = Field(default_factory=TensorRTOptions, description="TensorRT (<= 10: flags and calibration; 11: strongly typed)")
+    tensorrt: TensorRTOptions = Field(
+        default_factory=TensorRTOptions, description="TensorRT (<= 10: flags and calibration; 11: strongly typed)"
+    )
     tensorrt_rtx: TensorRTOptions = Field(default_factory=TensorRTOptions, description="TensorRT-RTX (strongly typed)")
 
 

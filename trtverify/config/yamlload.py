@@ -38,11 +38,25 @@ class LocatedDocument:
 _PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 
 
-def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: PathKey, lines: dict[PathKey, int], problems: list[Problem], file: str) -> Any:
+def _walk(
+    loader: yaml.SafeLoader,
+    node: yaml.Node,
+    path: PathKey,
+    lines: dict[PathKey, int],
+    problems: list[Problem],
+    file: str,
+) -> Any:
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_TAGS:
         # collections are built here, not by a constructor: refuse tags instead of ignoring them
-        problems.append(Problem(file, node.start_mark.line + 1, _dotted(path), f"unsupported YAML tag '{node.tag}' (tags are not allowed in suite files)"))
+        problems.append(
+            Problem(
+                file,
+                node.start_mark.line + 1,
+                _dotted(path),
+                f"unsupported YAML tag '{node.tag}' (tags are not allowed in suite files)",
+            )
+        )
         return None
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)  # resolves '<<' merge keys
@@ -50,12 +64,26 @@ def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: PathKey, lines: dict[P
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)) or key is None:
-                problems.append(Problem(file, key_node.start_mark.line + 1, _dotted(path), f"mapping keys must be plain scalars, got {type(key).__name__}"))
+                problems.append(
+                    Problem(
+                        file,
+                        key_node.start_mark.line + 1,
+                        _dotted(path),
+                        f"mapping keys must be plain scalars, got {type(key).__name__}",
+                    )
+                )
                 continue
             key_s = str(key) if not isinstance(key, str) else key
             child = path + (key_s,)
             if key_s in out:
-                problems.append(Problem(file, key_node.start_mark.line + 1, _dotted(child), f"duplicate key '{key_s}' (first defined on line {lines[child]})"))
+                problems.append(
+                    Problem(
+                        file,
+                        key_node.start_mark.line + 1,
+                        _dotted(child),
+                        f"duplicate key '{key_s}' (first defined on line {lines[child]})",
+                    )
+                )
                 continue
             lines[child] = key_node.start_mark.line + 1
             out[key_s] = _walk(loader, value_node, child, lines, problems, file)
@@ -70,7 +98,11 @@ def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: PathKey, lines: dict[P
     try:
         return loader.construct_object(node, deep=True)
     except yaml.constructor.ConstructorError as exc:
-        problems.append(Problem(file, node.start_mark.line + 1, _dotted(path), f"{exc.problem} (tags are not allowed in suite files)"))
+        problems.append(
+            Problem(
+                file, node.start_mark.line + 1, _dotted(path), f"{exc.problem} (tags are not allowed in suite files)"
+            )
+        )
         return None
 
 
@@ -110,7 +142,11 @@ def load_yaml(path: Path, display: str | None = None) -> LocatedDocument:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         msg = " ".join(x for x in (exc.context, exc.problem) if x)
-        if exc.context_mark is not None and exc.problem_mark is not None and exc.context_mark.line != exc.problem_mark.line:
+        if (
+            exc.context_mark is not None
+            and exc.problem_mark is not None
+            and exc.context_mark.line != exc.problem_mark.line
+        ):
             msg += f" (the construct started on line {exc.context_mark.line + 1})"
         raise SuiteError([Problem(file, line, "", f"YAML syntax error: {msg}")]) from None
     except yaml.YAMLError as exc:
@@ -120,5 +156,14 @@ def load_yaml(path: Path, display: str | None = None) -> LocatedDocument:
     if problems:
         raise SuiteError(problems)
     if not isinstance(data, dict):
-        raise SuiteError([Problem(file, lines.get((), 1), "", f"the top level must be a mapping of keys (name:, models:, ...), got {type(data).__name__}")])
+        raise SuiteError(
+            [
+                Problem(
+                    file,
+                    lines.get((), 1),
+                    "",
+                    f"the top level must be a mapping of keys (name:, models:, ...), got {type(data).__name__}",
+                )
+            ]
+        )
     return LocatedDocument(data, lines, file)

@@ -109,14 +109,19 @@ def _pow10(e: float) -> str:
     return mant if k == 0 else f"{mant}e{k}"
 
 
-
 def _per_tensor_checks(stage: dict[str, Any], cand: str) -> dict[str, tuple[float, str]]:
     """{metric: (threshold on the plotted scale, check name)} of the candidate's per-tensor checks on cosine and rel_l2."""
     out: dict[str, tuple[float, str]] = {}
     for c in stage.get("checks") or []:
         name = str(c.get("name", ""))
         thr = _num(c.get("threshold"))
-        if name.startswith(f"{cand}: ") and name.endswith("(every tensor)") and c.get("metric") in PLOTTED and thr is not None and math.isfinite(thr):
+        if (
+            name.startswith(f"{cand}: ")
+            and name.endswith("(every tensor)")
+            and c.get("metric") in PLOTTED
+            and thr is not None
+            and math.isfinite(thr)
+        ):
             out.setdefault(c["metric"], (1.0 - thr if c["metric"] == "cosine" else thr, name))
     return out
 
@@ -129,7 +134,9 @@ def _series(rows: list[dict[str, Any]], metric: str, check: tuple[float, str] | 
         v = _num((row.get("metrics") or {}).get(metric))
         values.append(1.0 - v if v is not None and metric == "cosine" else v)
     threshold = check[0] if check else None
-    known = [v for v in values if v is not None and math.isfinite(v) and v > 0] + ([threshold] if threshold and threshold > 0 else [])
+    known = [v for v in values if v is not None and math.isfinite(v) and v > 0] + (
+        [threshold] if threshold and threshold > 0 else []
+    )
     ymin = 10.0 ** (math.floor(math.log10(min(known))) - 1) if known else 1e-12
     ymax = max(10.0 ** (math.ceil(math.log10(max(known))) + 1) if known else 1.0, ymin * 1e3)
     ys, notes = [], []
@@ -184,13 +191,19 @@ def _histogram(h: dict[str, Any]) -> dict[str, Any]:
     return {"labels": labels, "ranges": ranges, "kinds": kinds, "counts": values}
 
 
-def _layerwise_view(stage: dict[str, Any], ci: int, cand: dict[str, Any], to_layers: dict[str, list[Link]]) -> dict[str, Any]:
+def _layerwise_view(
+    stage: dict[str, Any], ci: int, cand: dict[str, Any], to_layers: dict[str, list[Link]]
+) -> dict[str, Any]:
     """What the template and the chart need for one layerwise candidate."""
     rows = cand.get("rows") or []
     checks = _per_tensor_checks(stage, str(cand.get("name")))
     # plotted first: the metric of a per-tensor check, cosine before rel_l2; rel_l2 (no line) without one
     default = next((m for m in ("cosine", "rel_l2") if m in checks), "rel_l2")
-    series = {m: _series(rows, m, checks.get(m)) for m in PLOTTED if m == default or any(m in (r.get("metrics") or {}) for r in rows)}
+    series = {
+        m: _series(rows, m, checks.get(m))
+        for m in PLOTTED
+        if m == default or any(m in (r.get("metrics") or {}) for r in rows)
+    }
     fd = cand.get("first_divergence") or {}
     rank_of = {(rc.get("topo_index"), rc.get("tensor")): rc.get("rank") for rc in cand.get("root_causes") or []}
     marks: dict[int, list[str]] = {}
@@ -233,7 +246,14 @@ def _layerwise_view(stage: dict[str, Any], ci: int, cand: dict[str, Any], to_lay
             }
         )
     roots.sort(key=lambda r: r["rank"])
-    chart = {"default": default, "series": series, "points": points, "first": first, "roots": roots, "hists": [h["chart"] for h in hists]}
+    chart = {
+        "default": default,
+        "series": series,
+        "points": points,
+        "first": first,
+        "roots": roots,
+        "hists": [h["chart"] for h in hists],
+    }
     ids = [row_id(ci, row.get("topo_index", i)) for i, row in enumerate(rows)]
     return {
         "chart": chart,

@@ -21,7 +21,9 @@ def junit_xml(results: dict[str, Any]) -> bytes:
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for stage in results["stages"]:
         checks = stage.get("checks", [])
-        ts = ET.SubElement(root, "testsuite", name=f"{suite_name}.{stage['name']}", time=f"{float(stage.get('duration_s') or 0):.3f}")
+        ts = ET.SubElement(
+            root, "testsuite", name=f"{suite_name}.{stage['name']}", time=f"{float(stage.get('duration_s') or 0):.3f}"
+        )
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for c in checks:
             tc = ET.SubElement(ts, "testcase", classname=f"{suite_name}.{stage['name']}", name=c["name"], time="0")
@@ -31,10 +33,19 @@ def junit_xml(results: dict[str, Any]) -> bytes:
                 msg = f"{c.get('metric')} = {_fmt(c.get('value'))}, limit {c.get('op')} {_fmt(c.get('threshold'))}"
                 fail = ET.SubElement(tc, "failure", message=msg, type="check")
                 detail = c.get("detail")
-                fail.text = msg + (f"\ndetail: {detail}" if detail else "") + (f"\ntensor: {c['tensor']}" if c.get("tensor") else "")
+                fail.text = (
+                    msg
+                    + (f"\ndetail: {detail}" if detail else "")
+                    + (f"\ntensor: {c['tensor']}" if c.get("tensor") else "")
+                )
         if stage.get("error"):
             tc = ET.SubElement(ts, "testcase", classname=f"{suite_name}.{stage['name']}", name="stage runs", time="0")
-            err = ET.SubElement(tc, "error", message=str(stage["error"].get("message", ""))[:500], type=str(stage["error"].get("kind", "error")))
+            err = ET.SubElement(
+                tc,
+                "error",
+                message=str(stage["error"].get("message", ""))[:500],
+                type=str(stage["error"].get("kind", "error")),
+            )
             err.text = stage["error"].get("traceback") or stage["error"].get("message", "")
             counts["tests"] += 1
             counts["errors"] += 1

@@ -35,7 +35,11 @@ def prefix_node(layer_name: str, nodes: Iterable[str]) -> str | None:
     character (so node "/a/Conv" is not read into layer "/a/Conv2_myl0_3")."""
     best: str | None = None
     for node in nodes:
-        if node and layer_name.startswith(node) and (len(layer_name) == len(node) or _BOUNDARY.match(layer_name[len(node)])):
+        if (
+            node
+            and layer_name.startswith(node)
+            and (len(layer_name) == len(node) or _BOUNDARY.match(layer_name[len(node)]))
+        ):
             if best is None or len(node) > len(best):
                 best = node
     return best
@@ -55,7 +59,9 @@ def candidates_for_log(log: str, candidates: Sequence[Mapping[str, Any]]) -> lis
     """Indices of the candidates a build log belongs to: those whose model file stem appears in the
     log's file name (fashion_cnn_int8_qdq.onnx -> fashion_cnn_int8_qdq__mark_all.log); all when none does."""
     log_stem = PurePath(str(log)).stem
-    hits = [i for i, c in enumerate(candidates) if (stem := PurePath(str(c.get("model") or "")).stem) and stem in log_stem]
+    hits = [
+        i for i, c in enumerate(candidates) if (stem := PurePath(str(c.get("model") or "")).stem) and stem in log_stem
+    ]
     return hits or list(range(len(candidates)))
 
 
@@ -83,6 +89,8 @@ def build_links(stages: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[Lin
                 for node in sorted(layer_nodes(layer, index), key=lambda n: index[n][0]["topo_index"]):
                     for row in index[node]:
                         rid = row_id(ci, row["topo_index"])
-                        to_rows.setdefault(lid, []).append(Link(rid, f"{cand.get('name')} #{row['topo_index']} {row.get('op_type') or ''}".rstrip()))
+                        to_rows.setdefault(lid, []).append(
+                            Link(rid, f"{cand.get('name')} #{row['topo_index']} {row.get('op_type') or ''}".rstrip())
+                        )
                         to_layers.setdefault(rid, []).append(Link(lid, str(layer.get("name"))))
     return to_rows, to_layers

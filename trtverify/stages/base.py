@@ -46,7 +46,7 @@ class StageResult:
     error: dict[str, Any] | None = None  # {kind: user|dependency|internal, message, traceback?, exit_code}
 
     @classmethod
-    def from_checks(cls, name: str, checks: list[CheckResult], **kw: Any) -> "StageResult":
+    def from_checks(cls, name: str, checks: list[CheckResult], **kw: Any) -> StageResult:
         status = "passed" if checks and all(c.passed for c in checks) else "failed"
         return cls(name, status, checks, **kw)
 

@@ -33,7 +33,22 @@ def run(ctx: StageContext) -> StageResult:
     assert cfg is not None
     logs = _logs(ctx)
     result = StageResult(NAME, "failed")
-    checks = [CheckResult("build logs read", "logs", float(len(logs)), 1.0, ">=", bool(logs), None, {} if logs else {"reason": "no log given and no backend wrote one (set stages.buildlog.logs or backends.tensorrt.build_log)"})]
+    checks = [
+        CheckResult(
+            "build logs read",
+            "logs",
+            float(len(logs)),
+            1.0,
+            ">=",
+            bool(logs),
+            None,
+            {}
+            if logs
+            else {
+                "reason": "no log given and no backend wrote one (set stages.buildlog.logs or backends.tensorrt.build_log)"
+            },
+        )
+    ]
     entries: list[dict[str, Any]] = []
     for i, path in enumerate(logs):
         parsed = parse_file(path)
@@ -56,15 +71,35 @@ def run(ctx: StageContext) -> StageResult:
                     "<=",
                     n == 0,
                     None,
-                    {"findings": [{"kind": f.kind, "lines": list(f.lines)[:10], "layers": list(f.layers)[:10], "count": f.count} for f in hits[:20]]} if hits else {},
+                    {
+                        "findings": [
+                            {
+                                "kind": f.kind,
+                                "lines": list(f.lines)[:10],
+                                "layers": list(f.layers)[:10],
+                                "count": f.count,
+                            }
+                            for f in hits[:20]
+                        ]
+                    }
+                    if hits
+                    else {},
                 )
             )
         for name, limit in cfg.max.items():
             hits = [f for f in parsed.findings if selects(name, f.kind, f.category)]
             n = sum(f.count for f in hits)
             checks.append(
-                CheckResult(f"{label}: {name} count <= {limit}", f"{name}_count", float(n), float(limit), "<=", n <= limit, None,
-                            {"lines": sorted({ln for f in hits for ln in f.lines})[:20]} if hits else {})
+                CheckResult(
+                    f"{label}: {name} count <= {limit}",
+                    f"{name}_count",
+                    float(n),
+                    float(limit),
+                    "<=",
+                    n <= limit,
+                    None,
+                    {"lines": sorted({ln for f in hits for ln in f.lines})[:20]} if hits else {},
+                )
             )
         ctx.progress(NAME, i + 1, len(logs), "parse")
     result.details["logs"] = entries

@@ -27,7 +27,23 @@ from trtverify.tasks.datasets import Batch, Reader, batches, default_workers, ma
 
 NAME = "e2e"
 CLASSIFICATION_METRICS = ("accuracy", "macro_f1", "micro_f1", "weighted_f1")
-DETECTION_METRICS = ("map", "ap50", "ap75", "ap_small", "ap_medium", "ap_large", "ar1", "ar10", "ar100", "ar_small", "ar_medium", "ar_large", "precision", "recall", "f1")
+DETECTION_METRICS = (
+    "map",
+    "ap50",
+    "ap75",
+    "ap_small",
+    "ap_medium",
+    "ap_large",
+    "ar1",
+    "ar10",
+    "ar100",
+    "ar_small",
+    "ar_medium",
+    "ar_large",
+    "precision",
+    "recall",
+    "f1",
+)
 
 
 def gate_metrics(cfg: E2EStage) -> tuple[str, ...]:
@@ -72,7 +88,9 @@ class _Model:
         self.backend = backend
         self.acc: Any = None
         self.infer_s = 0.0
-        self.batches: list[tuple[list[int], np.ndarray, np.ndarray]] = []  # classification: (positions, argmax, softmax float32) per batch
+        self.batches: list[
+            tuple[list[int], np.ndarray, np.ndarray]
+        ] = []  # classification: (positions, argmax, softmax float32) per batch
         self.record: dict[int, np.ndarray] | None = None  # raw predictions by position, kept for a sharded run
 
 
@@ -102,7 +120,9 @@ def _detections(outputs: dict[str, np.ndarray], batch: Batch, cfg: E2EStage, hoo
             d[:, [1, 3]] *= h / input_size[0]
             dets.append(d)
     if len(dets) != len(batch.index):
-        raise UsageError(f"{model}: postprocessing returned {len(dets)} detection arrays for a batch of {len(batch.index)}")
+        raise UsageError(
+            f"{model}: postprocessing returned {len(dets)} detection arrays for a batch of {len(batch.index)}"
+        )
     return [np.asarray(d, dtype=np.float64).reshape(-1, 6) for d in dets]
 
 
@@ -114,10 +134,18 @@ def _consume(m: _Model, cfg: E2EStage, reader: Reader, index: list[int], out: An
     if cfg.task == "classification":
         scores = np.asarray(out)
         if scores.ndim != 2:
-            raise UsageError(f"{m.name}: classification scores must be [batch, classes], got shape {list(scores.shape)}")
+            raise UsageError(
+                f"{m.name}: classification scores must be [batch, classes], got shape {list(scores.shape)}"
+            )
         if m.acc is None:
-            m.acc = ClassificationAccumulator(scores.shape[1], top_k=[k for k in cfg.top_k if k <= scores.shape[1]], class_names=reader.class_names)
-        m.acc.update(np.asarray(labels if labels is not None else [reader.label(i) for i in index]), scores, ids=[reader.ids[i] for i in index])
+            m.acc = ClassificationAccumulator(
+                scores.shape[1], top_k=[k for k in cfg.top_k if k <= scores.shape[1]], class_names=reader.class_names
+            )
+        m.acc.update(
+            np.asarray(labels if labels is not None else [reader.label(i) for i in index]),
+            scores,
+            ids=[reader.ids[i] for i in index],
+        )
         # whole-batch arrays, no per-sample Python: this runs beside inference and holds the GIL
         m.batches.append((list(index), scores.argmax(axis=1), _softmax(scores).astype(np.float32)))
         if m.record is not None:
@@ -133,13 +161,19 @@ def _consume(m: _Model, cfg: E2EStage, reader: Reader, index: list[int], out: An
 def _post(m: _Model, cfg: E2EStage, reader: Reader, hook: Any, outputs: dict[str, np.ndarray], batch: Batch) -> None:
     """Post-process one batch of a model's outputs (hook or built-in) and add it to its metrics."""
     if cfg.task == "classification":
-        out = _call(hook, outputs, image_sizes=batch.sizes) if hook else _select_output(outputs, cfg.postprocess.output, m.name)
+        out = (
+            _call(hook, outputs, image_sizes=batch.sizes)
+            if hook
+            else _select_output(outputs, cfg.postprocess.output, m.name)
+        )
     else:
         out = _detections(outputs, batch, cfg, hook, m.name)
     _consume(m, cfg, reader, batch.index, out, batch.labels)
 
 
-def _run_models(ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_Model], result: StageResult, indices: range) -> None:
+def _run_models(
+    ctx: StageContext, cfg: E2EStage, reader: Reader, models: list[_Model], result: StageResult, indices: range
+) -> None:
     """Model by model over chunks of the data (all of it when it fits in `chunk_mb`).
 
     The first model runs while its chunk is read and preprocessed in background threads; the
@@ -231,7 +265,9 @@ def _predictions(m: _Model) -> dict[int, tuple[int, np.ndarray]]:
     return {i: (int(p), prob) for index, preds, probs in m.batches for i, p, prob in zip(index, preds, probs)}
 
 
-def _worst_classification(reader: Reader, ref: dict[int, tuple[int, np.ndarray]], cand: dict[int, tuple[int, np.ndarray]], n: int) -> list[dict[str, Any]]:
+def _worst_classification(
+    reader: Reader, ref: dict[int, tuple[int, np.ndarray]], cand: dict[int, tuple[int, np.ndarray]], n: int
+) -> list[dict[str, Any]]:
     """`ref`, `cand`: the models' `_predictions`."""
     rows = []
     for i, (rp, rprob) in ref.items():
@@ -243,7 +279,16 @@ def _worst_classification(reader: Reader, ref: dict[int, tuple[int, np.ndarray]]
         rows.append((lost, flipped, score, i, rp, cp, label))
     rows.sort(key=lambda r: (not r[0], not r[1], -r[2], r[3]))
     return [
-        {"index": i, "id": reader.ids[i], "label": label, "reference": rp, "candidate": cp, "flipped": flipped, "lost": lost, "prob_change": score}
+        {
+            "index": i,
+            "id": reader.ids[i],
+            "label": label,
+            "reference": rp,
+            "candidate": cp,
+            "flipped": flipped,
+            "lost": lost,
+            "prob_change": score,
+        }
         for lost, flipped, score, i, rp, cp, label in rows[:n]
     ]
 
@@ -280,7 +325,12 @@ def _per_class(ref: dict[str, Any], cand: dict[str, Any], task: str) -> list[dic
     out = []
     for row in ref.get("per_class", []):
         c = by.get(row[ident], {})
-        entry = {ident: row[ident], "name": row.get("name"), f"reference_{key}": row.get(key), f"candidate_{key}": c.get(key)}
+        entry = {
+            ident: row[ident],
+            "name": row.get("name"),
+            f"reference_{key}": row.get(key),
+            f"candidate_{key}": c.get(key),
+        }
         if row.get(key) is not None and c.get(key) is not None:
             entry[f"delta_{key}"] = c[key] - row[key]
         out.append(entry)
@@ -291,17 +341,60 @@ def _gates(cfg: E2EStage, name: str, ref: dict[str, Any], cand: dict[str, Any]) 
     checks = []
     for g in cfg.gates:
         r, c = ref.get(g.metric), cand.get(g.metric)
-        if r is None or c is None or (isinstance(r, float) and math.isnan(r)) or (isinstance(c, float) and math.isnan(c)):
-            checks.append(CheckResult(f"{name}: {g.metric}", g.metric, None, None, "==", False, None, {"reason": f"metric '{g.metric}' not computed", "available": sorted(k for k, v in ref.items() if isinstance(v, (int, float)))}))
+        if (
+            r is None
+            or c is None
+            or (isinstance(r, float) and math.isnan(r))
+            or (isinstance(c, float) and math.isnan(c))
+        ):
+            checks.append(
+                CheckResult(
+                    f"{name}: {g.metric}",
+                    g.metric,
+                    None,
+                    None,
+                    "==",
+                    False,
+                    None,
+                    {
+                        "reason": f"metric '{g.metric}' not computed",
+                        "available": sorted(k for k, v in ref.items() if isinstance(v, (int, float))),
+                    },
+                )
+            )
             continue
         detail = {"reference": r, "candidate": c}
         if g.max_drop is not None:
-            checks.append(CheckResult(f"{name}: {g.metric} drop <= {g.max_drop:g}", f"{g.metric}_drop", r - c, g.max_drop, "<=", r - c <= g.max_drop, None, detail))
+            checks.append(
+                CheckResult(
+                    f"{name}: {g.metric} drop <= {g.max_drop:g}",
+                    f"{g.metric}_drop",
+                    r - c,
+                    g.max_drop,
+                    "<=",
+                    r - c <= g.max_drop,
+                    None,
+                    detail,
+                )
+            )
         if g.max_rel_drop is not None:
             rel = (r - c) / r if r else (0.0 if r == c else math.inf)
-            checks.append(CheckResult(f"{name}: {g.metric} relative drop <= {g.max_rel_drop:g}", f"{g.metric}_rel_drop", rel, g.max_rel_drop, "<=", rel <= g.max_rel_drop, None, detail))
+            checks.append(
+                CheckResult(
+                    f"{name}: {g.metric} relative drop <= {g.max_rel_drop:g}",
+                    f"{g.metric}_rel_drop",
+                    rel,
+                    g.max_rel_drop,
+                    "<=",
+                    rel <= g.max_rel_drop,
+                    None,
+                    detail,
+                )
+            )
         if g.min is not None:
-            checks.append(CheckResult(f"{name}: {g.metric} >= {g.min:g}", g.metric, c, g.min, ">=", c >= g.min, None, detail))
+            checks.append(
+                CheckResult(f"{name}: {g.metric} >= {g.min:g}", g.metric, c, g.min, ">=", c >= g.min, None, detail)
+            )
     return checks
 
 
@@ -315,7 +408,12 @@ def run(ctx: StageContext) -> StageResult:
     reader = open_dataset(cfg.dataset)
     indices = e2e_slice(len(reader), cfg.batch_size, ctx.shard)
     if ctx.shard is not None and not indices:
-        return StageResult(NAME, "skipped", details={"shard_slice": [indices.start, indices.stop], "sharded_away": True}, notes=[f"shard {ctx.shard}: no batches of the dataset's {len(reader)} samples fall to this shard"])
+        return StageResult(
+            NAME,
+            "skipped",
+            details={"shard_slice": [indices.start, indices.stop], "sharded_away": True},
+            notes=[f"shard {ctx.shard}: no batches of the dataset's {len(reader)} samples fall to this shard"],
+        )
     names = suite.candidates_of(cfg)
     # The first model runs while the data is read and preprocessed, so its ONNX Runtime threads do
     # not spin-wait (spinning threads would take the cores the reading needs); the others run over
@@ -360,7 +458,11 @@ def finalize(cfg: E2EStage, reader: Reader, models: list[_Model], result: StageR
     for m in models[1:]:
         cm = metrics[m.name]
         scalar = [k for k, v in ref.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        worst = _worst_classification(reader, ref_predictions, _predictions(m), cfg.worst) if cfg.task == "classification" else _worst_detection(reader, models[0], m, cfg.worst)
+        worst = (
+            _worst_classification(reader, ref_predictions, _predictions(m), cfg.worst)
+            if cfg.task == "classification"
+            else _worst_detection(reader, models[0], m, cfg.worst)
+        )
         gate_checks = _gates(cfg, m.name, ref, cm)
         checks += gate_checks
         cands.append(
@@ -423,7 +525,9 @@ def worst_feeds(ctx_loaded: Any, results_path: Path, limit: int | None = None) -
     try:
         previous = json.loads(Path(results_path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"--samples worst needs a previous run with stage e2e: {results_path} not found (run the e2e stage first, or pass --from-results)") from None
+        raise UsageError(
+            f"--samples worst needs a previous run with stage e2e: {results_path} not found (run the e2e stage first, or pass --from-results)"
+        ) from None
     except ValueError as exc:
         raise UsageError(f"{results_path}: not valid JSON ({exc})") from exc
     e2e = next((s for s in previous.get("stages", []) if s.get("name") == NAME), None)
@@ -440,7 +544,9 @@ def worst_feeds(ctx_loaded: Any, results_path: Path, limit: int | None = None) -
         raise UsageError(f"{results_path}: the e2e run listed no worst samples")
     cfg = ctx_loaded.suite.stages.e2e
     if cfg is None:
-        raise UsageError("--samples worst reads the samples from stage e2e's dataset: configure stages.e2e in the suite")
+        raise UsageError(
+            "--samples worst reads the samples from stage e2e's dataset: configure stages.e2e in the suite"
+        )
     reader = open_dataset(cfg.dataset)
     pre = make_preprocess(cfg.preprocess, ctx_loaded.search_path)
     name = cfg.preprocess.input

@@ -54,7 +54,12 @@ def reference_depends(ctx: StageContext, samples: list[dict[str, np.ndarray]]) -
         src = _module_file(pt.factory, ctx.loaded.search_path)
         if src is not None:
             dep[f"factory_source:{src.name}"] = sha256_file(src)
-    config = {"factory": pt.factory, "kwargs": pt.kwargs, "input_names": pt.input_names, "output_names": pt.output_names}
+    config = {
+        "factory": pt.factory,
+        "kwargs": pt.kwargs,
+        "input_names": pt.input_names,
+        "output_names": pt.output_names,
+    }
     dep["config"] = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
     return dep
 
@@ -65,7 +70,9 @@ def _versions() -> dict[str, str]:
     return {k: v for k, v in library_versions().items() if k in ("torch", "numpy", "onnxruntime", "onnx")}
 
 
-def _pytorch_outputs(ctx: StageContext, samples: list[dict[str, np.ndarray]], result: StageResult) -> list[dict[str, np.ndarray]]:
+def _pytorch_outputs(
+    ctx: StageContext, samples: list[dict[str, np.ndarray]], result: StageResult
+) -> list[dict[str, np.ndarray]]:
     suite = ctx.loaded.suite
     store = ctx.store
     depends = reference_depends(ctx, samples)
@@ -94,7 +101,9 @@ def _pytorch_outputs(ctx: StageContext, samples: list[dict[str, np.ndarray]], re
         backend.load()
     except MissingDependency as exc:
         if lookup.state in ("stale", "corrupt"):
-            exc.args = (f"{exc.args[0]}\n  (needed because the stored reference is {lookup.state}: {'; '.join(lookup.reasons)})",)
+            exc.args = (
+                f"{exc.args[0]}\n  (needed because the stored reference is {lookup.state}: {'; '.join(lookup.reasons)})",
+            )
         raise
     outs = []
     t0 = time.perf_counter()
@@ -107,7 +116,9 @@ def _pytorch_outputs(ctx: StageContext, samples: list[dict[str, np.ndarray]], re
     if lookup.state == "missing" or ctx.update_reference:
         store.save(STORE_KIND, depends, samples, outs, _versions())
         info["saved"] = True
-        result.notes.append(f"reference: PyTorch outputs {'rewritten' if lookup.state != 'missing' else 'stored'} in {lookup.folder}")
+        result.notes.append(
+            f"reference: PyTorch outputs {'rewritten' if lookup.state != 'missing' else 'stored'} in {lookup.folder}"
+        )
     return outs
 
 
@@ -119,7 +130,9 @@ def run(ctx: StageContext) -> StageResult:
     samples = ctx.samples[: cfg.samples] if cfg.samples else ctx.samples
     result.details["samples"] = len(samples)
     if not samples:
-        result.checks.append(CheckResult("samples", "samples", 0.0, 1.0, ">=", False, None, {"reason": "zero samples compared"}))
+        result.checks.append(
+            CheckResult("samples", "samples", 0.0, 1.0, ">=", False, None, {"reason": "zero samples compared"})
+        )
         return result
 
     ref_outs = _pytorch_outputs(ctx, samples, result)
@@ -140,11 +153,15 @@ def run(ctx: StageContext) -> StageResult:
     result.details["pairing"] = pairing.to_dict()
 
     t0 = time.perf_counter()
-    series = run_comparisons(ref_outs, cand_outs, pairing.pairs, lambda name: cfg.outputs[name].checks if name in cfg.outputs else cfg.checks)
+    series = run_comparisons(
+        ref_outs, cand_outs, pairing.pairs, lambda name: cfg.outputs[name].checks if name in cfg.outputs else cfg.checks
+    )
     result.timings["compare_s"] = time.perf_counter() - t0
 
     checks: list[CheckResult] = []
-    checks.append(CheckResult("outputs compared", "pairs", float(len(pairing.pairs)), 1.0, ">=", len(pairing.pairs) >= 1))
+    checks.append(
+        CheckResult("outputs compared", "pairs", float(len(pairing.pairs)), 1.0, ">=", len(pairing.pairs) >= 1)
+    )
     unmatched = pairing.reference_only + pairing.candidate_only
     checks.append(
         CheckResult(
@@ -159,9 +176,31 @@ def run(ctx: StageContext) -> StageResult:
         )
     )
     if pairing.bad_renames:
-        checks.append(CheckResult("rename sources exist", "bad_renames", float(len(pairing.bad_renames)), 0.0, "<=", False, None, {"unknown": pairing.bad_renames}))
+        checks.append(
+            CheckResult(
+                "rename sources exist",
+                "bad_renames",
+                float(len(pairing.bad_renames)),
+                0.0,
+                "<=",
+                False,
+                None,
+                {"unknown": pairing.bad_renames},
+            )
+        )
     for unknown in sorted(set(cfg.outputs) - {c for _, c in pairing.pairs}):
-        checks.append(CheckResult(f"{unknown}: configured output exists", "exists", 0.0, 1.0, ">=", False, unknown, {"reason": "stages.framework.outputs names an output that was not compared"}))
+        checks.append(
+            CheckResult(
+                f"{unknown}: configured output exists",
+                "exists",
+                0.0,
+                1.0,
+                ">=",
+                False,
+                unknown,
+                {"reason": "stages.framework.outputs names an output that was not compared"},
+            )
+        )
     rows = []
     for s in series:
         out_checks = evaluate(s, cfg.outputs[s.candidate].checks if s.candidate in cfg.outputs else cfg.checks)

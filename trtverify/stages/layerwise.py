@@ -35,7 +35,7 @@ from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.compare.checks import CheckResult, TensorSeries, evaluate, extras_for
 from trtverify.compare.metrics import CompareError, compare
 from trtverify.compare.pairing import pair_names
-from trtverify.config.models import Check, LayerwiseStage
+from trtverify.config.models import LayerwiseStage
 from trtverify.graph import GraphInfo, build_isolation_model, isolation_groups
 from trtverify.stages.base import StageContext, StageResult
 from trtverify.tensorstore import TensorStore, plan_chunks
@@ -98,7 +98,11 @@ def _estimate_sizes(model: Any, feed: dict[str, np.ndarray], names: Sequence[str
         t = vi.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
         if t.elem_type and dims and all(d >= 0 for d in dims):
-            itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize if t.elem_type != onnx.TensorProto.STRING else 8
+            itemsize = (
+                onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
+                if t.elem_type != onnx.TensorProto.STRING
+                else 8
+            )
             sizes[vi.name] = int(np.prod(dims)) * itemsize
         elif t.elem_type and not t.shape.dim and t.HasField("shape"):
             sizes[vi.name] = 8
@@ -106,7 +110,9 @@ def _estimate_sizes(model: Any, feed: dict[str, np.ndarray], names: Sequence[str
     return {n: sizes.get(n, fallback) for n in names}
 
 
-def _reference_pass(ctx: StageContext, cfg: LayerwiseStage, samples: list[dict[str, np.ndarray]], workdir: Path, result: StageResult) -> ReferencePass:
+def _reference_pass(
+    ctx: StageContext, cfg: LayerwiseStage, samples: list[dict[str, np.ndarray]], workdir: Path, result: StageResult
+) -> ReferencePass:
     suite = ctx.loaded.suite
     backend = OnnxRuntimeBackend(Path(suite.models.reference), _as_written(suite.backends).onnxruntime)
     backend.load()
@@ -205,11 +211,17 @@ def _isolate(
     # rename maps reference names to candidate names; isolation works in candidate names
     cand_to_ref = {c: r for r, c in paired}
     wanted = [c for r, c in paired if only is None or r in only]
-    groups, skipped = isolation_groups(cand_info, {cand_to_ref.get(t, t) for t in ref_tensors} | set(cand_to_ref), wanted)
+    groups, skipped = isolation_groups(
+        cand_info, {cand_to_ref.get(t, t) for t in ref_tensors} | set(cand_to_ref), wanted
+    )
     declared = _graph_dtypes(light)
     local: dict[str, list[dict[str, float]]] = {}
     budget = max(_budget_bytes(cfg) // 3, 1)
-    chunks = plan_chunks([g.key for g in groups], {g.key: sum(ref.nbytes.get(cand_to_ref.get(o, o), 0) for o in g.outputs) for g in groups}, budget)
+    chunks = plan_chunks(
+        [g.key for g in groups],
+        {g.key: sum(ref.nbytes.get(cand_to_ref.get(o, o), 0) for o in g.outputs) for g in groups},
+        budget,
+    )
     by_key = {g.key: g for g in groups}
     t0 = time.perf_counter()
     steps = len(chunks) * len(samples)
@@ -223,7 +235,9 @@ def _isolate(
             elif b in declared:
                 dtypes[b] = declared[b]
             else:
-                dtypes[b] = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(ref.dtype.get(cand_to_ref.get(b, b), "float32")))
+                dtypes[b] = onnx.helper.np_dtype_to_tensor_dtype(
+                    np.dtype(ref.dtype.get(cand_to_ref.get(b, b), "float32"))
+                )
         model, out_map = build_isolation_model(light.model, cand_info, chunk_groups, dtypes)
 
         def feed_for(si: int) -> dict[str, np.ndarray]:
@@ -289,7 +303,9 @@ def _confirm(
         feeds = [feed_for(i) for i in range(len(samples))]  # calibration data for weakly typed INT8 builds
         return candidate_backend(spec.backend, path, backends, feeds)
 
-    local, skipped = _isolate(ctx, cfg, light, make, ref, samples, paired, {}, result, f"{label}.confirm", only={rc["tensor"] for rc in top})
+    local, skipped = _isolate(
+        ctx, cfg, light, make, ref, samples, paired, {}, result, f"{label}.confirm", only={rc["tensor"] for rc in top}
+    )
     for rc in top:
         m = local.get(rc["tensor"])
         if m is not None:
@@ -310,7 +326,15 @@ def _inputs_error(row_tensor: str, ref: ReferencePass, errors: dict[str, float])
     return max(vals) if vals else 0.0
 
 
-def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: ReferencePass, samples: list[dict[str, np.ndarray]], workdir: Path, result: StageResult) -> dict[str, Any]:
+def _run_candidate(
+    ctx: StageContext,
+    cfg: LayerwiseStage,
+    name: str,
+    ref: ReferencePass,
+    samples: list[dict[str, np.ndarray]],
+    workdir: Path,
+    result: StageResult,
+) -> dict[str, Any]:
     suite = ctx.loaded.suite
     spec = suite.models.candidates[name]
     backend = candidate_backend(spec.backend, Path(spec.path), _as_written(suite.backends), samples)
@@ -329,7 +353,11 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
     checks_for = _checks_for(cfg, name)
     series: dict[str, TensorSeries] = {r: TensorSeries(r, c, histogram=True) for r, c in pairing.pairs}
     cand_dtypes: dict[str, np.dtype] = {}
-    chunks = plan_chunks([c for _, c in pairing.pairs], {c: ref.nbytes.get(r, 0) for r, c in pairing.pairs}, max(_budget_bytes(cfg) // 3, 1))
+    chunks = plan_chunks(
+        [c for _, c in pairing.pairs],
+        {c: ref.nbytes.get(r, 0) for r, c in pairing.pairs},
+        max(_budget_bytes(cfg) // 3, 1),
+    )
     cand_to_ref = {c: r for r, c in pairing.pairs}
     t0 = time.perf_counter()
     steps = len(chunks) * len(samples)
@@ -384,7 +412,9 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
             if ch.metric in ("nonfinite_mismatch", "comparable"):
                 continue
             key = (ch.metric, ch.op, float(ch.threshold or 0.0))
-            agg = aggregated.setdefault(key, {"worst": None, "worst_tensor": None, "tensors": 0, "failed": 0, "first_failed": None})
+            agg = aggregated.setdefault(
+                key, {"worst": None, "worst_tensor": None, "tensors": 0, "failed": 0, "first_failed": None}
+            )
             agg["tensors"] += 1
             v = ch.value
             if v is not None:
@@ -398,7 +428,9 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
 
     first = next((row for row in rows if not row["passed"]), None)
     first_divergence = (
-        {k: first[k] for k in ("tensor", "node", "op_type", "topo_index", "metrics", "failed")} if first is not None else None
+        {k: first[k] for k in ("tensor", "node", "op_type", "topo_index", "metrics", "failed")}
+        if first is not None
+        else None
     )
 
     # root causes
@@ -411,7 +443,16 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
     if method == "isolate" and isinstance(backend, OnnxRuntimeBackend):
         ort_options = _as_written(suite.backends).onnxruntime
         local, not_isolated = _isolate(
-            ctx, cfg, backend.light, lambda path, feed_for: OnnxRuntimeBackend(path, ort_options), ref, samples, pairing.pairs, cand_dtypes, result, name
+            ctx,
+            cfg,
+            backend.light,
+            lambda path, feed_for: OnnxRuntimeBackend(path, ort_options),
+            ref,
+            samples,
+            pairing.pairs,
+            cand_dtypes,
+            result,
+            name,
         )
         for r, m in local.items():
             row = row_by_tensor.get(r)
@@ -474,7 +515,16 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
         h = series[tensor].histogram_dict() if tensor in series else None
         row = row_by_tensor[tensor]
         if h is not None:
-            histograms.append({"tensor": tensor, "node": row["node"], "op_type": row["op_type"], "topo_index": row["topo_index"], "reason": reason, **h})
+            histograms.append(
+                {
+                    "tensor": tensor,
+                    "node": row["node"],
+                    "op_type": row["op_type"],
+                    "topo_index": row["topo_index"],
+                    "reason": reason,
+                    **h,
+                }
+            )
 
     # lint beside the rows it concerns
     lint: list[dict[str, Any]] = []
@@ -492,8 +542,12 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
 
     # stage checks: one per candidate per check definition, aggregated over tensors
     checks: list[CheckResult] = [
-        CheckResult(f"{name}: tensors compared", "pairs", float(len(pairing.pairs)), 1.0, ">=", len(pairing.pairs) >= 1, None),
-        CheckResult(f"{name}: nonfinite_mismatch <= 0", "nonfinite_mismatch", float(nonfinite), 0.0, "<=", nonfinite == 0, None),
+        CheckResult(
+            f"{name}: tensors compared", "pairs", float(len(pairing.pairs)), 1.0, ">=", len(pairing.pairs) >= 1, None
+        ),
+        CheckResult(
+            f"{name}: nonfinite_mismatch <= 0", "nonfinite_mismatch", float(nonfinite), 0.0, "<=", nonfinite == 0, None
+        ),
     ]
     for (metric, op, thr), agg in aggregated.items():
         checks.append(
@@ -505,7 +559,11 @@ def _run_candidate(ctx: StageContext, cfg: LayerwiseStage, name: str, ref: Refer
                 op,
                 agg["failed"] == 0,
                 agg["worst_tensor"],
-                {"tensors": agg["tensors"], "tensors_failed": agg["failed"], **({"first_failed": agg["first_failed"]} if agg["first_failed"] else {})},
+                {
+                    "tensors": agg["tensors"],
+                    "tensors_failed": agg["failed"],
+                    **({"first_failed": agg["first_failed"]} if agg["first_failed"] else {}),
+                },
             )
         )
     for ch in checks:
@@ -552,7 +610,12 @@ def run(ctx: StageContext) -> StageResult:
 
         names = [n for n in names if owns(ctx.shard, ctx.loaded, (NAME, n))]
         if not names:
-            return StageResult(NAME, "skipped", notes=[f"shard {ctx.shard}: every candidate of this stage runs in another shard"], details={"sharded_away": True})
+            return StageResult(
+                NAME,
+                "skipped",
+                notes=[f"shard {ctx.shard}: every candidate of this stage runs in another shard"],
+                details={"sharded_away": True},
+            )
     result.details["samples"] = len(samples)
     if not samples or not names:
         result.checks.append(CheckResult("samples and candidates", "count", 0.0, 1.0, ">=", False, None))
@@ -572,4 +635,6 @@ def run(ctx: StageContext) -> StageResult:
             "store": "disk (memory-mapped)" if ref.store.on_disk else "memory",
         }
         result.details["candidates"] = [_run_candidate(ctx, cfg, n, ref, samples, workdir, result) for n in names]
-    return StageResult.from_checks(NAME, result.checks, details=result.details, notes=result.notes, timings=result.timings)
+    return StageResult.from_checks(
+        NAME, result.checks, details=result.details, notes=result.notes, timings=result.timings
+    )

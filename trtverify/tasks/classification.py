@@ -43,7 +43,9 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 class ClassificationAccumulator:
     """Labels and predictions of a validation set, batch by batch; metrics once at the end."""
 
-    def __init__(self, num_classes: int, top_k: Sequence[int] = (1, 5), class_names: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, num_classes: int, top_k: Sequence[int] = (1, 5), class_names: Sequence[str] | None = None
+    ) -> None:
         if int(num_classes) < 1:
             raise ValueError(f"num_classes must be at least 1, got {num_classes}")
         self.num_classes = int(num_classes)
@@ -56,7 +58,9 @@ class ClassificationAccumulator:
         self.class_names = [str(n) for n in class_names] if class_names is not None else None
         self._labels: list[np.ndarray] = []
         self._preds: list[np.ndarray] = []
-        self._ranks: list[np.ndarray | None] = []  # rank of the true class per sample; None: batch gave predictions only
+        self._ranks: list[
+            np.ndarray | None
+        ] = []  # rank of the true class per sample; None: batch gave predictions only
         self._ids: list[Any] = []
 
     @property

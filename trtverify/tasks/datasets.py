@@ -59,20 +59,30 @@ def _npz(ds: Dataset) -> Reader:
         images = data[ds.images_key]
         labels = data[ds.labels_key]
     except KeyError as exc:
-        raise UsageError(f"{ds.npz}: no array {exc} (it has: {', '.join(np.load(ds.npz, allow_pickle=False).files)})") from exc
+        raise UsageError(
+            f"{ds.npz}: no array {exc} (it has: {', '.join(np.load(ds.npz, allow_pickle=False).files)})"
+        ) from exc
     except ValueError as exc:
         raise UsageError(f"{ds.npz}: cannot read without pickle ({exc})") from exc
     if images.ndim == 3:
         images = images[..., None]  # N,H,W -> N,H,W,1
     elif images.ndim != 4:
-        raise UsageError(f"{ds.npz}: '{ds.images_key}' must be [N,H,W], [N,H,W,C] or [N,C,H,W], got shape {list(images.shape)}")
+        raise UsageError(
+            f"{ds.npz}: '{ds.images_key}' must be [N,H,W], [N,H,W,C] or [N,C,H,W], got shape {list(images.shape)}"
+        )
     layout = ds.layout or ("NCHW" if images.shape[1] in (1, 3, 4) and images.shape[-1] not in (1, 3, 4) else "NHWC")
     if layout == "NCHW":
         images = images.transpose(0, 2, 3, 1)
     if len(labels) != len(images):
         raise UsageError(f"{ds.npz}: {len(images)} images but {len(labels)} labels")
     n = len(images) if ds.limit is None else min(ds.limit, len(images))
-    return Reader(list(range(n)), lambda i: images[i], lambda i: int(labels[i]), ds.class_names, info={"source": str(ds.npz), "layout": layout})
+    return Reader(
+        list(range(n)),
+        lambda i: images[i],
+        lambda i: int(labels[i]),
+        ds.class_names,
+        info={"source": str(ds.npz), "layout": layout},
+    )
 
 
 def _folder(ds: Dataset) -> Reader:
@@ -88,7 +98,13 @@ def _folder(ds: Dataset) -> Reader:
         files += [(f, ci) for f in sorted(folder.iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]
     if ds.limit:
         files = files[: ds.limit]
-    return Reader([str(f.relative_to(root)) for f, _ in files], lambda i: _read_image(files[i][0]), lambda i: files[i][1], classes, info={"source": str(root)})
+    return Reader(
+        [str(f.relative_to(root)) for f, _ in files],
+        lambda i: _read_image(files[i][0]),
+        lambda i: files[i][1],
+        classes,
+        info={"source": str(root)},
+    )
 
 
 def _csv(ds: Dataset) -> Reader:
@@ -116,7 +132,13 @@ def _csv(ds: Dataset) -> Reader:
         if unknown_labels:
             raise UsageError(f"{path}: labels not in class_names: {', '.join(unknown_labels[:5])}")
         index = [names.index(lab) for lab in labels]
-    return Reader([r[0] for r in rows], lambda i: _read_image(root / rows[i][0]), lambda i: index[i], names, info={"source": str(path)})
+    return Reader(
+        [r[0] for r in rows],
+        lambda i: _read_image(root / rows[i][0]),
+        lambda i: index[i],
+        names,
+        info={"source": str(path)},
+    )
 
 
 def _coco(ds: Dataset) -> Reader:
@@ -152,9 +174,13 @@ def _coco(ds: Dataset) -> Reader:
 
 
 def open_dataset(ds: Dataset) -> Reader:
-    reader = {"npz": _npz, "folder": _folder, "csv": _csv, "coco": _coco}[next(k for k in ("npz", "folder", "csv", "coco") if getattr(ds, k) is not None)](ds)
+    reader = {"npz": _npz, "folder": _folder, "csv": _csv, "coco": _coco}[
+        next(k for k in ("npz", "folder", "csv", "coco") if getattr(ds, k) is not None)
+    ](ds)
     if not len(reader):
-        raise UsageError(f"{reader.info.get('source')}: the dataset has no samples; evaluating zero samples is never a pass")
+        raise UsageError(
+            f"{reader.info.get('source')}: the dataset has no samples; evaluating zero samples is never a pass"
+        )
     return reader
 
 
@@ -255,7 +281,13 @@ def usable_cores() -> int:
     return cores
 
 
-def batches(reader: Reader, indices: Sequence[int], batch_size: int, preprocess: Callable[[np.ndarray], np.ndarray], workers: int) -> Iterator[Batch]:
+def batches(
+    reader: Reader,
+    indices: Sequence[int],
+    batch_size: int,
+    preprocess: Callable[[np.ndarray], np.ndarray],
+    workers: int,
+) -> Iterator[Batch]:
     """Batches in order; with workers > 0 the next ones are read and preprocessed in background threads.
 
     Each batch is read in up to `workers` parts at once (image decoding, the expensive step, runs in

@@ -42,7 +42,20 @@ from typing import Any
 import numpy as np
 
 BACKENDS = ("faster-coco-eval", "pycocotools")
-STAT_NAMES = ("map", "ap50", "ap75", "ap_small", "ap_medium", "ap_large", "ar1", "ar10", "ar100", "ar_small", "ar_medium", "ar_large")
+STAT_NAMES = (
+    "map",
+    "ap50",
+    "ap75",
+    "ap_small",
+    "ap_medium",
+    "ap_large",
+    "ar1",
+    "ar10",
+    "ar100",
+    "ar_small",
+    "ar_medium",
+    "ar_large",
+)
 # COCOeval's parameters for boxes, built the way COCOeval builds them (bit-identical thresholds)
 IOU_THRS = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
 REC_THRS = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
@@ -116,7 +129,9 @@ def validate_coco(gt: Any, source: str = "ground truth") -> None:
         if (
             not isinstance(bb, (list, tuple))
             or len(bb) != 4
-            or not all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v) for v in bb)
+            or not all(
+                isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v) for v in bb
+            )
             or bb[2] < 0
             or bb[3] < 0
         ):
@@ -157,7 +172,9 @@ def _fresh(gt: dict[str, Any]) -> dict[str, Any]:
     return {**gt, "annotations": [dict(a) for a in gt["annotations"]]}
 
 
-def _coco_arrays(gt: dict[str, Any], image_ids: list[int], results: list[dict[str, Any]], backend: str) -> tuple[np.ndarray, np.ndarray]:
+def _coco_arrays(
+    gt: dict[str, Any], image_ids: list[int], results: list[dict[str, Any]], backend: str
+) -> tuple[np.ndarray, np.ndarray]:
     """COCOeval's accumulated precision [T, R, K, A, M] and recall [T, K, A, M], K = sorted category ids."""
     if backend == "faster-coco-eval":
         from faster_coco_eval import COCO, COCOeval_faster
@@ -180,7 +197,11 @@ def _coco_arrays(gt: dict[str, Any], image_ids: list[int], results: list[dict[st
                 coco_dt = coco_gt.loadRes(results)
             else:  # loadRes cannot take an empty list
                 coco_dt = COCO()
-                coco_dt.dataset = {"images": list(gt["images"]), "categories": list(gt["categories"]), "annotations": []}
+                coco_dt.dataset = {
+                    "images": list(gt["images"]),
+                    "categories": list(gt["categories"]),
+                    "annotations": [],
+                }
                 coco_dt.createIndex()
             ev = COCOeval(coco_gt, coco_dt, "bbox")
             ev.params.imgIds = image_ids
@@ -237,7 +258,9 @@ def box_iou(dt: np.ndarray, gt: np.ndarray, crowd: np.ndarray) -> np.ndarray:
     return out
 
 
-def _match(ious: list[list[float]], row_max: list[float], gt_ignore: list[bool], crowd: list[bool], thr: float) -> list[int]:
+def _match(
+    ious: list[list[float]], row_max: list[float], gt_ignore: list[bool], crowd: list[bool], thr: float
+) -> list[int]:
     """COCOeval.evaluateImg's greedy matching at one IoU threshold: per detection the matched
     box, -1 for none. Detections come in descending score order, ignored boxes last."""
     g_n = len(gt_ignore)
@@ -292,7 +315,9 @@ class _Pair:
         """Matched box per threshold and detection [T, D], -1 for none."""
         ious, row_max = self.ious.tolist(), self.row_max.tolist()
         ignore, crowd = self.ignore.tolist(), self.crowd.tolist()
-        return np.array([_match(ious, row_max, ignore, crowd, float(t)) for t in thrs], dtype=np.int64).reshape(len(thrs), len(ious))
+        return np.array([_match(ious, row_max, ignore, crowd, float(t)) for t in thrs], dtype=np.int64).reshape(
+            len(thrs), len(ious)
+        )
 
     def counts(self, thr: float) -> dict[int, tuple[int, int, int]]:
         """category -> (tp, fp, fn) at one IoU threshold; crowd boxes and the detections on them do not count."""
@@ -361,7 +386,10 @@ class GroundTruth:
             (
                 tuple(sorted(self.image_set)),
                 tuple(self.cat_ids),
-                tuple((a["image_id"], a["category_id"], *a["bbox"], a["area"], a["iscrowd"]) for a in self.gt["annotations"]),
+                tuple(
+                    (a["image_id"], a["category_id"], *a["bbox"], a["area"], a["iscrowd"])
+                    for a in self.gt["annotations"]
+                ),
             )
         )
         self.by_image: dict[int, list[dict[str, Any]]] = {}
@@ -525,7 +553,9 @@ class DetectionAccumulator:
 
     def _need_images(self) -> list[int]:
         if not self._dets:
-            raise ValueError("no images: add detections (an empty [0, 6] array for an image without any) before computing")
+            raise ValueError(
+                "no images: add detections (an empty [0, 6] array for an image without any) before computing"
+            )
         return self.images
 
     def _pairs(self, image_id: int) -> dict[int, _Pair]:

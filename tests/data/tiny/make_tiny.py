@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import torch
-
 from tinymodel import build, build_two_heads
 
 HERE = Path(__file__).resolve().parent
@@ -12,7 +11,16 @@ HERE = Path(__file__).resolve().parent
 def export(model: torch.nn.Module, path: Path, outputs: list[str]) -> None:
     dyn = {"input": {0: "batch"}, **{o: {0: "batch"} for o in outputs}}
     # the TorchScript exporter keeps this graph small and its names stable
-    torch.onnx.export(model, (torch.rand(2, 1, 8, 8),), str(path), input_names=["input"], output_names=outputs, dynamic_axes=dyn, opset_version=17, dynamo=False)
+    torch.onnx.export(
+        model,
+        (torch.rand(2, 1, 8, 8),),
+        str(path),
+        input_names=["input"],
+        output_names=outputs,
+        dynamic_axes=dyn,
+        opset_version=17,
+        dynamo=False,
+    )
 
 
 def main() -> None:

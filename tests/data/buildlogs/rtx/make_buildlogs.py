@@ -47,7 +47,9 @@ def _gpu() -> str:
     try:
         return subprocess.run(
             ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         ).stdout.strip()
     except Exception as exc:  # noqa: BLE001
         return f"unknown ({exc})"
@@ -146,7 +148,9 @@ def main() -> int:
     finally:
         b.close()
     print(json.dumps(run, indent=1))
-    (out / "summary.json").write_text(json.dumps({"env": env, "builds": records, "run": run}, indent=1), encoding="utf-8")
+    (out / "summary.json").write_text(
+        json.dumps({"env": env, "builds": records, "run": run}, indent=1), encoding="utf-8"
+    )
     with tarfile.open(out / "buildlogs.tgz", "w:gz") as tar:
         for p in sorted(logs.iterdir()):
             tar.add(p, arcname=f"buildlogs/{p.name}")
