@@ -35,18 +35,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trtverify.backends import candidate_backend  # noqa: E402
+from trtverify.backends.base import candidate_backend  # noqa: E402
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
-from trtverify.config import load_suite  # noqa: E402
-from trtverify.runner import run_suite  # noqa: E402
-from trtverify.tasks.datasets import batches, make_preprocess, open_dataset  # noqa: E402
+from trtverify.config.loader import load_suite  # noqa: E402
+from trtverify.results.record import run_and_record  # noqa: E402
+from trtverify.stages.e2e.stage import open_task  # noqa: E402
+from trtverify.tasks.batches import batches, make_preprocess  # noqa: E402
 
 
 def preload(loaded) -> tuple:
     """(reader, every batch, CPU seconds of reading and preprocessing them), serially in this thread
     (opening the dataset is not counted: the stage does it before its loop too)."""
     cfg = loaded.suite.stages.e2e
-    reader = open_dataset(cfg.dataset)
+    reader = open_task(loaded).reader
     pre = make_preprocess(cfg.preprocess, loaded.search_path)
     t0 = time.process_time()
     data = list(batches(reader, range(len(reader)), cfg.batch_size, pre, 0))
@@ -73,8 +74,7 @@ def raw_inference(loaded, spinning: bool | None = None) -> float:
     for m in models:
         m.load()
         name = cfg.preprocess.input or m.inputs()[0].name
-        if hasattr(m, "prepare"):  # session creation outside the timing, as in the stage
-            m.prepare()
+        m.prepare()  # session creation outside the timing, as in the stage
         t0 = time.perf_counter()
         for x in data:
             m.infer({name: x})
@@ -87,8 +87,6 @@ def extra_cpu(loaded) -> tuple[float, float]:
     """CPU seconds of the work the stage does beyond inference, each done serially in this thread:
     reading and preprocessing every sample once, and post-processing plus metric updates of one
     model's outputs (the reference's; the stage does this once per model)."""
-    from trtverify.stages import e2e
-
     suite = loaded.suite
     cfg = suite.stages.e2e
     reader, data, read = preload(loaded)
@@ -97,11 +95,11 @@ def extra_cpu(loaded) -> tuple[float, float]:
     name = cfg.preprocess.input or m.inputs()[0].name
     outputs = [m.infer({name: b.inputs}) for b in data]
     m.close()
-    hook = e2e._postprocess(cfg, loaded.search_path)
-    model = e2e._Model("reference", None)
+    task = open_task(loaded)
+    acc = task.accumulator()
     t0 = time.process_time()
-    for out, b in zip(outputs, data):
-        e2e._post(model, cfg, reader, hook, out, b)
+    for out, b in zip(outputs, data):  # what the stage's post-processing thread does per batch
+        task.update(acc, b.index, task.postprocess(out, b, "reference"), b.labels)
     return read, time.process_time() - t0
 
 
@@ -118,8 +116,7 @@ def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
 
 
 def stage_wall(loaded, out: Path) -> tuple[float, dict]:
-    result = run_suite(loaded, out, stages=["e2e"])
-    timings = result.results["stages"][0]["timings"]
+    timings = run_and_record(loaded, out, stages=["e2e"]).stages[0].timings
     return timings["wall_s"], timings
 
 
@@ -169,7 +166,7 @@ def main() -> int:
             {
                 "suite": loaded.suite.name,
                 "task": cfg.task,
-                "samples": len(open_dataset(cfg.dataset)),
+                "samples": len(open_task(loaded).reader),
                 "models": 1 + len(loaded.suite.candidates_of(cfg)),
                 "ort_intra_op_threads": loaded.suite.backends.onnxruntime.intra_op_num_threads,
                 "raw_inference_s": raw,

@@ -74,3 +74,12 @@ stages:
 @pytest.fixture
 def tiny_suite(tiny_dir: Path) -> Path:
     return write_suite(tiny_dir, TINY_SUITE.format(samples=3))
+
+
+def as_json(record: object) -> dict:
+    """A typed result as results.json holds it (non-finite numbers as strings)."""
+    import json
+
+    from trtverify.fsutil import to_json
+
+    return json.loads(to_json(record.dump()))  # type: ignore[attr-defined]

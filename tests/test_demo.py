@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 from tests.stages.test_framework import scale_first_conv
-from trtverify.backends import backend_class
-from trtverify.config import load_suite
+from trtverify.config.loader import load_suite
+from trtverify.config.registry import BACKENDS
 from trtverify.inputs import build_samples
 
 DEMO = ROOT / "demo" / "fashion_mnist"
@@ -42,7 +42,7 @@ def test_committed_reference_equals_pytorch_today():
     samples = build_samples(loaded)
     stored = np.load(ROOT / "reference_outputs" / "fashion_mnist" / "pytorch" / "outputs.npz", allow_pickle=False)
     manifest = json.loads((ROOT / "reference_outputs" / "fashion_mnist" / "pytorch" / "manifest.json").read_text())
-    torch_backend = backend_class("torch")(
+    torch_backend = BACKENDS.load("torch")(
         loaded.suite.models.pytorch, search_path=loaded.suite.python_path, default_input_names=["input"]
     )
     for feed, entry in zip(samples, manifest["outputs"]):
@@ -77,7 +77,7 @@ def test_shipped_models_keep_their_measured_accuracy(model: str, key: str):
     images, labels = data["images"], data["labels"]
     assert images.shape == (2000, 1, 28, 28) and images.dtype == np.uint8
     assert np.bincount(labels).tolist() == [200] * 10
-    b = backend_class("onnxruntime")(DEMO / model)
+    b = BACKENDS.load("onnxruntime")(DEMO / model)
     preds = np.concatenate(
         [
             b.infer({"input": (images[i : i + 500] / 255.0).astype(np.float32)})["logits"].argmax(1)

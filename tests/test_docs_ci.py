@@ -10,7 +10,7 @@ import yaml
 
 from tests.conftest import ROOT
 from trtverify.cli import cli
-from trtverify.shard import Shard
+from trtverify.runner import Shard
 
 DOC = ROOT / "docs" / "ci.md"
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import write_suite
-from trtverify.config import load_suite
+from trtverify.config.loader import load_suite
 from trtverify.errors import SuiteError, UsageError
 from trtverify.inputs import HookError, build_samples, check_samples
 from trtverify.onnxinfo import TensorMeta

@@ -10,9 +10,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from pydantic import ValidationError
 
 from trtverify.errors import UsageError
-from trtverify.lint import LintFinding, lint_candidate, target_precision
+from trtverify.lint.findings import LintFinding
+from trtverify.lint.linter import lint_candidate, target_precision
 
 DEMO = Path(__file__).resolve().parents[1] / "demo" / "fashion_mnist"
 FP32 = DEMO / "fashion_cnn_fp32.onnx"
@@ -399,9 +401,11 @@ def test_findings_sorted_by_severity_then_graph_order_and_serialisable():
         ("medium", "initializer_subnormal", "second"),
     ]
     for f in findings:
-        d = json.loads(json.dumps(f.to_dict()))
+        d = json.loads(json.dumps(f.dump()))
         assert set(d) == {"kind", "severity", "node", "op_type", "tensor", "message", "count", "detail"}
-    assert len({*findings}) == 4  # frozen and hashable despite the detail dict
+        assert LintFinding.model_validate(d) == f  # read back from results.json as it was written
+    with pytest.raises(ValidationError, match="frozen"):
+        findings[0].count = 2
 
 
 def test_unknown_target_is_a_usage_error():

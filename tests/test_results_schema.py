@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 
-SCHEMA = json.loads((ROOT / "trtverify" / "report" / "results.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "trtverify" / "results" / "results.schema.json").read_text())
 JUNIT_XSD = ROOT / "tests" / "data" / "junit" / "junit.xsd"
 
 
@@ -40,11 +40,25 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_every_stage_of_the_demo_validates(full_run: Path):
+def test_the_committed_schema_is_generated_from_the_models():
+    from trtverify.results.schema import SCHEMA_FILE, schema_text
+
+    assert SCHEMA_FILE.read_text() == schema_text(), (
+        "trtverify/results/results.schema.json is out of date: python -m trtverify.results.schema > it"
+    )
+
+
+def test_every_stage_of_the_demo_validates_and_reads_back(full_run: Path):
+    from trtverify.results.io import load_results
+    from trtverify.results.record import write_results
+
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     results = json.loads((full_run / "results.json").read_text())
     assert [s["name"] for s in results["stages"]] == ["framework", "layerwise", "e2e", "buildlog"]
     jsonschema.validate(results, SCHEMA)
+    typed = load_results(full_run / "results.json")  # the typed models read what they wrote, unchanged
+    write_results(full_run / "again.json", typed)
+    assert (full_run / "again.json").read_text() == (full_run / "results.json").read_text()
 
 
 def test_the_schema_rejects_what_it_should(full_run: Path):
@@ -55,6 +69,14 @@ def test_the_schema_rejects_what_it_should(full_run: Path):
         jsonschema.validate(broken, SCHEMA)
     broken = json.loads(json.dumps(results))
     broken["stages"][0]["status"] = "ok"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, SCHEMA)
+    broken = json.loads(json.dumps(results))
+    broken["stages"][1]["candidates"][0]["rows"][0]["metrics"]["rel_l2"] = "small"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, SCHEMA)
+    broken = json.loads(json.dumps(results))
+    del broken["stages"][2]["checks"][0]["stage"]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, SCHEMA)
 

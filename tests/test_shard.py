@@ -12,11 +12,12 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 from tests.test_results_schema import validate_junit
-from trtverify.config import load_suite
+from trtverify.config.loader import load_suite
 from trtverify.errors import UsageError
-from trtverify.shard import Shard, cases, e2e_slice, owner
+from trtverify.runner import Shard, cases, make_plan
+from trtverify.stages.base import DataSlice
 
-SCHEMA = json.loads((ROOT / "trtverify" / "report" / "results.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "trtverify" / "results" / "results.schema.json").read_text())
 DETECTION = ROOT / "suites" / "shapes_detection.yaml"
 FASHION = ROOT / "suites" / "fashion_mnist.yaml"
 
@@ -33,23 +34,33 @@ def _load(d: Path) -> dict:
 def test_bad_shard_specs_are_usage_errors(text: str):
     with pytest.raises(UsageError, match="--shard"):
         Shard.parse(text)
-    assert Shard.parse(" 2 / 3 ") == Shard(2, 3)
+    assert Shard.parse(" 2 / 3 ") == Shard(index=2, count=3)
 
 
 @pytest.mark.parametrize("total,batch,count", [(200, 16, 2), (2000, 250, 3), (5, 8, 4), (17, 1, 5), (0, 4, 2)])
 def test_e2e_slices_cover_the_dataset_once_along_batch_boundaries(total: int, batch: int, count: int):
-    slices = [e2e_slice(total, batch, Shard(i, count)) for i in range(1, count + 1)]
+    slices = [DataSlice(i, count).positions(total, batch) for i in range(1, count + 1)]
     assert [i for s in slices for i in s] == list(range(total))
     # every slice starts on a batch boundary, so each batch holds the samples it holds unsharded
     assert all(s.start % batch == 0 for s in slices if s)
-    assert e2e_slice(total, batch, None) == range(total)
 
 
-def test_whole_cases_go_round_robin():
+def test_one_plan_gives_whole_cases_round_robin_and_e2e_slices():
     loaded = load_suite(FASHION)
     assert cases(loaded) == [("framework", None), ("layerwise", "fp16"), ("layerwise", "int8"), ("buildlog", None)]
-    assert [owner(loaded, c, 2) for c in cases(loaded)] == [1, 2, 1, 2]
-    assert [owner(loaded, c, 1) for c in cases(loaded)] == [1, 1, 1, 1]
+
+    def work(shard: Shard | None) -> dict:
+        return {p.name: (p.work, p.elsewhere) for p in make_plan(loaded, (), shard)}
+
+    one, two = work(Shard(index=1, count=2)), work(Shard(index=2, count=2))
+    # case k runs in shard (k mod N) + 1: framework and layerwise/int8 in shard 1, layerwise/fp16 and buildlog in 2
+    assert one["framework"][0] is not None and two["framework"] == (None, "runs in shard 1/2")
+    assert one["layerwise"][0].candidates == ("int8",) and two["layerwise"][0].candidates == ("fp16",)
+    assert one["buildlog"] == (None, "runs in shard 2/2") and two["buildlog"][0] is not None
+    assert one["e2e"][0].data == DataSlice(1, 2) and two["e2e"][0].data == DataSlice(2, 2)
+    whole = work(None)  # unsharded: every stage, everything
+    assert all(w.candidates is None and w.data is None for w, _ in whole.values())
+    assert all(w is not None for w, _ in work(Shard(index=1, count=1)).values())
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +129,7 @@ def test_merge_refuses_incomplete_or_mixed_shards(detection_runs: Path, tmp_path
     assert r.code == 2 and "given twice" in r.err
     r = run_cli("merge", str(detection_runs / "full"), "--out", str(tmp_path / "m"))
     assert r.code == 2 and "not a shard" in r.err
-    # a shard's predictions file lost: named, not a traceback
+    # a shard's accumulator state file lost: named, not a traceback
     broken = tmp_path / "s2"
     shutil.copytree(detection_runs / "s2", broken)
     (broken / "shard" / "e2e-1.npz").unlink()

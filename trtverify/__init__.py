@@ -4,4 +4,3 @@ Importing this package is cheap: it never imports torch, tensorrt or onnxruntime
 """
 
 __version__ = "0.1.0"
-RESULTS_SCHEMA_VERSION = 1

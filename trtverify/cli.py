@@ -119,8 +119,8 @@ def run(
     shard_text: str | None,
 ) -> None:
     """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
-    from trtverify.config import load_suite
-    from trtverify.shard import Shard
+    from trtverify.config.loader import load_suite
+    from trtverify.runner import Shard
 
     shard = Shard.parse(shard_text) if shard_text is not None else None
     loaded = load_suite(suite)
@@ -128,18 +128,35 @@ def run(
     out = out_dir or default_out
     override = None
     if samples_mode == "worst":
-        from trtverify.stages.e2e import worst_feeds
+        from trtverify.results.io import load_results
+        from trtverify.stages.e2e.stage import worst_feeds
 
         # read the e2e run's results; write beside them, not over them
         source = from_results or out / "results.json"
+        if not source.is_file():
+            raise TrtVerifyError(
+                f"--samples worst needs a previous run with stage e2e: {source} not found "
+                "(run the e2e stage first, or pass --from-results)"
+            )
         if out_dir is None:
             out = default_out / "worst"
-        override = worst_feeds(loaded, source)
+        override = worst_feeds(loaded, _worst_positions(load_results(source), source))
         if not quiet:
             click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
     if shard is not None and out_dir is None:
         out = out / f"shard-{shard.index}-of-{shard.count}"
     _execute(loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard)
+
+
+def _worst_positions(previous: Any, source: Path) -> list[int]:
+    """The samples a previous e2e run listed as most changed (union over candidates, in order)."""
+    e2e = previous.stage("e2e")
+    if e2e is None or not e2e.candidates:
+        raise TrtVerifyError(f"{source}: has no e2e results with worst samples; run the e2e stage first")
+    order = list(dict.fromkeys(w.index for cand in e2e.candidates for w in cand.worst))
+    if not order:
+        raise TrtVerifyError(f"{source}: the e2e run listed no worst samples")
+    return order
 
 
 def _execute(
@@ -153,29 +170,34 @@ def _execute(
     junit: Path | None = None,
     shard: Any = None,
 ) -> None:
-    from trtverify.runner import run_suite
+    from trtverify.report.html import write_report
+    from trtverify.results.record import run_and_record
 
     if not quiet:
         click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}' ({loaded.path})", err=True)
-    result = run_suite(
+    results = run_and_record(
         loaded,
         out,
         stages=stages,
+        shard=shard,
         update_reference=update_reference,
         reference_dir=reference_dir,
         progress=_Progress(not quiet),
         samples_override=samples_override,
-        shard=shard,
     )
-    _finish(result.results, out, quiet, junit)
-    for stage in result.stages:
-        if stage.error and stage.error.get("traceback"):
-            click.echo(f"\ninternal error in stage {stage.name}:\n{stage.error['traceback']}", err=True)
-    sys.exit(result.exit_code)
+    write_report(results, out / "report.html")
+    _finish(results, out, quiet, junit)
+    for stage in results.stages:
+        if stage.error is not None and stage.error.traceback:
+            click.echo(f"\ninternal error in stage {stage.name}:\n{stage.error.traceback}", err=True)
+    sys.exit(results.exit_code)
 
 
-def _finish(results: dict[str, Any], out: Path, quiet: bool, junit: Path | None) -> None:
-    _summary(results, quiet)
+def _finish(results: Any, out: Path, quiet: bool, junit: Path | None) -> None:
+    from trtverify.report.text import run_summary
+
+    for line in run_summary(results, quiet):
+        click.echo(line)
     click.echo(f"results: {out / 'results.json'}\nreport:  {out / 'report.html'}", err=quiet)
     if junit is not None:
         from trtverify.report.junit import write_junit
@@ -209,77 +231,16 @@ def merge(
 ) -> None:
     """Combine the results of every shard of a run (`run --shard I/N`) into one results.json and report;
     e2e metrics are recomputed over the union of the shards' predictions. Exits like `run`."""
-    from trtverify.fsutil import atomic_write_json
-    from trtverify.report import write_report
-    from trtverify.shard import merge_runs
+    from trtverify.report.html import write_report
+    from trtverify.results.merge import merge_runs
+    from trtverify.results.record import write_results
 
     results = merge_runs(dirs, suite_path)
-    out = out_dir or Path("reports") / results["suite"]["name"]
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "results.json", results)
+    out = out_dir or Path("reports") / results.suite.name
+    write_results(out / "results.json", results)
     write_report(results, out / "report.html")
     _finish(results, out, quiet, junit)
-    sys.exit(results["exit_code"])
-
-
-def _fmt(v: Any) -> str:
-    from trtverify.report import _fmt as f
-
-    return f(v)
-
-
-def _summary(results: dict[str, Any], quiet: bool) -> None:
-    if not quiet:
-        for s in results["stages"]:
-            checks = s.get("checks", [])
-            failed = [c for c in checks if not c["passed"]]
-            click.echo(
-                f"[{s['status'].upper():^7}] {s['name']}: {len(checks) - len(failed)}/{len(checks)} checks passed ({s.get('duration_s', 0):.2f} s)"
-            )
-            for note in s.get("notes", []):
-                click.echo(f"          note: {note}")
-            for cand in s.get("candidates", []) if s["name"] == "layerwise" else []:
-                fd = cand.get("first_divergence")
-                rc = (cand.get("root_causes") or [None])[0]
-                line = f"          {cand['name']}: {len(cand.get('rows', []))} tensors compared; "
-                if fd:
-                    line += f"first divergence {fd['tensor']} ({fd['op_type']} {fd['node']}, rel_l2 {_fmt(fd['metrics'].get('rel_l2'))})"
-                else:
-                    line += "no divergence"
-                click.echo(line)
-                if rc:
-                    kind = "local" if cand.get("root_cause_method") == "isolate" else "added"
-                    label = "root cause #1" if fd else "largest own error"
-                    click.echo(
-                        f"          {cand['name']}: {label} {rc['node']} ({rc['op_type']}), {kind} rel_l2 {_fmt(rc['score'])}"
-                    )
-            gated = (
-                [g.split(":")[1].split()[0] for g in {c["name"] for c in checks if ": " in c["name"]}]
-                if s["name"] == "e2e"
-                else []
-            )
-            for cand in s.get("candidates", []) if s["name"] == "e2e" else []:
-                ref = s.get("reference", {})
-                parts = [
-                    f"{k} {_fmt(ref.get(k))} -> {_fmt(cand['metrics'].get(k))} ({cand['deltas'].get(k, 0):+.4f})"
-                    for k in dict.fromkeys(gated)
-                    if k in ref
-                ]
-                click.echo(f"          {cand['name']}: " + ", ".join(parts))
-                if cand.get("worst"):
-                    click.echo(
-                        f"          {cand['name']}: most changed samples: {', '.join(str(w['id']) for w in cand['worst'][:8])}"
-                    )
-            for c in failed[:20]:
-                click.echo(f"          FAIL {c['name']}: {_fmt(c['value'])} (limit {c['op']} {_fmt(c['threshold'])})")
-            if len(failed) > 20:
-                click.echo(f"          ... and {len(failed) - 20} more failed checks (see results.json)")
-            if s.get("error"):
-                click.echo(f"          {s['error']['kind']} error: {s['error']['message']}")
-    verdict = "PASSED" if results["passed"] else "FAILED"
-    part = f" shard {results['shard']['index']}/{results['shard']['count']}" if results.get("shard") else ""
-    part += f" (merged from {results['merged']['shards']} shards)" if results.get("merged") else ""
-    click.echo(f"{verdict}: suite '{results['suite']['name']}'{part} (exit {results['exit_code']})")
+    sys.exit(results.exit_code)
 
 
 @cli.command()
@@ -355,7 +316,7 @@ def layerwise(
     can be repeated and extended with `trtverify run`.
     """
     from trtverify.adhoc import layerwise_suite
-    from trtverify.config import load_suite
+    from trtverify.config.loader import load_suite
 
     out = out_dir or Path("reports") / f"layerwise-{reference.stem}"
     path = layerwise_suite(
@@ -379,7 +340,7 @@ def layerwise(
 @click.argument("suites", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
 def validate(suites: tuple[Path, ...]) -> None:
     """Check suite files without running anything (no torch, no TensorRT imported)."""
-    from trtverify.config import load_suite
+    from trtverify.config.loader import load_suite
     from trtverify.errors import SuiteError
     from trtverify.runner import preflight
 
@@ -402,53 +363,21 @@ def validate(suites: tuple[Path, ...]) -> None:
 )
 def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
     """Summarise a TensorRT build log: fallbacks, calibration, tactics, FP16 risks."""
-    import json
-
-    from trtverify.buildlog import parse_file
     from trtverify.buildlog.diff import diff
+    from trtverify.buildlog.parser import parse_file
+    from trtverify.fsutil import to_json
+    from trtverify.report.text import buildlog_summary
 
     parsed = parse_file(log)
     changes = diff(parsed, parse_file(against)) if against else None
     if as_json:
-        out = parsed.to_dict()
+        out = parsed.dump()
         if changes is not None:
-            out["against"] = {"log": str(against), **changes}
-        click.echo(json.dumps(out, indent=2))
+            out["against"] = {"log": str(against), **changes.dump()}
+        click.echo(to_json(out), nl=False)
         return
-    click.echo(
-        f"{log}: {parsed.lines} lines, dialect {parsed.dialect or 'unknown'}, TensorRT {parsed.version or 'version not stated'}"
-    )
-    if parsed.options:
-        click.echo("options: " + ", ".join(f"{k}={v}" for k, v in parsed.options.items()))
-    for sev in ("high", "medium", "info"):
-        found = [f for f in parsed.findings if f.severity == sev]
-        if found:
-            click.echo(f"{sev}:")
-        for f in found:
-            lines = ",".join(str(n) for n in list(f.lines)[:6]) + ("..." if len(f.lines) > 6 else "")
-            layers = f" [{', '.join(list(f.layers)[:4])}{'...' if len(f.layers) > 4 else ''}]" if f.layers else ""
-            count = f" x{f.count}" if f.count > 1 else ""
-            click.echo(f"  {f.category}/{f.kind}{count} (line {lines}){layers}: {f.message[:160]}")
-    if parsed.layers:
-        by: dict[str, int] = {}
-        for layer in parsed.layers:
-            by[str(layer.get("precision"))] = by.get(str(layer.get("precision")), 0) + 1
-        click.echo(f"layers: {len(parsed.layers)} ({', '.join(f'{k} {v}' for k, v in sorted(by.items()))})")
-    click.echo(f"unrecognised lines: {parsed.unknown_lines}")
-    if changes is not None:
-        click.echo(f"against {against} (TensorRT {changes['versions']['old']} -> {changes['versions']['new']}):")
-        for c in changes["layers_changed"]:
-            click.echo(
-                f"  changed {c['layer']}: "
-                + "; ".join(f"{k} {v['old']} -> {v['new']}" for k, v in c["changes"].items())
-            )
-        click.echo(
-            f"  layers only in the new build: {len(changes['layers_only_new'])}; only in the old: {len(changes['layers_only_old'])}"
-        )
-        for f in changes["new_findings"]:
-            click.echo(
-                f"  new finding {f['category']}/{f['kind']} (line {f['lines'][0] if f['lines'] else '?'}): {f['message'][:120]}"
-            )
+    for line in buildlog_summary(log, parsed, against, changes):
+        click.echo(line)
 
 
 @cli.command()
@@ -471,16 +400,11 @@ def schema() -> None:
 )
 def report(results: Path, out: Path | None) -> None:
     """Re-render the HTML report from a results.json."""
-    import json
+    from trtverify.report.html import write_report
+    from trtverify.results.io import load_results
 
-    from trtverify.report import write_report
-
-    try:
-        data = json.loads(results.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise TrtVerifyError(f"{results}: not valid JSON ({exc})") from exc
     target = out or results.with_name("report.html")
-    write_report(data, target)
+    write_report(load_results(results), target)
     click.echo(f"report: {target}")
 
 

@@ -1,18 +1,25 @@
-"""Run a validated suite: prepare inputs, run each stage in isolation, write results as we go."""
+"""Run a validated suite: plan the run (stages, and the part of each a shard runs), prepare the
+inputs, run each stage in isolation, and report each result as it is done.
+
+The run plan is made here, once: `trtverify run SUITE --shard I/N` runs a deterministic part
+of a suite. The tensor stages split into whole cases (`framework` is one case, `layerwise` one
+case per candidate, `buildlog` one case; case k in that order goes to shard (k mod N) + 1), and
+`e2e` into contiguous dataset slices along batch boundaries, so every batch holds the same
+samples as in an unsharded run and the models compute the same numbers.
+"""
 
 from __future__ import annotations
 
-import datetime as _dt
+import re
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtverify import RESULTS_SCHEMA_VERSION, __version__
 from trtverify.config.loader import LoadedSuite
-from trtverify.environment import environment
+from trtverify.config.registry import STAGES
 from trtverify.errors import (
     EXIT_CHECK_FAILED,
     EXIT_DEPENDENCY,
@@ -23,21 +30,57 @@ from trtverify.errors import (
     TrtVerifyError,
     UsageError,
 )
-from trtverify.fsutil import atomic_write_json, sha256_file
 from trtverify.inputs import build_samples, check_samples, static_input_problems
 from trtverify.onnxinfo import TensorMeta, graph_io, load_io
+from trtverify.record import Record
 from trtverify.reference import ReferenceStore
-from trtverify.shard import owner, owns
-from trtverify.stages import STAGES, stage_function
-from trtverify.stages.base import Progress, StageContext, StageResult, no_progress
+from trtverify.stages.base import DataSlice, Progress, StageContext, StageError, StageResult, StageWork, no_progress
 
 
-def configured_stages(loaded: LoadedSuite) -> list[str]:
-    return [n for n in STAGES if getattr(loaded.suite.stages, n, None) is not None]
+class Shard(Record):
+    """Shard `index` (from 1) of `count`."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+        if not m:
+            raise UsageError(f"--shard {text!r}: expected I/N, e.g. 1/4 (shard I of N, counted from 1)")
+        i, n = int(m.group(1)), int(m.group(2))
+        if n < 1 or not 1 <= i <= n:
+            raise UsageError(f"--shard {text}: I must be between 1 and N (N >= 1)")
+        return cls(index=i, count=n)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage of the run: the work it does here, or (work None) why another shard does it."""
+
+    name: str
+    work: StageWork | None
+    elsewhere: str = ""
+
+
+def cases(loaded: LoadedSuite) -> list[tuple[str, str | None]]:
+    """The whole cases of the tensor stages, in a fixed order: (stage, candidate or None)."""
+    suite = loaded.suite
+    out: list[tuple[str, str | None]] = []
+    if suite.stages.framework is not None:
+        out.append(("framework", None))
+    if suite.stages.layerwise is not None:
+        out += [("layerwise", n) for n in suite.candidates_of(suite.stages.layerwise)]
+    if suite.stages.buildlog is not None:
+        out.append(("buildlog", None))
+    return out
 
 
 def select_stages(loaded: LoadedSuite, requested: Sequence[str]) -> list[str]:
-    configured = configured_stages(loaded)
+    configured = loaded.suite.stages.configured()
     if not requested:
         return configured
     for name in requested:
@@ -48,6 +91,27 @@ def select_stages(loaded: LoadedSuite, requested: Sequence[str]) -> list[str]:
                 f"--stage {name}: not configured in {loaded.path} (configured: {', '.join(configured) or 'none'})"
             )
     return [n for n in configured if n in requested]
+
+
+def make_plan(loaded: LoadedSuite, requested: Sequence[str] = (), shard: Shard | None = None) -> list[StagePlan]:
+    """What each selected stage runs: everything, or this shard's cases and dataset slice."""
+    names = select_stages(loaded, requested)
+    if shard is None:
+        return [StagePlan(n, StageWork()) for n in names]
+    owner = {case: k % shard.count + 1 for k, case in enumerate(cases(loaded))}
+    plans = []
+    for name in names:
+        if name == "e2e":
+            plans.append(StagePlan(name, StageWork(data=DataSlice(shard.index, shard.count))))
+        elif name == "layerwise":
+            mine = tuple(c for (stage, c), o in owner.items() if stage == name and o == shard.index and c)
+            why = f"shard {shard}: every candidate of this stage runs in another shard"
+            plans.append(StagePlan(name, StageWork(candidates=mine) if mine else None, why))
+        else:
+            o = owner[(name, None)]
+            why = f"runs in shard {o}/{shard.count}"
+            plans.append(StagePlan(name, StageWork() if o == shard.index else None, why))
+    return plans
 
 
 def preflight(loaded: LoadedSuite) -> list[TensorMeta]:
@@ -64,82 +128,54 @@ def preflight(loaded: LoadedSuite) -> list[TensorMeta]:
     return inputs
 
 
-@dataclass
-class RunResult:
-    results: dict[str, Any]
-    stages: list[StageResult]
-    out_dir: Path
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code_for(self.stages)
-
-
 def exit_code_for(stages: Sequence[StageResult]) -> int:
-    return exit_code_from_stages([{"status": s.status, "error": s.error} for s in stages])
-
-
-def exit_code_from_stages(stages: Sequence[dict[str, Any]]) -> int:
+    """The run's exit code: an internal error > a missing dependency > a failed check."""
     codes = [EXIT_OK]
     for s in stages:
-        if s.get("error") is not None:
-            codes.append(int(s["error"].get("exit_code", EXIT_INTERNAL)))
-        elif s["status"] == "failed":
+        if s.error is not None:
+            codes.append(s.error.exit_code)
+        elif s.status == "failed":
             codes.append(EXIT_CHECK_FAILED)
-    # precedence: an internal error > a missing dependency > a failed check
     for code in (EXIT_INTERNAL, EXIT_DEPENDENCY, EXIT_CHECK_FAILED):
         if code in codes:
             return code
     return max(codes)
 
 
-def stage_passed(stage: dict[str, Any]) -> bool:
-    """Passed, or skipped because another shard runs it."""
-    return stage["status"] == "passed" or (stage["status"] == "skipped" and bool(stage.get("sharded_away")))
+def _run_one(plan: StagePlan, ctx: StageContext) -> StageResult:
+    result_type = STAGES.get(plan.name).result_type()
+    if plan.work is None:
+        return result_type(status="skipped", notes=[plan.elsewhere], sharded_away=True)
+    try:
+        return STAGES.load(plan.name)(ctx)
+    except TrtVerifyError as exc:
+        kind = "dependency" if isinstance(exc, MissingDependency) else "user"
+        return result_type(status="error", error=StageError(kind=kind, message=str(exc), exit_code=exc.exit_code))
+    except Exception as exc:  # a bug: keep going with the other stages, keep the traceback
+        error = StageError(
+            kind="internal",
+            message=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+            exit_code=EXIT_INTERNAL,
+        )
+        return result_type(status="error", error=error)
 
 
-def _results(
-    loaded: LoadedSuite, stages: list[StageResult], pending: list[str], started: str, t0: float, shard: Any = None
-) -> dict[str, Any]:
-    done = [s.to_dict() for s in stages]
-    done += [
-        {"name": n, "status": "skipped", "checks": [], "notes": ["not run yet (interrupted?)"], "error": None}
-        for n in pending
-    ]
-    return {
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "trtverify_version": __version__,
-        "suite": {
-            "name": loaded.suite.name,
-            "path": str(loaded.path),
-            "sha256": sha256_file(loaded.path),
-            "description": loaded.suite.description,
-        },
-        "started": started,
-        "duration_s": round(time.perf_counter() - t0, 3),
-        "complete": not pending,
-        "passed": bool(stages) and not pending and all(stage_passed(s) for s in done),
-        "exit_code": exit_code_for(stages) if not pending else None,
-        "stages": done,
-        "environment": environment(),
-        **({"shard": shard.to_dict()} if shard is not None else {}),
-    }
-
-
-def run_suite(
+def run_stages(
     loaded: LoadedSuite,
-    out_dir: Path,
+    plans: Sequence[StagePlan],
     *,
-    stages: Sequence[str] = (),
+    out_dir: Path,
     update_reference: bool = False,
     reference_dir: Path | None = None,
     progress: Progress = no_progress,
     samples_override: list[dict[str, Any]] | None = None,
-    shard: Any = None,
-) -> RunResult:
-    """`samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run);
-    `shard` (trtverify.shard.Shard) runs only that shard's part of the suite."""
-    names = select_stages(loaded, stages)
+    on_stage: Callable[[list[StageResult], list[str]], None] = lambda done, pending: None,
+) -> list[StageResult]:
+    """Run the planned stages in order; `on_stage(done, pending)` after each one (results.json is
+    written there, so a crash or kill later loses nothing already done).
+
+    `samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run)."""
     model_inputs = preflight(loaded)
     if samples_override is not None:
         samples = samples_override
@@ -148,46 +184,13 @@ def run_suite(
         samples = build_samples(loaded)
         check_samples(samples, model_inputs, f"inputs of {loaded.path}")
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
-    out_dir = Path(out_dir)
-    ctx = StageContext(loaded, samples, model_inputs, store, update_reference, progress, shard, out_dir)
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    t0 = time.perf_counter()
     results: list[StageResult] = []
-    for i, name in enumerate(names):
+    for i, plan in enumerate(plans):
+        ctx = StageContext(
+            loaded, samples, model_inputs, store, update_reference, progress, plan.work or StageWork(), out_dir
+        )
         s0 = time.perf_counter()
-        try:
-            if name in ("framework", "buildlog") and shard is not None and not owns(shard, loaded, (name, None)):
-                res = StageResult(
-                    name,
-                    "skipped",
-                    notes=[f"runs in shard {owner(loaded, (name, None), shard.count)}/{shard.count}"],
-                    details={"sharded_away": True},
-                )
-            else:
-                res = stage_function(name)(ctx)
-        except TrtVerifyError as exc:
-            kind = "dependency" if isinstance(exc, MissingDependency) else "user"
-            res = StageResult(name, "error", error={"kind": kind, "message": str(exc), "exit_code": exc.exit_code})
-        except Exception as exc:  # a bug: keep going with the other stages, keep the traceback
-            res = StageResult(
-                name,
-                "error",
-                error={
-                    "kind": "internal",
-                    "message": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc(),
-                    "exit_code": EXIT_INTERNAL,
-                },
-            )
-        res.duration_s = time.perf_counter() - s0
-        results.append(res)
-        # written after every stage: a crash or kill later loses nothing already done
-        atomic_write_json(out_dir / "results.json", _results(loaded, results, names[i + 1 :], started, t0, shard))
-    final = _results(loaded, results, [], started, t0, shard)
-    atomic_write_json(out_dir / "results.json", final)
-    from trtverify.report import write_report
-
-    write_report(final, out_dir / "report.html")
-    return RunResult(final, results, out_dir)
+        res = _run_one(plan, ctx)
+        results.append(res.model_copy(update={"duration_s": time.perf_counter() - s0}))
+        on_stage(list(results), [p.name for p in plans[i + 1 :]])
+    return results

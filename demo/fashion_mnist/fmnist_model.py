@@ -45,18 +45,18 @@ class FashionCNN(nn.Module):
         super().__init__()
         self.features = nn.Sequential(
             OrderedDict(
-                block1=ConvBNReLU(1, 16),  # 16 x 28 x 28
-                pool1=nn.MaxPool2d(2),  # 16 x 14 x 14
+                block1=ConvBNReLU(1, 16),   # 16 x 28 x 28
+                pool1=nn.MaxPool2d(2),      # 16 x 14 x 14
                 block2=ConvBNReLU(16, 32),  # 32 x 14 x 14
-                pool2=nn.MaxPool2d(2),  # 32 x 7 x 7
+                pool2=nn.MaxPool2d(2),      # 32 x 7 x 7
                 block3=ConvBNReLU(32, 64),  # 64 x 7 x 7
                 block4=ConvBNReLU(64, 64),  # 64 x 7 x 7
-                pool3=nn.MaxPool2d(2),  # 64 x 3 x 3
+                pool3=nn.MaxPool2d(2),      # 64 x 3 x 3
             )
         )
         self.classifier = nn.Sequential(
             OrderedDict(
-                flatten=nn.Flatten(1),  # 576
+                flatten=nn.Flatten(1),      # 576
                 fc1=nn.Linear(64 * 3 * 3, 56),
                 relu=nn.ReLU(inplace=True),
                 fc2=nn.Linear(56, num_classes),

@@ -18,8 +18,8 @@ stride 4 with 64 channels, and three heads (3x3 conv 64->48, ReLU, 1x1 conv).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+import torch.nn.functional as F
 
 NUM_CLASSES = 3
 STRIDE = 4
@@ -48,9 +48,9 @@ class Head(nn.Sequential):
 class ShapesCenterNet(nn.Module):
     def __init__(self, num_classes: int = NUM_CLASSES, width: int = 64, head: int = 48) -> None:
         super().__init__()
-        self.stage1 = nn.Sequential(conv_bn_relu(3, 16, 2), conv_bn_relu(16, 16))  # /2
-        self.stage2 = nn.Sequential(conv_bn_relu(16, 32, 2), conv_bn_relu(32, 32))  # /4
-        self.stage3 = nn.Sequential(conv_bn_relu(32, 64, 2), conv_bn_relu(64, 64))  # /8
+        self.stage1 = nn.Sequential(conv_bn_relu(3, 16, 2), conv_bn_relu(16, 16))      # /2
+        self.stage2 = nn.Sequential(conv_bn_relu(16, 32, 2), conv_bn_relu(32, 32))     # /4
+        self.stage3 = nn.Sequential(conv_bn_relu(32, 64, 2), conv_bn_relu(64, 64))     # /8
         self.stage4 = nn.Sequential(conv_bn_relu(64, 128, 2), conv_bn_relu(128, 128))  # /16
         self.lat4 = nn.Conv2d(128, width, 1)
         self.lat3 = nn.Conv2d(64, width, 1)

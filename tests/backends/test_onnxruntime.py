@@ -6,24 +6,24 @@ import pytest
 from onnx import TensorProto, helper
 
 from tests.conftest import TINY
-from trtverify.backends import REGISTRY, backend_class
 from trtverify.backends.base import Backend
-from trtverify.config.models import OnnxRuntimeOptions
+from trtverify.config.backends import OnnxRuntimeOptions
+from trtverify.config.registry import BACKENDS
 from trtverify.errors import BackendError, MissingDependency, UsageError
 
 X = np.random.default_rng(0).uniform(-1, 1, (3, 1, 8, 8)).astype(np.float32)
 
 
 def test_registry_and_protocol():
-    assert set(REGISTRY) >= {"onnxruntime", "torch"}
-    b = backend_class("onnxruntime")(TINY / "tiny.onnx")
+    assert set(BACKENDS) >= {"onnxruntime", "torch"}
+    b = BACKENDS.load("onnxruntime")(TINY / "tiny.onnx")
     assert isinstance(b, Backend)
     with pytest.raises(UsageError, match="did you mean 'onnxruntime'"):
-        backend_class("onnxruntim")
+        BACKENDS.load("onnxruntim")
 
 
 def test_infer_and_metadata():
-    b = backend_class("onnxruntime")(TINY / "tiny.onnx")
+    b = BACKENDS.load("onnxruntime")(TINY / "tiny.onnx")
     b.load()
     assert [(m.name, m.dtype, m.shape) for m in b.inputs()] == [("input", "float32", ("batch", 1, 8, 8))]
     out = b.infer({"input": X})
@@ -32,15 +32,15 @@ def test_infer_and_metadata():
 
 @pytest.mark.parametrize("level", ["disable", "basic", "extended", "all"])
 def test_optimisation_levels_agree(level: str):
-    b = backend_class("onnxruntime")(
+    b = BACKENDS.load("onnxruntime")(
         TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level=level, intra_op_num_threads=1)
     )
-    ref = backend_class("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level="disable"))
+    ref = BACKENDS.load("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level="disable"))
     np.testing.assert_allclose(b.infer({"input": X})["logits"], ref.infer({"input": X})["logits"], rtol=1e-5, atol=1e-6)
 
 
 def test_expose_intermediates_declares_no_wrong_shapes():
-    b = backend_class("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level="disable"))
+    b = BACKENDS.load("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(graph_optimization_level="disable"))
     b.load()
     names = b.intermediates()
     assert len(names) >= 5
@@ -52,7 +52,7 @@ def test_expose_intermediates_declares_no_wrong_shapes():
 
 
 def test_feed_mismatch_and_float_cast():
-    b = backend_class("onnxruntime")(TINY / "tiny.onnx")
+    b = BACKENDS.load("onnxruntime")(TINY / "tiny.onnx")
     with pytest.raises(BackendError, match="missing: input"):
         b.infer({"x": X})
     out = b.infer({"input": X.astype(np.float64)})  # float64 -> float32 is a recorded cast
@@ -73,7 +73,7 @@ def test_fp16_model_with_fp16_io(tmp_path: Path):
     )
     path = tmp_path / "fp16.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
-    b = backend_class("onnxruntime")(path)
+    b = BACKENDS.load("onnxruntime")(path)
     y = b.infer({"x": np.array([[1.0, 1.0]], np.float32)})["y"]
     assert y.dtype == np.float16 and y.tolist() == [[4.0, 6.0]]
 
@@ -88,11 +88,11 @@ def test_broken_model_is_a_backend_error(tmp_path: Path):
     path = tmp_path / "bad.onnx"
     onnx.save(helper.make_model(g, ir_version=9), str(path))
     with pytest.raises(BackendError, match="cannot load"):
-        backend_class("onnxruntime")(path).infer({"x": np.zeros(1, np.float32)})
+        BACKENDS.load("onnxruntime")(path).infer({"x": np.zeros(1, np.float32)})
 
 
 def test_unavailable_provider_names_the_fix():
-    b = backend_class("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(providers=["CUDAExecutionProvider"]))
+    b = BACKENDS.load("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(providers=["CUDAExecutionProvider"]))
     with pytest.raises(MissingDependency, match="onnxruntime-gpu") as info:
         b.infer({"input": X})
     assert info.value.exit_code == 3

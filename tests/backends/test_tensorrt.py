@@ -16,17 +16,17 @@ import fnmatch
 import importlib.util
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from tests.conftest import ROOT
-from trtverify.backends import REGISTRY, backend_class
 from trtverify.backends.base import Backend
-from trtverify.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend, _literal
-from trtverify.backends.tensorrt_options import TensorRTOptions, resolve_strongly_typed
+from trtverify.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend
+from trtverify.backends.tensorrt_support import literal, resolve_strongly_typed
+from trtverify.config.backends import Backends, TensorRTOptions
+from trtverify.config.registry import BACKENDS
 from trtverify.errors import EXIT_DEPENDENCY, BackendError, MissingDependency, UsageError
 
 DEMO = ROOT / "demo" / "fashion_mnist"
@@ -158,18 +158,14 @@ def test_build_mode_clashes_with_version(kwargs, rtx, version, message):
 
 
 def test_registry_protocol_and_from_config():
-    assert backend_class("tensorrt") is TensorRTBackend and backend_class("tensorrt-rtx") is TensorRTRTXBackend
-    assert {"tensorrt", "tensorrt-rtx"} <= set(REGISTRY)
+    assert BACKENDS.load("tensorrt") is TensorRTBackend and BACKENDS.load("tensorrt-rtx") is TensorRTRTXBackend
+    assert {"tensorrt", "tensorrt-rtx"} <= set(BACKENDS)
     feeds = [{"input": np.zeros((2, 1, 28, 28), np.float32)}]
-    b = TensorRTBackend.from_config(
-        MODELS["fp32"], SimpleNamespace(tensorrt=TensorRTOptions(precisions=["fp16"])), feeds
-    )
+    b = TensorRTBackend.from_config(MODELS["fp32"], Backends(tensorrt=TensorRTOptions(precisions=["fp16"])), feeds)
     assert isinstance(b, Backend) and b.options.precisions == ["fp16"] and len(b.calibration_feeds) == 1
-    r = TensorRTRTXBackend.from_config(
-        MODELS["fp16"], SimpleNamespace(tensorrt=TensorRTOptions(precisions=["fp16"])), ()
-    )
+    r = TensorRTRTXBackend.from_config(MODELS["fp16"], Backends(tensorrt=TensorRTOptions(precisions=["fp16"])), ())
     assert r.options == TensorRTOptions()  # reads backends.tensorrt_rtx only; absent -> defaults
-    r = TensorRTRTXBackend.from_config(MODELS["fp16"], SimpleNamespace(tensorrt_rtx={"log_verbosity": "info"}))
+    r = TensorRTRTXBackend.from_config(MODELS["fp16"], Backends(tensorrt_rtx={"log_verbosity": "info"}))
     assert r.options.log_verbosity == "info" and r.name == "tensorrt-rtx"
 
 
@@ -224,8 +220,8 @@ def test_prebuilt_engine_has_nothing_to_build_or_expose(tmp_path: Path):
 def test_output_names_are_matched_literally():
     names = ["(Unnamed Layer* 12) [Shuffle]_output", "a?b", "x[0]", "plain/name_output_0"]
     for n in names:
-        assert fnmatch.fnmatchcase(n, _literal(n))
-        assert fnmatch.filter(names, _literal(n)) == [n]
+        assert fnmatch.fnmatchcase(n, literal(n))
+        assert fnmatch.filter(names, literal(n)) == [n]
 
 
 # ----------------------------------------------------------------------------- GPU (TensorRT-RTX / TensorRT)

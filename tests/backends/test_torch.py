@@ -4,8 +4,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.conftest import TINY  # noqa: E402
-from trtverify.backends import backend_class  # noqa: E402
-from trtverify.config.models import PyTorchModel, TorchOptions  # noqa: E402
+from trtverify.config.backends import TorchOptions
+from trtverify.config.models import PyTorchModel  # noqa: E402
+from trtverify.config.registry import BACKENDS  # noqa: E402
 from trtverify.errors import MissingDependency, UsageError  # noqa: E402
 
 X = np.random.default_rng(1).uniform(-1, 1, (2, 1, 8, 8)).astype(np.float32)
@@ -13,11 +14,11 @@ X = np.random.default_rng(1).uniform(-1, 1, (2, 1, 8, 8)).astype(np.float32)
 
 def _backend(**spec):
     spec.setdefault("output_names", ["logits"])
-    return backend_class("torch")(PyTorchModel(**spec), search_path=[TINY], default_input_names=["input"])
+    return BACKENDS.load("torch")(PyTorchModel(**spec), search_path=[TINY], default_input_names=["input"])
 
 
 def _onnx_logits():
-    return backend_class("onnxruntime")(TINY / "tiny.onnx").infer({"input": X})["logits"]
+    return BACKENDS.load("onnxruntime")(TINY / "tiny.onnx").infer({"input": X})["logits"]
 
 
 @pytest.mark.parametrize(
@@ -51,12 +52,12 @@ def test_factory_kwargs_and_strict_weights():
 
 
 def test_unnamed_outputs_need_output_names():
-    b = backend_class("torch")(
+    b = BACKENDS.load("torch")(
         PyTorchModel(factory="tinymodel:build_two_heads"), search_path=[TINY], default_input_names=["input"]
     )
     with pytest.raises(UsageError, match="name them with models.pytorch.output_names"):
         b.infer({"input": X})
-    b = backend_class("torch")(
+    b = BACKENDS.load("torch")(
         PyTorchModel(factory="tinymodel:build_two_heads", output_names=["logits"]),
         search_path=[TINY],
         default_input_names=["input"],
@@ -76,7 +77,7 @@ def test_expose_submodule_outputs():
 def test_cuda_requested_without_gpu_is_exit_3():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    b = backend_class("torch")(
+    b = BACKENDS.load("torch")(
         PyTorchModel(torchscript=TINY / "tiny_script.pt", output_names=["logits"]), TorchOptions(device="cuda")
     )
     with pytest.raises(MissingDependency) as info:
@@ -88,7 +89,7 @@ def test_cuda_requested_without_gpu_is_exit_3():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_matches_cpu():
     cpu = _backend(factory="tinymodel:build", weights=TINY / "tiny.pt").infer({"input": X})["logits"]
-    gpu = backend_class("torch")(
+    gpu = BACKENDS.load("torch")(
         PyTorchModel(factory="tinymodel:build", weights=TINY / "tiny.pt", output_names=["logits"]),
         TorchOptions(device="cuda"),
         search_path=[TINY],

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trtverify.buildlog import parse
+from trtverify.buildlog.parser import parse
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "buildlogs"
 REAL = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(DATA.glob("*.log"))][:40]
@@ -32,7 +32,7 @@ PREFIXES = [
 
 def _check(text: str) -> None:
     log = parse(text)
-    d = log.to_dict()
+    d = log.dump()
     assert d["lines"] >= 0 and log.unknown_lines >= 0
     for f in log.findings:
         assert f.count == len(f.lines) >= 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trtverify.buildlog import parse, parse_file
+from trtverify.buildlog.parser import parse, parse_file
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "buildlogs"
 EXPECTED = sorted(DATA.glob("*.expected.json"))
@@ -26,11 +26,11 @@ def test_log_matches_expected(expected_path: Path) -> None:
     assert log.version == expected["version"]
     assert log.dialect == expected["dialect"]
     if "layers" in expected:
-        got_layers = [{k: v for k, v in row.items() if k != "line"} for row in log.layers]
+        got_layers = [{k: v for k, v in row.dump().items() if k != "line"} for row in log.layers]
         assert got_layers == expected["layers"]
     if "layer_precisions" in expected:
-        assert [row["precision"] for row in log.layers] == expected["layer_precisions"]
-    json.dumps(log.to_dict())  # serialisable
+        assert [row.precision for row in log.layers] == expected["layer_precisions"]
+    assert type(log).model_validate(json.loads(json.dumps(log.dump()))) == log  # serialisable, and read back
 
 
 def test_expected_files_present() -> None:
@@ -83,9 +83,7 @@ def test_rtx_logs_parse() -> None:
     for path in sorted((DATA / "rtx").glob("*.log")):  # Polygraphy-logged TensorRT-RTX builds
         log = parse_file(path)
         assert log.version == "1.7.1.116" and log.dialect == "polygraphy"
-        assert log.layers and all(row["precision"] for row in log.layers if row["type"] not in ("signal", "wait")), (
-            path.name
-        )
+        assert log.layers and all(row.precision for row in log.layers if row.type not in ("signal", "wait")), path.name
 
 
 def test_every_shared_log_has_a_copy_and_an_expected_file() -> None:

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from trtverify.compare.metrics import METRICS, CompareError, compare, metric_key, topk_agreement
+from trtverify.compare.metrics import CompareError, compare, topk_agreement
+from trtverify.config.checks import METRICS, metric_key
 
 
 def test_identical_tensors():

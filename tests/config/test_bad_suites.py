@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DATA, run_cli
-from trtverify.config import load_suite
+from trtverify.config.loader import load_suite
 from trtverify.errors import SuiteError
 from trtverify.runner import preflight
 

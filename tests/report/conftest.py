@@ -27,6 +27,13 @@ def load(out: Path) -> dict:
     return json.loads((out / "results.json").read_text(encoding="utf-8"))
 
 
+def typed(results: dict):  # noqa: ANN201
+    """A results.json dict (possibly edited by a test) as the typed document the renderers read."""
+    from trtverify.results.io import parse_results
+
+    return parse_results(json.loads(json.dumps(results)), "test")
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`trtverify run suites/fashion_mnist.yaml` (all four stages; it passes)."""

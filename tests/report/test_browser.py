@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.report.conftest import FAULT, HOSTILE, HOSTILE_QUOTE, HOSTILE_SCRIPT, load
-from trtverify.report import write_report
+from tests.report.conftest import FAULT, HOSTILE, HOSTILE_QUOTE, HOSTILE_SCRIPT, load, typed
+from trtverify.report.html import write_report
 
 pytestmark = pytest.mark.browser
 
@@ -219,10 +219,11 @@ def test_failing_run_marks_first_divergence_and_root_causes(browser: Any, failin
                 "counts": [5, 50, 9],
                 "exact": 1,
                 "nonfinite": 0,
+                "sampled": 65,
                 "total": 65,
             }
         ]
-        write_report(results, failing_run / "report.html")
+        write_report(typed(results), failing_run / "report.html")
     fd = cand["first_divergence"]
     open_report(browser, failing_run / "report.html")
     assert browser.execute_script("return document.querySelector('.verdict .big').textContent") == "FAILED"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from trtverify.buildlog.layers import EngineLayer
 from trtverify.report.links import Link, build_links, candidates_for_log, layer_id, layer_nodes, prefix_node, row_id
+from trtverify.stages.buildlog import BuildlogResult, LogResult
+from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row
 
 NODES = ["/features/block1/conv/Conv", "/features/block1/relu/Relu", "/a/Conv", "/a/Conv_1"]
 
@@ -22,52 +25,52 @@ def test_layer_nodes_are_its_onnx_nodes_plus_the_one_its_name_derives_from():
         "name": "__myl_MulAddMoveRelu_myl0_2",
         "onnx_nodes": ["/features/block1/conv/Conv", "q_QuantizeLinear", "/features/block1/relu/Relu"],
     }
-    assert layer_nodes(fused, NODES) == {
+    assert layer_nodes(fused["name"], fused["onnx_nodes"], NODES) == {
         "/features/block1/conv/Conv",
         "/features/block1/relu/Relu",
     }  # Q/DQ nodes are not rows
-    assert layer_nodes({"name": "/a/Conv_1_myl0_3", "onnx_nodes": []}, NODES) == {"/a/Conv_1"}
-    assert layer_nodes({"name": "/a/Conv_1_myl0_3"}, NODES) == {"/a/Conv_1"}  # older logs: no onnx_nodes
-    assert layer_nodes({"name": "Reformat_0", "onnx_nodes": None}, NODES) == set()
+    assert layer_nodes("/a/Conv_1_myl0_3", [], NODES) == {"/a/Conv_1"}  # older logs: no onnx_nodes
+    assert layer_nodes("Reformat_0", [], NODES) == set()
 
 
 def test_a_log_belongs_to_the_candidates_named_in_its_file_name():
-    cands = [
-        {"name": "fp16", "model": "demo/fashion_cnn_fp16.onnx"},
-        {"name": "int8", "model": "demo/fashion_cnn_int8_qdq.onnx"},
-    ]
+    cands = ["demo/fashion_cnn_fp16.onnx", "demo/fashion_cnn_int8_qdq.onnx"]
     assert candidates_for_log("logs/fashion_cnn_int8_qdq__mark_all.log", cands) == [1]
     assert candidates_for_log("/x/build.log", cands) == [0, 1]  # no hint: every candidate
     assert candidates_for_log("build.log", []) == []
 
 
-def _row(topo: int, node: str, op: str = "Conv") -> dict:
-    return {"topo_index": topo, "node": node, "op_type": op, "tensor": f"{node}_output_0"}
+def _row(topo: int, node: str, op: str = "Conv") -> Row:
+    # only what the links read; model_construct skips the rest of a row's fields
+    return Row.model_construct(topo_index=topo, node=node, op_type=op, tensor=f"{node}_output_0")
+
+
+def _cand(name: str, model: str, rows: list[Row]) -> LayerwiseCandidate:
+    return LayerwiseCandidate.model_construct(name=name, model=model, rows=rows)
+
+
+def _log(log: str, layers: list[tuple[str, list[str]]]) -> LogResult:
+    return LogResult.model_construct(
+        log=log, layers=[EngineLayer.model_construct(name=n, onnx_nodes=nodes) for n, nodes in layers]
+    )
 
 
 def test_build_links_both_ways():
     stages = [
-        {
-            "name": "layerwise",
-            "candidates": [
-                {"name": "a", "model": "m_a.onnx", "rows": [_row(0, "/c/Conv"), _row(1, "/c/Relu", "Relu")]},
-                {"name": "b", "model": "m_b.onnx", "rows": [_row(0, "/c/Conv"), _row(3, "/c/Relu", "Relu")]},
+        LayerwiseResult(
+            status="passed",
+            candidates=[
+                _cand("a", "m_a.onnx", [_row(0, "/c/Conv"), _row(1, "/c/Relu", "Relu")]),
+                _cand("b", "m_b.onnx", [_row(0, "/c/Conv"), _row(3, "/c/Relu", "Relu")]),
             ],
-        },
-        {
-            "name": "buildlog",
-            "logs": [
-                {
-                    "log": "m_b.log",
-                    "layers": [
-                        {"name": "/c/Conv_myl0_1", "onnx_nodes": []},
-                        {"name": "fused_2", "onnx_nodes": ["/c/Relu", "/c/Conv"]},
-                        {"name": "Reformat"},
-                    ],
-                },
-                {"log": "other.log", "layers": [{"name": "/c/Relu", "onnx_nodes": ["/c/Relu"]}]},
+        ),
+        BuildlogResult(
+            status="passed",
+            logs=[
+                _log("m_b.log", [("/c/Conv_myl0_1", []), ("fused_2", ["/c/Relu", "/c/Conv"]), ("Reformat", [])]),
+                _log("other.log", [("/c/Relu", ["/c/Relu"])]),
             ],
-        },
+        ),
     ]
     to_rows, to_layers = build_links(stages)
     # m_b.log belongs to candidate b only; rows in topological order

@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.report.conftest import HOSTILE, load
-from trtverify import report
-from trtverify.report import _margin, render
+from tests.report.conftest import HOSTILE, load, typed
+from trtverify.compare.checks import CheckResult
+from trtverify.report import html as report
+from trtverify.report.format import margin
+from trtverify.report.html import render as render_typed
+
+
+def render(results: dict) -> str:
+    return render_typed(typed(results))
+
 
 BLOB = re.compile(r'<script type="application/json" id="(lw-data-[^"]+)">(.*?)</script>', re.S)
 
@@ -102,13 +109,13 @@ def test_print_css(demo: dict):
     assert "tr, .card, figure { break-inside: avoid; }" in css and "thead { display: table-header-group; }" in css
 
 
-def test_optional_fields_may_be_missing(demo: dict):
+def test_stages_that_did_not_run_and_empty_parts_render(demo: dict):
     old = copy.deepcopy(demo)
     for s in old["stages"]:
         for c in s.get("candidates", []):
-            c.pop("histograms", None)
-            c.pop("lint", None)
-            c.pop("root_causes", None)
+            c["histograms"] = []
+            c["lint"] = []
+            c["root_causes"] = []
     old["stages"] = [s for s in old["stages"] if s["name"] != "buildlog"]
     e2e = next(i for i, s in enumerate(old["stages"]) if s["name"] == "e2e")
     old["stages"][e2e] = {
@@ -118,16 +125,15 @@ def test_optional_fields_may_be_missing(demo: dict):
         "checks": [],
         "notes": [],
         "timings": {},
-        "error": {"kind": "internal", "message": "ValueError: boom", "traceback": "Traceback: boom"},
+        "error": {"kind": "internal", "message": "ValueError: boom", "traceback": "Traceback: boom", "exit_code": 4},
     }
     old["passed"] = False
     html = render(old)
     assert "ValueError: boom" in html and 'class="hist-chart"' not in html and 'href="#bl-' not in html
     assert html.count('class="lw-chart"') == 2
-    # a run that stopped in its first stage, without an environment block
-    bare = {k: v for k, v in old.items() if k != "environment"}
-    bare["stages"] = [old["stages"][e2e]]
-    assert "ValueError: boom" in render(bare)
+    # a run that stopped in its first stage
+    bare = dict(old, stages=[old["stages"][e2e]], complete=False, exit_code=None)
+    assert "ValueError: boom" in render(bare) and "incomplete run" in render(bare)
 
 
 def test_histograms_become_bar_charts(demo: dict):
@@ -146,6 +152,7 @@ def test_histograms_become_bar_charts(demo: dict):
             "counts": [3, 7],
             "exact": 2,
             "nonfinite": 1,
+            "sampled": 13,
             "total": 13,
         }
     ]
@@ -216,7 +223,7 @@ def test_hostile_names_are_escaped_everywhere(hostile_run: Path):
     ],
 )
 def test_margin(check: dict, text: str):
-    assert _margin(check) == text
+    assert margin(CheckResult(name="c", stage="layerwise", **check)) == text
 
 
 def test_vendored_chart_js_is_the_recorded_build_and_guarded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

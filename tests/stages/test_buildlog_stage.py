@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from tests.conftest import DATA, ROOT, run_cli, write_suite
-from trtverify.buildlog import parse_file
 from trtverify.buildlog.catalog import CATEGORIES, KINDS
+from trtverify.buildlog.parser import parse_file
 
 LOGS = DATA / "buildlogs"
 RTX = LOGS / "rtx"

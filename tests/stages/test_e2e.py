@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, run_cli, write_suite
+from tests.conftest import ROOT, as_json, run_cli, write_suite
 
 DEMO = ROOT / "demo" / "fashion_mnist"
 SUITE = ROOT / "suites" / "fashion_mnist.yaml"
@@ -158,8 +158,8 @@ def test_chunked_run_equals_one_chunk_and_one_session_is_alive_at_a_time(
     same metrics, and only one ONNX Runtime session (one intra-op pool) may exist at a time
     when the whole set fits in one chunk (real sessions, counted through the backend)."""
     from trtverify.backends.onnxruntime import OnnxRuntimeBackend
-    from trtverify.config import load_suite
-    from trtverify.runner import run_suite
+    from trtverify.config.loader import load_suite
+    from trtverify.results.record import run_and_record
 
     _, whole = demo_run
     assert whole["chunks"] == 1
@@ -180,14 +180,14 @@ def test_chunked_run_equals_one_chunk_and_one_session_is_alive_at_a_time(
     monkeypatch.setattr(OnnxRuntimeBackend, "_make_session", counting_make)
     monkeypatch.setattr(OnnxRuntimeBackend, "close", counting_close)
     loaded = load_suite(SUITE)
-    run_suite(loaded, tmp_path / "one", stages=["e2e"])
+    run_and_record(loaded, tmp_path / "one", stages=["e2e"])
     assert peak[0] == 1
 
     e2e = loaded.suite.stages.e2e
     small = loaded.suite.model_copy(
         update={"stages": loaded.suite.stages.model_copy(update={"e2e": e2e.model_copy(update={"chunk_mb": 0.5})})}
     )
-    chunked = run_suite(dataclasses.replace(loaded, suite=small), tmp_path / "chunked", stages=["e2e"]).results[
+    chunked = as_json(run_and_record(dataclasses.replace(loaded, suite=small), tmp_path / "chunked", stages=["e2e"]))[
         "stages"
     ][0]
     per_batch = 250 * 28 * 28 * 4 / 2**20  # one float32 batch of the demo: 0.75 MB, over the 0.5 MB limit

@@ -11,9 +11,10 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
-from trtverify.config import load_suite
+from trtverify.config.loader import load_suite
 from trtverify.hooks import load_hook
-from trtverify.tasks.datasets import batches, make_preprocess, open_dataset
+from trtverify.tasks.batches import batches, make_preprocess
+from trtverify.tasks.datasets import open_dataset
 from trtverify.tasks.detection import DetectionAccumulator
 
 SUITE = ROOT / "suites" / "shapes_detection.yaml"
@@ -53,7 +54,7 @@ def test_coco_figures_equal_pycocotools_on_the_demo(e2e_run):
     for b in batches(reader, range(len(reader)), 50, pre, 0):
         dets = decode(model.infer({"images": b.inputs}), image_sizes=b.sizes)
         acc.update([reader.ids[i] for i in b.index], dets)
-    fast, ref = acc.compute("faster-coco-eval"), acc.compute("pycocotools")
+    fast, ref = acc.compute("faster-coco-eval").dump(), acc.compute("pycocotools").dump()
 
     def same(a, b) -> bool:  # NaN (e.g. ap_large: no large objects) equals NaN; JSON writes it as "nan"
         a, b = float(a), float(b)

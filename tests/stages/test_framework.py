@@ -11,6 +11,7 @@ import pytest
 from onnx import numpy_helper
 
 from tests.conftest import TINY_SUITE, run_cli, write_suite
+from trtverify.config.loader import load_suite
 
 pytest.importorskip("torch")
 
@@ -35,7 +36,7 @@ def test_pass_writes_results_report_and_reference(tiny_suite: Path, tmp_path: Pa
     assert r.code == 0, r.err
     assert "PASSED: suite 'tiny'" in r.out and "[PASSED ] framework" in r.out
     res = results(out)
-    assert res["schema_version"] == 1 and res["passed"] is True and res["exit_code"] == 0 and res["complete"]
+    assert res["schema_version"] == 2 and res["passed"] is True and res["exit_code"] == 0 and res["complete"]
     stage = res["stages"][0]
     assert stage["name"] == "framework" and stage["status"] == "passed"
     names = {c["name"] for c in stage["checks"]}
@@ -176,21 +177,24 @@ def test_hostile_names_are_escaped_in_the_report(tiny_dir: Path, tmp_path: Path)
 
 
 def test_a_crashing_stage_does_not_stop_the_others(tiny_suite: Path, tmp_path: Path, monkeypatch):
-    """Inject a bug into a second, fake stage (no such bug exists to trigger for real)."""
-    from trtverify import runner
-    from trtverify.config import load_suite
-    from trtverify.stages import framework
+    """Plant a bug in a stage that runs first (no such bug exists to trigger for real)."""
+    from trtverify.report.html import write_report
+    from trtverify.results.record import run_and_record
+    from trtverify.runner import StagePlan
+    from trtverify.stages.base import StageWork
+    from trtverify.stages.layerwise import stage as layerwise_stage
 
     def crash(ctx):
         raise ZeroDivisionError("planted bug")
 
-    monkeypatch.setattr(runner, "select_stages", lambda loaded, requested: ["broken", "framework"])
-    monkeypatch.setattr(runner, "stage_function", lambda name: crash if name == "broken" else framework.run)
-    result = runner.run_suite(load_suite(tiny_suite), tmp_path / "o")
-    by = {s["name"]: s for s in result.results["stages"]}
-    assert by["broken"]["status"] == "error" and "ZeroDivisionError: planted bug" in by["broken"]["error"]["traceback"]
-    assert by["framework"]["status"] == "passed"
-    assert result.exit_code == 4 and result.results["passed"] is False
+    monkeypatch.setattr(layerwise_stage, "run", crash)
+    plans = [StagePlan("layerwise", StageWork()), StagePlan("framework", StageWork())]
+    results = run_and_record(load_suite(tiny_suite), tmp_path / "o", plans=plans)
+    by = {s.name: s for s in results.stages}
+    assert by["layerwise"].status == "error" and "ZeroDivisionError: planted bug" in by["layerwise"].error.traceback
+    assert by["framework"].status == "passed"
+    assert results.exit_code == 4 and results.passed is False
+    write_report(results, tmp_path / "o" / "report.html")
     assert "planted bug" in (tmp_path / "o" / "report.html").read_text()
 
 

@@ -11,9 +11,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from tests.conftest import DATA, ROOT, run_cli, write_suite
-from trtverify.config import load_suite
-from trtverify.runner import run_suite
+from tests.conftest import DATA, ROOT, as_json, run_cli, write_suite
+from trtverify.config.loader import load_suite
+from trtverify.report.html import write_report
+from trtverify.results.record import run_and_record
 
 DEMO = ROOT / "demo" / "fashion_mnist"
 ENCODER = DATA / "encoder" / "encoder.onnx"
@@ -51,8 +52,9 @@ ENC_INPUTS = "  samples: 2\n  generate:\n    hidden: {shape: [2, 16, 64], range:
 
 def run_layerwise(folder: Path, text: str) -> dict:
     loaded = load_suite(write_suite(folder, text))
-    result = run_suite(loaded, folder / "out")
-    return result.results["stages"][0]
+    results = run_and_record(loaded, folder / "out")
+    write_report(results, folder / "out" / "report.html")
+    return as_json(results)["stages"][0]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])

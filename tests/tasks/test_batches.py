@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trtverify.config.models import Dataset, Preprocess
+from trtverify.config.stages import Dataset, Preprocess
 from trtverify.errors import UsageError
-from trtverify.tasks import datasets
-from trtverify.tasks.datasets import Reader, batches, default_workers, make_preprocess, open_dataset
+from trtverify.tasks import batches as batches_module
+from trtverify.tasks.batches import Preprocessor, batches, default_workers, make_preprocess
+from trtverify.tasks.datasets import Reader, open_dataset
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_a_hook_preprocessing_is_called_per_image_and_stacked(folder: Path):
         seen.append(threading.current_thread())
         return image[:8, :8].astype(np.float32).mean(axis=-1)
 
-    got = _collect(reader, hook, 3)
+    got = _collect(reader, Preprocessor(hook), 3)
     assert [b.inputs.shape for b in got] == [(7, 8, 8)] * 3 + [(5, 8, 8)]
     assert np.array_equal(got[1].inputs[2], reader.image(9)[:8, :8].astype(np.float32).mean(axis=-1))
     assert len(seen) == 26 and all(t.name.startswith("trtverify-data") for t in seen)
@@ -145,8 +146,8 @@ def test_usable_cores_honour_a_cgroup_quota(
     f = tmp_path / "cpu.max"
     if cpu_max is not None:
         f.write_text(cpu_max)
-    monkeypatch.setattr(datasets, "CPU_MAX", f)
-    assert datasets.usable_cores() == expected
+    monkeypatch.setattr(batches_module, "CPU_MAX", f)
+    assert batches_module.usable_cores() == expected
 
 
 def test_a_hooks_own_attributes_are_not_taken_for_the_built_in_steps(folder: Path):
@@ -159,12 +160,12 @@ def test_a_hooks_own_attributes_are_not_taken_for_the_built_in_steps(folder: Pat
 
         per_image = batch = finish
 
-    got = _collect(open_dataset(Dataset(folder=folder)), Hook(), 2)
+    got = _collect(open_dataset(Dataset(folder=folder)), Preprocessor(Hook()), 2)
     assert got[0].inputs.shape == (7, 4, 4)
 
 
 @pytest.mark.parametrize(("cores", "expected"), [(1, 2), (2, 2), (8, 2), (12, 3), (16, 4), (64, 4)])
 def test_default_workers_follow_the_usable_cores(monkeypatch: pytest.MonkeyPatch, cores: int, expected: int):
-    monkeypatch.setattr(datasets, "usable_cores", lambda: cores)
+    monkeypatch.setattr(batches_module, "usable_cores", lambda: cores)
     assert default_workers(None) == expected
     assert default_workers(0) == 0 and default_workers(7) == 7  # a configured number is kept, 0 (inline) too

@@ -59,7 +59,7 @@ def test_random_scores_match_sklearn(seed: int) -> None:
     scores[np.arange(n), labels] += rng.uniform(0, 2)  # better than chance, not perfect
     acc = ClassificationAccumulator(c, top_k=(1, 3, 5))
     fill(acc, labels, scores)
-    m = acc.compute()
+    m = acc.compute().dump()
     preds = scores.argmax(axis=1)
     assert_matches_sklearn(m, labels, preds, c)
     assert m["top1_accuracy"] == m["accuracy"]
@@ -80,7 +80,7 @@ def test_class_never_predicted_and_class_without_support() -> None:
     preds = np.array([0, 3, 1, 0, 1, 3, 0, 0])
     acc = ClassificationAccumulator(5, top_k=(1,))
     acc.update(labels, preds)
-    m = acc.compute()
+    m = acc.compute().dump()
     assert_matches_sklearn(m, labels, preds, 5)
     pc = m["per_class"]
     assert pc[2]["precision"] == 0.0 and pc[2]["recall"] == 0.0 and pc[2]["support"] == 3
@@ -94,11 +94,11 @@ def test_all_correct_and_all_wrong() -> None:
     labels = np.array([0, 1, 2, 1])
     acc = ClassificationAccumulator(3, top_k=(1, 2))
     acc.update(labels, np.eye(3)[labels])
-    m = acc.compute()
+    m = acc.compute().dump()
     assert m["accuracy"] == m["macro_f1"] == m["micro_f1"] == m["weighted_f1"] == m["top2_accuracy"] == 1.0
     acc = ClassificationAccumulator(3)
     acc.update(labels, (labels + 1) % 3)
-    m = acc.compute()
+    m = acc.compute().dump()
     assert_matches_sklearn(m, labels, (labels + 1) % 3, 3)
     assert m["accuracy"] == 0.0 and m["macro_f1"] == 0.0 and "top5_accuracy" not in m
 
@@ -108,7 +108,7 @@ def test_topk_ties_break_to_the_lower_index_like_argmax() -> None:
     labels = np.array([1, 2, 2])
     acc = ClassificationAccumulator(3, top_k=(1, 2, 3))
     acc.update(labels, scores)
-    m = acc.compute()
+    m = acc.compute().dump()
     assert acc.per_sample()["predictions"] == [0, 1, 0]
     assert m["top1_accuracy"] == m["accuracy"] == 0.0
     assert m["top2_accuracy"] == pytest.approx(2 / 3)  # rows 0 and 1: the label is second
@@ -121,7 +121,7 @@ def test_predictions_only_reports_top1_only() -> None:
     acc = ClassificationAccumulator(10)
     acc.update(labels[:50], preds[:50])
     acc.update(labels[50:], np.eye(10)[preds[50:]])  # a scores batch, but one batch lacks scores
-    m = acc.compute()
+    m = acc.compute().dump()
     assert_matches_sklearn(m, labels, preds, 10)
     assert m["top1_accuracy"] == m["accuracy"] and "top5_accuracy" not in m
 
@@ -131,7 +131,7 @@ def test_nan_scores_have_no_prediction_and_count_wrong() -> None:
     scores = np.array([[5.0, 0, 0], [np.nan, 1, 0], [0, 0, 1], [np.nan] * 3])
     acc = ClassificationAccumulator(3, top_k=(1, 2))
     acc.update(labels, scores)
-    m = acc.compute()
+    m = acc.compute().dump()
     preds = np.array([0, -1, 2, -1])
     assert acc.per_sample()["predictions"] == preds.tolist()
     assert m["invalid"] == 2 and m["accuracy"] == 0.5 and m["top2_accuracy"] == 0.5
@@ -145,10 +145,10 @@ def test_nan_scores_have_no_prediction_and_count_wrong() -> None:
 def test_zero_samples_is_an_error() -> None:
     acc = ClassificationAccumulator(4)
     with pytest.raises(ValueError, match="no samples"):
-        acc.compute()
+        acc.compute().dump()
     acc.update(np.zeros(0, dtype=np.int64), np.zeros((0, 4)))
     with pytest.raises(ValueError, match="no samples"):
-        acc.compute()
+        acc.compute().dump()
     assert acc.per_sample() == {"ids": [], "labels": [], "predictions": [], "correct": []}
 
 
@@ -164,7 +164,7 @@ def test_per_sample_ids_and_class_names() -> None:
         "correct": [True, False, True],
     }
     assert type(ps["ids"][2]) is int
-    m = acc.compute()
+    m = acc.compute().dump()
     assert [r["name"] for r in m["per_class"]] == ["cat", "dog"]
     json.dumps(ps, allow_nan=False)
 
@@ -185,7 +185,7 @@ def test_merge_equals_whole() -> None:
     fill(a, labels[:120], scores[:120])
     fill(b, labels[120:], scores[120:])
     a.merge(b)
-    assert a.compute() == whole.compute()
+    assert a.compute().dump() == whole.compute().dump()
     with pytest.raises(ValueError, match="classes"):
         a.merge(ClassificationAccumulator(8))
 
@@ -227,5 +227,5 @@ def test_float16_and_integer_scores() -> None:
     ):
         acc = ClassificationAccumulator(3, top_k=(1, 2))
         acc.update(labels, scores)
-        m = acc.compute()
+        m = acc.compute().dump()
         assert m["accuracy"] == 1.0 and not math.isnan(m["macro_f1"])

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from trtverify.fsutil import to_json
-from trtverify.tasks.detection import STAT_NAMES, DetectionAccumulator, GroundTruth, load_coco, validate_coco
+from trtverify.tasks.coco import STAT_NAMES, GroundTruth, load_coco, validate_coco
+from trtverify.tasks.detection import DetectionAccumulator
 
 CATEGORIES = [{"id": 1, "name": "person"}, {"id": 3, "name": "car"}, {"id": 18, "name": "dog"}]
 
@@ -127,8 +128,8 @@ def acc30(gt30: dict, dets30: dict) -> DetectionAccumulator:
 
 
 def test_backends_give_identical_coco_stats(gt30: dict, dets30: dict, acc30: DetectionAccumulator) -> None:
-    fast = acc30.compute()
-    slow = acc30.compute(backend="pycocotools")
+    fast = acc30.compute().dump()
+    slow = acc30.compute(backend="pycocotools").dump()
     ref = pycoco(gt30, dets30, sorted(dets30)).stats
     assert fast["backend"] == "faster-coco-eval" and fast["images"] == 30
     assert fast["detections"] == sum(len(d) for d in dets30.values())
@@ -148,7 +149,7 @@ def test_per_class_ap_is_pycocotools_precision_array(gt30: dict, dets30: dict, a
     ev = pycoco(gt30, dets30, sorted(dets30))
     p = ev.eval["precision"]  # [T, R, K, A, M]
     t50 = int(np.argmin(np.abs(ev.params.iouThrs - 0.5)))
-    m = acc30.compute()
+    m = acc30.compute().dump()
     assert [c["category_id"] for c in m["per_class"]] == [1, 3, 18]
     assert [c["name"] for c in m["per_class"]] == ["person", "car", "dog"]
     for k, c in enumerate(m["per_class"]):
@@ -215,7 +216,7 @@ def tiny_dets() -> dict[int, np.ndarray]:
 
 def test_precision_recall_f1_by_hand() -> None:
     acc = accumulate(tiny_gt(), tiny_dets())
-    m = acc.compute()
+    m = acc.compute().dump()
     assert (m["tp"], m["fp"], m["fn"]) == (2, 4, 3)
     assert (
         m["precision"] == pytest.approx(2 / 6)
@@ -236,9 +237,9 @@ def test_precision_recall_f1_by_hand() -> None:
         4: {"tp": 0, "fp": 1, "fn": 0},
     }
     # a lower score threshold lets the detection on B in; a stricter IoU loses D (IoU .75)
-    m = accumulate(tiny_gt(), tiny_dets(), score_threshold=0.1).compute()
+    m = accumulate(tiny_gt(), tiny_dets(), score_threshold=0.1).compute().dump()
     assert (m["per_class"][0]["tp"], m["per_class"][0]["fp"], m["per_class"][0]["fn"]) == (2, 2, 0)
-    m = accumulate(tiny_gt(), tiny_dets(), iou=0.8).compute()
+    m = accumulate(tiny_gt(), tiny_dets(), iou=0.8).compute().dump()
     assert (m["per_class"][1]["tp"], m["per_class"][1]["fp"], m["per_class"][1]["fn"]) == (0, 2, 2)
 
 
@@ -247,7 +248,7 @@ def test_tiny_case_with_crowd_agrees_with_pycocotools() -> None:
     acc = accumulate(gt, dets)
     ref = pycoco(gt, dets, [1, 2, 3, 4])
     for backend in ("faster-coco-eval", "pycocotools"):
-        m = acc.compute(backend)
+        m = acc.compute(backend).dump()
         for name, r in zip(STAT_NAMES, ref.stats):
             assert same(m[name], math.nan if r == -1 else float(r)), (backend, name)
     per = acc.per_image()
@@ -262,13 +263,13 @@ def test_merge_of_two_halves_equals_the_whole(gt30: dict, dets30: dict, acc30: D
     second = accumulate(gt30, dets30, ids[1::2])
     first.merge(second)
     assert first.images == ids
-    whole = acc30.compute()
-    merged = first.compute()
+    whole = acc30.compute().dump()
+    merged = first.compute().dump()
     assert json.loads(to_json(merged)) == json.loads(to_json(whole))
     merged_pi, whole_pi = first.per_image(), acc30.per_image()
     assert all(same(merged_pi[i], whole_pi[i], 0.0) for i in ids)
     # and a half on its own is different: the union is evaluated, not an average of the halves
-    assert accumulate(gt30, dets30, ids[::2]).compute()["map"] != whole["map"]
+    assert accumulate(gt30, dets30, ids[::2]).compute().dump()["map"] != whole["map"]
 
 
 def test_merge_refuses_overlap_and_other_ground_truth(gt30: dict, dets30: dict) -> None:
@@ -285,7 +286,7 @@ def test_images_without_detections(gt30: dict) -> None:
     acc = DetectionAccumulator(gt30)
     acc.update([1, 2, 3], [np.zeros((0, 6)), np.empty((0,)), []])
     for backend in ("faster-coco-eval", "pycocotools"):
-        m = acc.compute(backend)
+        m = acc.compute(backend).dump()
         assert m["map"] == 0.0 and m["ar100"] == 0.0 and m["detections"] == 0 and m["images"] == 3
         assert m["precision"] == 0.0 and m["recall"] == 0.0 and m["fp"] == 0 and m["fn"] > 0
     assert set(acc.per_image().values()) == {0.0}
@@ -302,9 +303,9 @@ def test_nonfinite_detections_are_dropped_and_counted(gt30: dict, dets30: dict) 
     bad = {i: d.copy() for i, d in dets30.items()}
     bad[1] = np.vstack([bad[1], [[np.nan, 0, 10, 10, 0.9, 1], [0, 0, 10, 10, np.inf, 3]]])
     acc = accumulate(gt30, bad)
-    m = acc.compute()
+    m = acc.compute().dump()
     assert m["nonfinite_detections"] == 2
-    assert m["map"] == accumulate(gt30, dets30).compute()["map"]
+    assert m["map"] == accumulate(gt30, dets30).compute().dump()["map"]
 
 
 def test_inverted_boxes_have_zero_size(gt30: dict) -> None:
@@ -312,9 +313,9 @@ def test_inverted_boxes_have_zero_size(gt30: dict) -> None:
     x, y, w, h = a["bbox"]
     acc = DetectionAccumulator(gt30)
     acc.update([a["image_id"]], [np.array([[x + w, y + h, x, y, 0.9, a["category_id"]]])])
-    m = acc.compute()
+    m = acc.compute().dump()
     assert m["tp"] == 0 and m["fp"] == 1
-    assert same(m["map"], acc.compute("pycocotools")["map"])
+    assert same(m["map"], acc.compute("pycocotools").dump()["map"])
 
 
 @pytest.mark.parametrize(
@@ -355,10 +356,12 @@ def test_one_call_per_batch_equals_one_call_per_image(gt30: dict, dets30: dict) 
     assert one.images == batched.images == sorted(ids)
     for i in ids:
         assert np.array_equal(one._dets[i], batched._dets[i])
-    a, b = one.compute(), batched.compute()
+    a, b = one.compute().dump(), batched.compute().dump()
     assert a["nonfinite_detections"] == b["nonfinite_detections"] == 2
     assert to_json(a) == to_json(b)
-    assert to_json(a) == to_json(accumulate(gt30, dets).compute())  # a private GroundTruth per accumulator: the same
+    assert to_json(a) == to_json(
+        accumulate(gt30, dets).compute().dump()
+    )  # a private GroundTruth per accumulator: the same
 
 
 @pytest.mark.parametrize(
@@ -387,7 +390,7 @@ def test_rows_with_infinite_corners_are_dropped_without_warnings(gt30: dict) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         acc.update([1], [np.array([[np.inf, 0, np.inf, 5, 0.9, 1], [0, 0, 5, 5, 0.9, 1]])])
-    assert acc._dets[1].tolist() == [[0, 0, 5, 5, 0.9, 1]] and acc.compute()["nonfinite_detections"] == 1
+    assert acc._dets[1].tolist() == [[0, 0, 5, 5, 0.9, 1]] and acc.compute().dump()["nonfinite_detections"] == 1
 
 
 def test_empty_updates_add_nothing(gt30: dict) -> None:
@@ -410,7 +413,7 @@ def test_a_bad_image_in_a_batch_adds_none_of_it(gt30: dict) -> None:
 
 def test_unknown_backend(acc30: DetectionAccumulator) -> None:
     with pytest.raises(ValueError, match="unknown COCO backend 'mmdet'"):
-        acc30.compute("mmdet")
+        acc30.compute("mmdet").dump()
 
 
 def test_load_coco(tmp_path: Path, gt30: dict) -> None:
@@ -460,9 +463,9 @@ def test_minimal_ground_truth_and_annotation_id_zero(gt30: dict, dets30: dict) -
     for a in gt["annotations"]:
         del a["area"], a["iscrowd"], a["id"]
     acc = accumulate(gt, dets30)
-    full = accumulate(gt30, dets30).compute()
+    full = accumulate(gt30, dets30).compute().dump()
     for backend in ("faster-coco-eval", "pycocotools"):
-        m = acc.compute(backend)
+        m = acc.compute(backend).dump()
         assert all(same(m[k], full[k]) for k in STAT_NAMES)
     assert (
         "ignore" not in gt["annotations"][0] and "ignore" not in gt30["annotations"][0]
@@ -470,11 +473,11 @@ def test_minimal_ground_truth_and_annotation_id_zero(gt30: dict, dets30: dict) -
 
 
 def test_results_are_json_serialisable(acc30: DetectionAccumulator) -> None:
-    m = acc30.compute()
+    m = acc30.compute().dump()
     json.dumps(m, allow_nan=False)  # every class has ground truth here: no NaN
     json.dumps(acc30.per_image(), allow_nan=False)
     json.dumps(acc30.per_image_counts())
-    tiny = accumulate(tiny_gt(), tiny_dets()).compute()
+    tiny = accumulate(tiny_gt(), tiny_dets()).compute().dump()
     assert math.isnan(tiny["ap_large"])  # no large object: COCO's -1 is NaN
     json.loads(to_json(tiny))
 
@@ -489,7 +492,7 @@ def test_timing_faster_coco_eval_vs_pycocotools() -> None:
     results = {}
     for backend in ("faster-coco-eval", "pycocotools"):
         t = time.perf_counter()
-        results[backend] = acc.compute(backend)
+        results[backend] = acc.compute(backend).dump()
         timings[backend] = time.perf_counter() - t
     t = time.perf_counter()
     acc.per_image()

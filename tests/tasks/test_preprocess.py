@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trtverify.config.models import Preprocess
-from trtverify.tasks.datasets import Reader, batches, make_preprocess
+from trtverify.config.stages import Preprocess
+from trtverify.tasks.batches import batches, make_preprocess
+from trtverify.tasks.datasets import Reader
 
 
 def batch_path(pre, images: list[np.ndarray]) -> np.ndarray:

@@ -1,21 +1,119 @@
-"""The backend protocol every stage talks to."""
+"""The one backend base class every stage talks to.
+
+Lifecycle: `load()` reads what the model declares (inputs, outputs, intermediates) and is
+cheap; `prepare()` makes it ready to run (a session, an engine) so that timed inference does
+not include that; `infer()` runs it (preparing on first use); `release()` frees what running
+needs but keeps what `load()` and `expose()` set up; `close()` frees everything. A backend is a
+context manager: `with backend_for(...) as b:` loads it and closes it.
+
+What a backend can do is declared in `capabilities`, never probed by the stages.
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from trtverify.config.registry import BACKENDS
+from trtverify.errors import BackendError, UsageError
 from trtverify.onnxinfo import TensorMeta
+
+if TYPE_CHECKING:
+    from trtverify.config.backends import Backends
+    from trtverify.lightmodel import LightModel
 
 Feed = dict[str, np.ndarray]
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend offers beyond running a model."""
+
+    exposes_intermediates: bool  # expose() makes intermediate tensors come back from infer()
+    onnx_graph: bool  # runs the ONNX graph as written: its numbers are the graph's, so the graph can be
+    # isolated node by node and linted (ONNX Runtime); TensorRT builds its own engine from the graph
+    casts_feeds: bool  # converts float feeds to the declared float input type, recording it in `casts`
+
+
+class Backend(ABC):
+    """A model that maps a feed dict to named output arrays."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self) -> None:
+        self.casts: dict[str, tuple[str, str]] = {}  # input -> (fed dtype, model dtype), for the record
+
+    @classmethod
+    def from_config(cls, model_path: Path, backends: Backends, samples: Sequence[Feed] = ()) -> Backend:
+        """A backend for a candidate ONNX model, configured from the suite's `backends:` section.
+
+        `samples` are the suite's input samples (calibration data for weakly typed INT8 builds)."""
+        raise UsageError(f"backend '{cls.name}' cannot run candidate ONNX models")
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @abstractmethod
+    def load(self) -> None:
+        """Read the model's declarations (inputs, outputs); nothing is run."""
+
+    def prepare(self) -> None:
+        """Get ready to run now (create the session, build or load the engine)."""
+
+    def release(self) -> None:
+        """Free what running needs (a session and its weights); keep what `load` and `expose` set up."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Free everything."""
+
+    def __enter__(self) -> Backend:
+        self.load()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- model -----------------------------------------------------------------------------
+    @abstractmethod
+    def inputs(self) -> list[TensorMeta]: ...
+
+    @abstractmethod
+    def outputs(self) -> list[TensorMeta]: ...
+
+    @abstractmethod
+    def infer(self, feed: Feed) -> dict[str, np.ndarray]: ...
+
+    def intermediates(self) -> list[str]:
+        """Names of the intermediate tensors `expose` can add (none unless `exposes_intermediates`)."""
+        return []
+
+    def expose(self, names: Sequence[str]) -> list[str]:
+        """Ask for intermediate tensors too: later `infer` calls return them beside the outputs.
+
+        Returns the names it could expose; the rest are the caller's to report (never silently dropped)."""
+        return []
+
+    def graph(self) -> LightModel:
+        """The ONNX graph this backend runs as written (only with `capabilities.onnx_graph`)."""
+        raise UsageError(f"backend '{self.name}' does not run an ONNX graph as written")
+
+
+def candidate_backend(name: str, model_path: Path, backends: Backends, samples: Sequence[Feed] = ()) -> Backend:
+    """The registered backend `name` for a candidate ONNX model (imported on first use)."""
+    cls: type[Backend] = BACKENDS.load(name)
+    return cls.from_config(Path(model_path), backends, samples)
+
+
 def check_feed(feed: Feed, declared: dict[str, TensorMeta], model: str) -> None:
     """A feed must name exactly the model's inputs (never matched by position)."""
-    from trtverify.errors import BackendError
-
     unknown = sorted(set(feed) - set(declared))
     missing = sorted(set(declared) - set(feed))
     if unknown or missing:
@@ -38,27 +136,12 @@ def cast_float(name: str, arr: np.ndarray, want: str, casts: dict[str, tuple[str
     return None
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """A loaded model that maps a feed dict to named output arrays.
+def load_declared(load: Any, model_path: Path) -> Any:
+    """Run `load()` of a model under test: a file that cannot be read is the model's failure (exit 1)."""
+    try:
+        return load()
+    except UsageError as exc:
+        raise BackendError(f"the model under test cannot be loaded: {exc}") from exc
 
-    `expose(names)` asks for intermediate tensors too: later `infer` calls return them
-    beside the outputs. It returns the names it could expose; the rest are the caller's
-    to report (never silently dropped).
-    """
 
-    name: str
-
-    def load(self) -> None: ...
-
-    def inputs(self) -> list[TensorMeta]: ...
-
-    def outputs(self) -> list[TensorMeta]: ...
-
-    def infer(self, feed: Feed) -> dict[str, np.ndarray]: ...
-
-    def intermediates(self) -> list[str]: ...
-
-    def expose(self, names: Sequence[str]) -> list[str]: ...
-
-    def close(self) -> None: ...
+__all__ = ["Backend", "Capabilities", "Feed", "candidate_backend", "cast_float", "check_feed"]

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trtverify.backends.base import cast_float, check_feed
-from trtverify.config.models import OnnxRuntimeOptions
+from trtverify.backends.base import Backend, Capabilities, Feed, cast_float, check_feed
+from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.deps import require
-from trtverify.errors import BackendError
+from trtverify.errors import BackendError, MissingDependency, UsageError
+from trtverify.lightmodel import LightModel
 from trtverify.onnxinfo import TensorMeta, graph_io, load_io
 
 _LEVELS = {
@@ -22,45 +24,53 @@ _LEVELS = {
 }
 
 
-class OnnxRuntimeBackend:
+class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
+    capabilities = Capabilities(exposes_intermediates=True, onnx_graph=True, casts_feeds=True)
 
     def __init__(self, model_path: Path, options: OnnxRuntimeOptions | None = None):
+        super().__init__()
         self.model_path = Path(model_path)
         self.options = options or OnnxRuntimeOptions()
         self._session: Any = None
+        self._run_path: Path = self.model_path  # the model a session runs (a variant once tensors are exposed)
         self._inputs: list[TensorMeta] = []
         self._outputs: list[TensorMeta] = []
-        self._light: Any = None
-        self._workdir: Any = None
+        self._light: LightModel | None = None
+        self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._loaded = False
-        self.casts: dict[str, tuple[str, str]] = {}  # input -> (fed dtype, model dtype), for the record
 
     @classmethod
-    def from_config(cls, model_path: Path, backends: Any, samples: Any = ()) -> OnnxRuntimeBackend:
+    def from_config(cls, model_path: Path, backends: Backends, samples: Sequence[Feed] = ()) -> OnnxRuntimeBackend:
         return cls(model_path, backends.onnxruntime)
 
-    # -- loading ---------------------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------------------
     def load(self) -> None:
         """Read the model's inputs and outputs; the session itself is created on first use."""
-        self._inputs, self._outputs = graph_io(load_io(self.model_path))
+        try:
+            self._inputs, self._outputs = graph_io(load_io(self.model_path))
+        except UsageError as exc:  # unreadable or not ONNX: the model under test is broken
+            raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
         self._loaded = True
-
-    def _ensure_session(self) -> None:
-        if not self._loaded:
-            self.load()
-        if self._session is None:
-            self._session = self._make_session(str(self.model_path))
 
     def prepare(self) -> None:
         """Create the session now, so that timed inference does not include it."""
-        self._ensure_session()
+        if not self._loaded:
+            self.load()
+        if self._session is None:
+            self._session = self._make_session(str(self._run_path))
 
     def release(self) -> None:
-        """Free the session (and the weights it holds) but keep what `expose` prepared."""
         self._session = None
 
-    def _make_session(self, model: str | bytes) -> Any:
+    def close(self) -> None:
+        self._session = None
+        self._light = None
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+
+    def _make_session(self, model: str) -> Any:
         ort = require("onnxruntime", "the onnxruntime backend")
         so = ort.SessionOptions()
         so.graph_optimization_level = getattr(
@@ -74,26 +84,24 @@ class OnnxRuntimeBackend:
         available = ort.get_available_providers()
         missing = [p for p in self.options.providers if p not in available]
         if missing:
-            from trtverify.errors import MissingDependency
-
             raise MissingDependency(
                 f"ONNX Runtime provider(s) {', '.join(missing)} not available here (available: {', '.join(available)})",
-                "pip install onnxruntime-gpu   (for CUDAExecutionProvider / TensorrtExecutionProvider), or change backends.onnxruntime.providers",
+                "pip install onnxruntime-gpu   (for CUDAExecutionProvider / TensorrtExecutionProvider), "
+                "or change backends.onnxruntime.providers",
             )
         try:
             return ort.InferenceSession(model, sess_options=so, providers=list(self.options.providers))
         except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
             raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
 
-    # -- metadata --------------------------------------------------------------------------
+    # -- model -----------------------------------------------------------------------------
     def inputs(self) -> list[TensorMeta]:
         return list(self._inputs)
 
     def outputs(self) -> list[TensorMeta]:
         return list(self._outputs)
 
-    # -- running ---------------------------------------------------------------------------
-    def _prepare(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _cast(self, feed: Feed) -> Feed:
         declared = {m.name: m for m in self._inputs}
         check_feed(feed, declared, self.model_path.name)
         out = {}
@@ -107,11 +115,11 @@ class OnnxRuntimeBackend:
             out[name] = cast
         return out
 
-    def infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self._ensure_session()
+    def infer(self, feed: Feed) -> dict[str, np.ndarray]:
+        self.prepare()
         names = [o.name for o in self._session.get_outputs()]
         try:
-            values = self._session.run(names, self._prepare(feed))
+            values = self._session.run(names, self._cast(feed))
         except BackendError:
             raise
         except Exception as exc:
@@ -119,37 +127,26 @@ class OnnxRuntimeBackend:
         return dict(zip(names, values))
 
     # -- intermediates ---------------------------------------------------------------------
-    @property
-    def light(self) -> Any:
+    def graph(self) -> LightModel:
         """The model with its weights moved to one external file (made once, on first use)."""
         if self._light is None:
-            import tempfile
-
-            from trtverify.graph import LightModel
-
             self._workdir = tempfile.TemporaryDirectory(prefix="trtverify-ort-")
             self._light = LightModel(self.model_path, Path(self._workdir.name))
         return self._light
 
     def intermediates(self) -> list[str]:
         """Node outputs that carry values derived from the inputs (shape-only tensors left out)."""
-        return self.light.info.value_tensors()
+        return self.graph().info.value_tensors()
 
     def expose(self, names: Sequence[str]) -> list[str]:
         """Make `names` graph outputs too. Outputs are declared untyped: ONNX Runtime infers
         their real type, so FP16, INT8 QDQ and mixed graphs never get a wrong declaration."""
         if not self._loaded:
             self.load()
-        known = set(self.light.info.producers) | set(self.light.info.inputs)
+        info = self.graph().info
+        known = set(info.producers) | set(info.inputs)
         chosen = [n for n in dict.fromkeys(names) if n in known]
-        path = self.light.with_outputs(chosen)
+        self._run_path = self.graph().with_outputs(chosen)
         self._session = None
-        self._session = self._make_session(str(path))
+        self._session = self._make_session(str(self._run_path))
         return chosen
-
-    def close(self) -> None:
-        self._session = None
-        self._light = None
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None

@@ -14,56 +14,40 @@ cache); `EngineBytesFromNetwork` builds the serialized engine; `EngineFromBytes`
 output, which includes every TensorRT message (Polygraphy's TensorRT logger forwards them),
 captured through `G_LOGGER.use_python_logging_system`.
 
-Pairing TensorRT tensors with the reference (what the layerwise stage needs to know):
-
-- Names are ONNX tensor names. TensorRT's ONNX parser names the output of the layer that
-  implements an ONNX node after that node's output. Helper layers the parser adds (a Gemm
-  becomes a matrix multiply, a reshape and an add) get generated names such as
-  `(Unnamed Layer* 19) [Matrix Multiply]_output`; they exist only in TensorRT, so
-  `intermediates()` leaves them out.
-- TensorRT fuses layers (Conv+ReLU, Q/DQ into the convolution, pointwise chains) and then
-  only the fused group's output exists in the engine. Marking a tensor as a network output
-  forces TensorRT to materialise it, which can prevent a fusion: an engine built with marked
-  intermediates may differ slightly from the deployed one (other kernels, other
-  accumulation). Compare final outputs of the unmarked engine too; intermediate errors
-  describe the marked build.
-- `intermediates()` leaves out Q/DQ layer outputs: they are quantisation plumbing (INT8/FP8
-  values that the FP32 reference does not have), and marking them stops TensorRT from
-  fusing Q/DQ into the quantised kernels, so the engine would no longer quantise as
-  deployed. `expose()` still marks them when named explicitly.
-- Tensors keep the graph's type: FP16 tensors come back as float16, INT8 ones as int8.
-- Debug tensors (`outputs_mode: debug_tensors`, TensorRT >= 10 / TensorRT-RTX with
-  `IDebugListener`) leave the network outputs unchanged; `TrtRunner` collects them with
-  its own listener and returns them next to the outputs. Polygraphy's listener skips
-  FP8/INT4/FP4/BF16 debug tensors (with a warning).
+How TensorRT tensors pair with the reference (names, fusion, what `intermediates()` leaves out)
+is in docs/tensorrt.md, section "Pairing TensorRT tensors with the reference".
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 import time
 import warnings
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trtverify.backends.base import cast_float, check_feed
-from trtverify.backends.tensorrt_options import TensorRTOptions, resolve_strongly_typed
+from trtverify.backends.base import Backend, Capabilities, Feed, cast_float, check_feed
+from trtverify.backends.tensorrt_support import (
+    calibration_feeds,
+    captured_log,
+    default_profile,
+    engine_io,
+    failure,
+    holds_qdq,
+    literal,
+    python_warnings,
+    resolve_strongly_typed,
+)
+from trtverify.config.backends import Backends, TensorRTOptions
 from trtverify.deps import require
 from trtverify.errors import BackendError, TrtVerifyError, UsageError
 from trtverify.onnxinfo import TensorMeta, graph_io, load_onnx
 
-Feed = dict[str, np.ndarray]
-
-# suite log_verbosity -> G_LOGGER severity attribute. Polygraphy's TensorRT logger forwards
-# TensorRT VERBOSE as G_LOGGER.extra_verbose and TensorRT INFO as G_LOGGER.verbose.
-_SEVERITY = {"verbose": "EXTRA_VERBOSE", "info": "VERBOSE", "warning": "WARNING"}
 _LAYER_DTYPES = {"fp32": "FLOAT", "fp16": "HALF", "bf16": "BF16", "int8": "INT8", "fp8": "FP8"}
 _QDQ_LAYER_TYPES = ("QUANTIZE", "DEQUANTIZE", "DYNAMIC_QUANTIZE")
 _NOT_MARKABLE_LAYER_TYPES = ("SHAPE", "CONSTANT")  # as in Polygraphy's mark_layerwise
@@ -77,35 +61,11 @@ ENV_RTX = "POLYGRAPHY_USE_TENSORRT_RTX"
 _BOUND_MODULES = ("polygraphy.backend.trt", "polygraphy.datatype.tensorrt")
 
 
-def _literal(name: str) -> str:
-    """`name` as an fnmatch pattern that matches only itself.
-
-    Polygraphy's `ModifyNetworkOutputs(outputs=...)` treats names containing `* ? [ ]` as
-    wildcard patterns; TensorRT's generated names (`(Unnamed Layer* 3) [Shuffle]_output`)
-    contain them and would otherwise match nothing or the wrong tensors.
-    """
-    return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
-
-
-def _python_warnings(caught: Sequence[warnings.WarningMessage] | None) -> list[str]:
-    return [
-        f"# python warning: {w.category.__name__}: {w.message} ({Path(w.filename).name}:{w.lineno})"
-        for w in caught or ()
-    ]
-
-
-def _error_lines(lines: Sequence[str]) -> list[str]:
-    return [ln for ln in lines if ln.startswith(("[E]", "[!]"))]
-
-
-def _holds_qdq(model: Any) -> bool:
-    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
-
-
-class TensorRTBackend:
+class TensorRTBackend(Backend):
     """ONNX model -> TensorRT engine (built with Polygraphy) -> outputs and marked intermediates."""
 
     name = "tensorrt"
+    capabilities = Capabilities(exposes_intermediates=True, onnx_graph=False, casts_feeds=True)
     module = "tensorrt"  # the Python module of the TensorRT library
     rtx = False
     config_attr = "tensorrt"  # attribute of the suite's `backends:` section
@@ -113,6 +73,7 @@ class TensorRTBackend:
     def __init__(
         self, model_path: Path, options: TensorRTOptions | None = None, *, calibration_feeds: Sequence[Feed] = ()
     ):
+        super().__init__()
         self.model_path = Path(model_path)
         self.options = options or TensorRTOptions()
         self.calibration_feeds = list(calibration_feeds)
@@ -120,7 +81,6 @@ class TensorRTBackend:
         self.runtime_log = ""  # text of the last engine deserialisation / runner activation
         self.build_info: dict[str, Any] = {}
         self.warnings: list[str] = []
-        self.casts: dict[str, tuple[str, str]] = {}
         self.version: str | None = None
         self.strongly_typed: bool | None = None
         self.marked: list[str] = []  # network outputs (or debug tensors) of the last build
@@ -137,12 +97,9 @@ class TensorRTBackend:
         self._runner: Any = None
 
     @classmethod
-    def from_config(cls, model_path: Path, backends: Any, samples: Sequence[Feed] = ()) -> TensorRTBackend:
-        """Options from `backends.<config_attr>` (defaults when absent); samples double as calibration feeds."""
-        options = getattr(backends, cls.config_attr, None) if backends is not None else None
-        if isinstance(options, dict):
-            options = TensorRTOptions.model_validate(options)
-        return cls(model_path, options, calibration_feeds=list(samples or ()))
+    def from_config(cls, model_path: Path, backends: Backends, samples: Sequence[Feed] = ()) -> TensorRTBackend:
+        """Options from `backends.<config_attr>`; the samples double as calibration feeds."""
+        return cls(model_path, getattr(backends, cls.config_attr), calibration_feeds=list(samples))
 
     # -- loading ---------------------------------------------------------------------------
     def _import(self) -> None:
@@ -179,81 +136,23 @@ class TensorRTBackend:
 
     def _onnx_io(self) -> None:
         if self._inputs is None:
-            model = load_onnx(self.model_path, with_weights=False)
+            try:
+                model = load_onnx(self.model_path, with_weights=False)
+            except UsageError as exc:  # unreadable or not ONNX: the model under test is broken
+                raise BackendError(f"{self.name} cannot load {self.model_path}: {exc}") from exc
             self._inputs, self._outputs = graph_io(model)
             self._onnx_names = [t for n in model.graph.node for t in n.output if t]
-            self._qdq = _holds_qdq(model)
+            self._qdq = holds_qdq(model)
 
     def _engine_io(self) -> None:
-        from polygraphy.datatype import DataType
-
-        engine = self._deserialize()
-        trt = self._trt
-        ins, outs = [], []
-        for i in range(engine.num_io_tensors):
-            name = engine.get_tensor_name(i)
-            pg_dtype = DataType.from_dtype(engine.get_tensor_dtype(name))
-            try:
-                dtype = str(np.dtype(DataType.to_dtype(pg_dtype, "numpy")))
-            except Exception:  # no NumPy type (bfloat16, fp8, ...)
-                dtype = str(pg_dtype.name).lower()
-            meta = TensorMeta(name, dtype, tuple(d if d >= 0 else None for d in engine.get_tensor_shape(name)))
-            (ins if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else outs).append(meta)
-        self._inputs, self._outputs = ins, outs
+        self._inputs, self._outputs = engine_io(self._deserialize(), self._trt)
 
     # -- logging ---------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _captured_log(self) -> Iterator[list[str]]:
-        """Route Polygraphy's G_LOGGER (and so TensorRT's messages) into a list, not stdout.
-
-        Uses the documented switch `G_LOGGER.use_python_logging_system` (messages go to the
-        Python logger "Polygraphy") and `G_LOGGER.verbosity(...)`. TensorRT warnings are logged
-        once per process by Polygraphy; the once-set is emptied for the capture so every build
-        log is complete.
-        """
-        G = self._G
-        lines: list[str] = []
-
-        class _Collect(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                lines.append(record.getMessage())
-
-        py_logger = logging.getLogger("Polygraphy")
-        handler = _Collect(level=1)
-        saved = (G.use_python_logging_system, G.colors, G.once_logged, py_logger.level, py_logger.propagate)
-        G.use_python_logging_system = True
-        G.colors = False
-        G.once_logged = set()
-        py_logger.setLevel(1)
-        py_logger.propagate = False
-        py_logger.addHandler(handler)
-        try:
-            with G.verbosity(getattr(G, _SEVERITY[self.options.log_verbosity])):
-                yield lines
-        finally:
-            py_logger.removeHandler(handler)
-            G.use_python_logging_system, G.colors = saved[0], saved[1]
-            G.once_logged = saved[2] | G.once_logged
-            py_logger.setLevel(saved[3])
-            py_logger.propagate = saved[4]
+    def _captured_log(self) -> contextlib.AbstractContextManager[list[str]]:
+        return captured_log(self._G, self.options.log_verbosity)
 
     def _fail(self, what: str, exc: BaseException, lines: Sequence[str]) -> BackendError:
-        errors = _error_lines(lines)
-        detail = "\n  ".join(errors[-8:]) if errors else f"{type(exc).__name__}: {exc}"
-        text = " ".join(errors) + f" {exc}"
-        if "cannot run on this GPU" in text or ("compute capabilit" in text and "upported" in text):
-            where = (
-                "TensorRT-RTX runs on Ampere, Ada and Blackwell GPUs, not on Hopper (H100/H200): run there, "
-                "or use the tensorrt backend on this GPU"
-                if self.rtx
-                else "see the TensorRT support matrix for the GPUs this version runs on"
-            )
-            return BackendError(
-                f"{'TensorRT-RTX' if self.rtx else 'TensorRT'} {self.version} cannot run engines on this GPU "
-                f"({self.model_path.name}): building works, but the runtime does not support this GPU's compute "
-                f"capability. {where}.\n  {detail}"
-            )
-        return BackendError(f"{self.name}: {what} failed for {self.model_path.name}:\n  {detail}")
+        return failure(self.name, self.rtx, self.version, self.model_path, what, exc, lines)
 
     # -- metadata --------------------------------------------------------------------------
     def _io(self) -> None:
@@ -375,30 +274,13 @@ class TensorRTBackend:
                     p.add(name, min=tuple(r.min), opt=tuple(r.opt), max=tuple(r.max))
                 out.append(p)
             return out
-        dynamic = [
-            m.name
-            for m in declared.values()
-            if m.shape is None or any(not isinstance(d, int) or d < 0 for d in m.shape)
-        ]
-        feeds = [f for f in list(self.calibration_feeds) + list(extra) if all(n in f for n in dynamic)]
-        if not dynamic or not feeds:
-            return None  # Polygraphy's default profile: dynamic dimensions set to 1
-        p = Profile()
-        for name in dynamic:
-            shapes = [tuple(np.shape(f[name])) for f in feeds]
-            ranks = {len(s) for s in shapes}
-            if len(ranks) != 1:
-                raise UsageError(
-                    f"input '{name}': samples have different ranks {sorted(ranks)}; give backends.{self.config_attr}.profiles"
-                )
-            opt = Counter(shapes).most_common(1)[0][0]
-            p.add(name, min=tuple(map(min, zip(*shapes))), opt=opt, max=tuple(map(max, zip(*shapes))))
-        return [p]
+        feeds = list(self.calibration_feeds) + list(extra)
+        return default_profile(Profile, list(declared.values()), feeds, f"backends.{self.config_attr}")
 
     def _has_qdq(self) -> bool:
         if self._qdq is None:  # metadata came from a prebuilt engine: the graph was not parsed yet
             model = load_onnx(self.model_path, with_weights=False)
-            self._qdq = _holds_qdq(model)
+            self._qdq = holds_qdq(model)
         return self._qdq
 
     def _config(self, strong: bool, profiles: list[Any] | None) -> Any:
@@ -418,28 +300,11 @@ class TensorRTBackend:
             if o.precision_constraints != "none":
                 kwargs["precision_constraints"] = o.precision_constraints
             if "int8" in flags:
-                feeds = (
-                    self.calibration_feeds[: o.calibration_samples] if o.calibration_samples else self.calibration_feeds
-                )
-                if profiles:  # TensorRT calibrates with the opt shapes of the last profile
-                    opt = {n: tuple(s.opt) for n, s in profiles[-1].items()}
-                    usable = [f for f in feeds if all(tuple(np.shape(f[n])) == shp for n, shp in opt.items() if n in f)]
-                    if len(usable) < len(feeds):
-                        self.warnings.append(
-                            f"INT8 calibration uses the {len(usable)} of {len(feeds)} samples whose shapes equal the "
-                            f"calibration profile's opt shapes {opt} (TensorRT calibrates at opt shapes only)"
-                        )
-                    feeds = usable
+                feeds, note = calibration_feeds(self.calibration_feeds, o.calibration_samples, profiles)
+                self.warnings += [note] if note else []
                 cache = str(o.calibration_cache) if o.calibration_cache else None
                 if feeds or (o.calibration_cache is not None and o.calibration_cache.is_file()):
-                    feeds32 = [
-                        {
-                            k: np.asarray(v, np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v)
-                            for k, v in f.items()
-                        }
-                        for f in feeds
-                    ]
-                    kwargs["calibrator"] = pg.Calibrator(feeds32, cache=cache)
+                    kwargs["calibrator"] = pg.Calibrator(feeds, cache=cache)
                 elif not self._has_qdq():
                     self.warnings.append(
                         "precisions has int8 but there are no calibration samples, no calibration cache and no Q/DQ "
@@ -460,7 +325,7 @@ class TensorRTBackend:
                 net = pg.MarkDebug(net, mark_debug=list(self._exposed))
             else:
                 keep = [m.name for m in self.outputs()]
-                net = pg.ModifyNetworkOutputs(net, outputs=[_literal(n) for n in keep + self._exposed])
+                net = pg.ModifyNetworkOutputs(net, outputs=[literal(n) for n in keep + self._exposed])
         return net
 
     def build(self, *, _extra_shapes: Sequence[Feed] = ()) -> bytes:
@@ -498,7 +363,7 @@ class TensorRTBackend:
             except TrtVerifyError:
                 raise
             except Exception as exc:
-                self.build_log = "\n".join(header + _python_warnings(caught) + lines) + "\n"
+                self.build_log = "\n".join(header + python_warnings(caught) + lines) + "\n"
                 self._write_log()
                 raise self._fail("building the engine", exc, lines) from exc
         seconds = time.perf_counter() - t0
@@ -509,7 +374,7 @@ class TensorRTBackend:
                 # the serialized bytes, as built: SaveEngine would need a deserialized engine
                 pg_util.save_file(engine_bytes, str(self.options.save_engine), description="engine")
             lines += saving
-        notes = [f"# warning: {w}" for w in self.warnings] + _python_warnings(caught)
+        notes = [f"# warning: {w}" for w in self.warnings] + python_warnings(caught)
         self.build_log = "\n".join(header + notes + lines) + "\n"
         self._write_log()
         self._engine_bytes = engine_bytes
@@ -551,9 +416,9 @@ class TensorRTBackend:
         self.runtime_log = "\n".join(lines) + "\n"
         return engine
 
-    def _activate(self, feed: Feed) -> None:
+    def _activate(self, feed: Feed | None) -> None:
         if self.options.engine is None and self._engine_bytes is None:
-            self.build(_extra_shapes=[feed])
+            self.build(_extra_shapes=[feed] if feed is not None else [])
         engine = self._deserialize()
         runner = self._pg.TrtRunner(engine, name=self.name)
         with self._captured_log() as lines:
@@ -565,7 +430,14 @@ class TensorRTBackend:
                 raise self._fail("creating the execution context", exc, lines) from exc
         self._runner = runner
 
-    def _prepare(self, feed: Feed) -> Feed:
+    def prepare(self) -> None:
+        """Build (or load) the engine now; shapes of later feeds widen nothing (the profile comes
+        from the suite's samples or `profiles`)."""
+        self._import()
+        if self._runner is None:
+            self._activate(None)
+
+    def _cast(self, feed: Feed) -> Feed:
         declared = {m.name: m for m in self.inputs()}
         check_feed(feed, declared, self.model_path.name)
         out = {}
@@ -578,7 +450,7 @@ class TensorRTBackend:
     def infer(self, feed: Feed) -> dict[str, np.ndarray]:
         """Outputs and marked intermediates for one feed; builds (or loads the engine) on first use."""
         self._import()
-        prepared = self._prepare(feed)
+        prepared = self._cast(feed)
         if self._runner is None:
             self._activate(prepared)
         with self._captured_log() as lines:
@@ -593,6 +465,13 @@ class TensorRTBackend:
     def _drop_engine(self) -> None:
         self.close()
         self._engine_bytes = None
+
+    def release(self) -> None:
+        """Deactivate the runner; the built engine is kept."""
+        if self._runner is not None:
+            with contextlib.suppress(Exception):
+                self._runner.deactivate()
+            self._runner = None
 
     def close(self) -> None:
         if self._runner is not None:
@@ -613,6 +492,3 @@ class TensorRTRTXBackend(TensorRTBackend):
     module = "tensorrt_rtx"
     rtx = True
     config_attr = "tensorrt_rtx"
-
-
-__all__ = ["TensorRTBackend", "TensorRTRTXBackend"]

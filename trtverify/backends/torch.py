@@ -8,15 +8,20 @@ from typing import Any
 
 import numpy as np
 
-from trtverify.config.models import PyTorchModel, TorchOptions
+from trtverify.backends.base import Backend, Capabilities
+from trtverify.config.backends import TorchOptions
+from trtverify.config.models import PyTorchModel
 from trtverify.deps import require
 from trtverify.errors import BackendError, MissingDependency, UsageError
 from trtverify.hooks import load_hook
 from trtverify.onnxinfo import TensorMeta
 
 
-class TorchBackend:
+class TorchBackend(Backend):
+    """The PyTorch model (stage framework); `expose` captures submodule outputs by module path."""
+
     name = "torch"
+    capabilities = Capabilities(exposes_intermediates=True, onnx_graph=False, casts_feeds=False)
 
     def __init__(
         self,
@@ -26,6 +31,7 @@ class TorchBackend:
         search_path: Sequence[Path] = (),
         default_input_names: Sequence[str] = (),
     ):
+        super().__init__()
         self.spec = spec
         self.options = options or TorchOptions()
         self.search_path = list(search_path)

@@ -4,37 +4,62 @@ from __future__ import annotations
 
 from typing import Any
 
-from trtverify.buildlog import BuildLog
+from trtverify.buildlog.findings import Finding
+from trtverify.buildlog.parser import BuildLog
+from trtverify.record import Record
+
+COMPARED = ("precision", "tactic", "onnx_nodes", "type")
 
 
-def _key(f: Any) -> tuple[str, tuple[str, ...]]:
+class Change(Record):
+    old: Any
+    new: Any
+
+
+class LayerChange(Record):
+    layer: str
+    changes: dict[str, Change]
+
+
+class Versions(Record):
+    old: str | None
+    new: str | None
+
+
+class BuildDiff(Record):
+    """Layers whose precision, tactic, type or fused ONNX nodes changed; layers only in one build;
+    findings (kind + layers) that are new, and those that went away."""
+
+    versions: Versions
+    layers_changed: list[LayerChange]
+    layers_only_new: list[str]
+    layers_only_old: list[str]
+    new_findings: list[Finding]
+    gone_findings: list[Finding]
+
+
+def _key(f: Finding) -> tuple[str, tuple[str, ...]]:
     return f.kind, tuple(sorted(f.layers))
 
 
-def diff(new: BuildLog, old: BuildLog) -> dict[str, Any]:
-    """Layers whose precision, tactic, type or fused ONNX nodes (onnx_nodes) changed; layers only in one build;
-    findings (kind + layers) that are new, and those that went away."""
-    old_layers = {layer["name"]: layer for layer in old.layers if layer.get("name")}
-    new_layers = {layer["name"]: layer for layer in new.layers if layer.get("name")}
+def diff(new: BuildLog, old: BuildLog) -> BuildDiff:
+    old_layers = {layer.name: layer for layer in old.layers if layer.name}
+    new_layers = {layer.name: layer for layer in new.layers if layer.name}
     changed = []
     for name, n in new_layers.items():
         o = old_layers.get(name)
         if o is None:
             continue
-        fields = {
-            k: {"old": o.get(k), "new": n.get(k)}
-            for k in ("precision", "tactic", "onnx_nodes", "type")
-            if o.get(k) != n.get(k)
-        }
+        fields = {k: Change(old=getattr(o, k), new=getattr(n, k)) for k in COMPARED if getattr(o, k) != getattr(n, k)}
         if fields:
-            changed.append({"layer": name, "changes": fields})
+            changed.append(LayerChange(layer=name, changes=fields))
     old_f = {_key(f) for f in old.findings}
     new_f = {_key(f) for f in new.findings}
-    return {
-        "versions": {"old": old.version, "new": new.version},
-        "layers_changed": changed,
-        "layers_only_new": sorted(set(new_layers) - set(old_layers)),
-        "layers_only_old": sorted(set(old_layers) - set(new_layers)),
-        "new_findings": [f.to_dict() for f in new.findings if _key(f) not in old_f],
-        "gone_findings": [f.to_dict() for f in old.findings if _key(f) not in new_f],
-    }
+    return BuildDiff(
+        versions=Versions(old=old.version, new=new.version),
+        layers_changed=changed,
+        layers_only_new=sorted(set(new_layers) - set(old_layers)),
+        layers_only_old=sorted(set(old_layers) - set(new_layers)),
+        new_findings=[f for f in new.findings if _key(f) not in old_f],
+        gone_findings=[f for f in old.findings if _key(f) not in new_f],
+    )

@@ -8,37 +8,30 @@ union of the layers, sorted high -> medium -> info, then by first line.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from trtverify.buildlog.lines import Record
+from pydantic import Field
+
+from trtverify.buildlog.layers import EngineLayer
+from trtverify.buildlog.lines import LogRecord
+from trtverify.record import Record
 
 SEVERITY_RANK = {"high": 0, "medium": 1, "info": 2}
 
 
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    category: str  # fallback | calibration | tactics | accuracy | build
-    severity: str  # high | medium | info
-    message: str
-    lines: tuple[int, ...]
-    layers: tuple[str, ...]
-    count: int
-    detail: dict[str, Any] = field(default_factory=dict)
+class Finding(Record):
+    """One kind of problem a log shows, with every line it appears on."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "category": self.category,
-            "severity": self.severity,
-            "message": self.message,
-            "lines": list(self.lines),
-            "layers": list(self.layers),
-            "count": self.count,
-            "detail": dict(self.detail),
-        }
+    kind: str
+    category: str = Field(description="fallback | calibration | tactics | accuracy | build")
+    severity: Literal["high", "medium", "info"]
+    message: str = Field(description="the first occurrence's message")
+    lines: tuple[int, ...] = Field(description="1-based line numbers of every occurrence")
+    layers: tuple[str, ...] = Field(description="engine layers involved")
+    count: int
+    detail: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -53,17 +46,17 @@ class Hit:
     key: str = ""  # fold key; defaults to the kind
 
 
-Rule = Callable[[list[Record]], Iterator[Hit]]
+Rule = Callable[[list[LogRecord]], Iterator[Hit]]
 
 
-def _msg(r: Record) -> str:
+def _msg(r: LogRecord) -> str:
     return r.text.split("\n", 1)[0]
 
 
 def _simple(kind: str, category: str, severity: str, rx: str, layer_group: str | None = None) -> Rule:
     pattern = re.compile(rx, re.I)
 
-    def rule(records: list[Record]) -> Iterator[Hit]:
+    def rule(records: list[LogRecord]) -> Iterator[Hit]:
         for r in records:
             m = pattern.search(r.text)
             if m:
@@ -141,7 +134,7 @@ _CALIB = re.compile(
 )
 
 
-def rule_calibration_progress(records: list[Record]) -> Iterator[Hit]:
+def rule_calibration_progress(records: list[LogRecord]) -> Iterator[Hit]:
     for r in records:
         m = _CALIB.search(r.text)
         if not m:
@@ -186,7 +179,7 @@ def _time(s: str) -> float:
         return float("inf")
 
 
-def rule_tactic_choice(records: list[Record]) -> Iterator[Hit]:
+def rule_tactic_choice(records: list[LogRecord]) -> Iterator[Hit]:
     """The chosen tactic of each timed layer: the `Fastest Tactic` line of its timing block,
     or, where a block has none (TensorRT 5 logs, cut logs), the fastest timed tactic."""
     block: dict[str, Any] | None = None
@@ -308,7 +301,7 @@ _WEIGHT_ISSUES = [
 _WEIGHT_SUMMARY = re.compile(r"^-\s*(?P<n>\d+) weights are affected by this issue: (?P<what>.+)")
 
 
-def rule_fp16_weights(records: list[Record]) -> Iterator[Hit]:
+def rule_fp16_weights(records: list[LogRecord]) -> Iterator[Hit]:
     """Per-weight (`Weights [name=W] had ...` + ` - issue` lines) and summary
     (` - N weights are affected by this issue: ...`) forms of the FP16 conversion warnings."""
     current: str | None = None
@@ -358,30 +351,25 @@ _PASSIVE_TYPES = {"reformat", "noop", "shuffle", "constant", "identity", "slice"
 _RANK = {"INT4": 0, "FP8": 1, "INT8": 1, "FP16": 2, "BF16": 2, "FP32": 3}
 
 
-def precision_fallback(layers: list[dict[str, Any]], requested: str | None) -> list[Hit]:
+def precision_fallback(layers: Sequence[EngineLayer], requested: str | None) -> list[Hit]:
     """Compute layers that run above the lowest precision requested (INT8 requested, FP16
     used, ...). With no stated request, a layer running INT8 shows INT8 was enabled."""
-    precs = {row.get("precision") for row in layers}
+    precs = {row.precision for row in layers}
     target = requested or ("INT8" if "INT8" in precs else "FP8" if "FP8" in precs else None)
     if target not in _RANK:
         return []
     hits = []
     for row in layers:
-        p, typ = row.get("precision"), str(row.get("type", "")).lower()
-        if (
-            p in _RANK
-            and _RANK[p] > _RANK[target]
-            and typ not in _PASSIVE_TYPES
-            and "reformat" not in row["name"].lower()
-        ):
+        p, typ = row.precision, row.type.lower()
+        if p in _RANK and _RANK[p] > _RANK[target] and typ not in _PASSIVE_TYPES and "reformat" not in row.name.lower():
             hits.append(
                 Hit(
                     "layer_precision_fallback",
                     "fallback",
                     "medium",
-                    f"{row['name']} ({row.get('type')}) runs in {p}, {target} requested",
-                    row["line"],
-                    (row["name"],),
+                    f"{row.name} ({row.type}) runs in {p}, {target} requested",
+                    row.line,
+                    (row.name,),
                     {"precision": p, "requested": target},
                 )
             )
@@ -435,21 +423,21 @@ def fold(hits: list[Hit]) -> list[Finding]:
                 del detail["occurrences"]
         out.append(
             Finding(
-                first.kind,
-                first.category,
-                max((h.severity for h in group), key=lambda s: -SEVERITY_RANK[s]),
-                first.message,
-                tuple(h.line for h in group),
-                tuple(layers),
-                len(group),
-                detail,
+                kind=first.kind,
+                category=first.category,
+                severity=max((h.severity for h in group), key=lambda s: -SEVERITY_RANK[s]),
+                message=first.message,
+                lines=tuple(h.line for h in group),
+                layers=tuple(layers),
+                count=len(group),
+                detail=detail,
             )
         )
     out.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.lines[0], f.kind))
     return out
 
 
-def collect(records: list[Record], extra: list[Hit] = ()) -> list[Finding]:  # type: ignore[assignment]
+def collect(records: list[LogRecord], extra: list[Hit] = ()) -> list[Finding]:  # type: ignore[assignment]
     hits: list[Hit] = list(extra)
     for rule in RULES:
         hits.extend(rule(records))

@@ -5,9 +5,24 @@ TensorRT-RTX detailed dumps)."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from trtverify.buildlog.lines import Record
+from pydantic import Field
+
+from trtverify.buildlog.lines import LogRecord
+from trtverify.record import Record
+
+
+class EngineLayer(Record):
+    """One engine layer from a layer-information dump."""
+
+    name: str
+    type: str
+    precision: str | None = Field(description="of its output: FP32, FP16, BF16, INT8, FP8, INT32, ...")
+    tactic: str | None
+    tactic_name: str | None
+    onnx_nodes: list[str] = Field(description="the ONNX nodes fused into it, where the dump lists them")
+    line: int
+
 
 _OLD = re.compile(
     r"^Layer\((?P<type>[^)]*)\): (?P<name>.+?), Tactic: (?P<tactic>-?(?:0x)?[0-9a-fA-F]+), (?P<io>.*)$", re.S
@@ -39,8 +54,8 @@ def precision_of(fmt: str) -> str | None:
     return None
 
 
-def layer_table(records: list[Record]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def layer_table(records: list[LogRecord]) -> list[EngineLayer]:
+    rows: list[EngineLayer] = []
     for r in records:
         for offset, text in enumerate(r.text.split("\n")):  # Polygraphy indents the listing
             row = _row(text, r.first + offset)
@@ -49,31 +64,31 @@ def layer_table(records: list[Record]) -> list[dict[str, Any]]:
     return rows
 
 
-def _row(text: str, line: int) -> dict[str, Any] | None:
+def _row(text: str, line: int) -> EngineLayer | None:
     m = _OLD.match(text)
     if m:
         out = _OLD_OUT.search(m.group("io"))
-        return {
-            "name": m.group("name"),
-            "type": m.group("type"),
-            "precision": precision_of(out.group("t")) if out else None,
-            "tactic": m.group("tactic"),
-            "tactic_name": None,
-            "onnx_nodes": [],
-            "line": line,
-        }
+        return EngineLayer(
+            name=m.group("name"),
+            type=m.group("type"),
+            precision=precision_of(out.group("t")) if out else None,
+            tactic=m.group("tactic"),
+            tactic_name=None,
+            onnx_nodes=[],
+            line=line,
+        )
     m = _NEW.match(text)
     if m:
         outs = _OUTPUTS.search(text)
         fmt = _FORMAT.search(outs.group("v")) if outs else None
         tn, tv = _TACTIC_NAME.search(text), _TACTIC_VALUE.search(text)
-        return {
-            "name": m.group("name"),
-            "type": m.group("type").strip(),
-            "precision": precision_of(fmt.group("v")) if fmt else None,
-            "tactic": tv.group("v") if tv else None,
-            "tactic_name": tn.group("v").strip() if tn else None,
-            "onnx_nodes": [x.strip() for x in _ONNX.findall(text)],
-            "line": line,
-        }
+        return EngineLayer(
+            name=m.group("name"),
+            type=m.group("type").strip(),
+            precision=precision_of(fmt.group("v")) if fmt else None,
+            tactic=tv.group("v") if tv else None,
+            tactic_name=tn.group("v").strip() if tn else None,
+            onnx_nodes=[x.strip() for x in _ONNX.findall(text)],
+            line=line,
+        )
     return None

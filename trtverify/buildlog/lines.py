@@ -74,7 +74,7 @@ _WRAP_WIDTHS = frozenset({80, 100, 120, 128, 132, 150, 160, 180, 200, 220, 240, 
 
 
 @dataclass(frozen=True)
-class Record:
+class LogRecord:
     """One logger message. `first`/`last` are 1-based physical line numbers."""
 
     first: int
@@ -121,27 +121,27 @@ def _is_wrap(prev_raw: str, line: str) -> bool:
     return len(prev_raw) >= 200 and prev_raw[-1].isalnum() and (line[0].islower() or line[0].isdigit())
 
 
-def split_records(text: str) -> list[Record]:
-    records: list[Record] = []
+def split_records(text: str) -> list[LogRecord]:
+    records: list[LogRecord] = []
     cur: dict[str, Any] | None = None  # the open record: continuations join it
     prev_raw = ""
 
     def close() -> None:
         nonlocal cur
         if cur is not None:
-            records.append(Record(cur["first"], cur["last"], cur["dialect"], cur["severity"], cur["text"]))
+            records.append(LogRecord(cur["first"], cur["last"], cur["dialect"], cur["severity"], cur["text"]))
         cur = None
 
     for no, raw in enumerate(text.split("\n"), start=1):
         line = clean_line(raw)
         if not line.strip():
             close()
-            records.append(Record(no, no, "blank", None, ""))
+            records.append(LogRecord(no, no, "blank", None, ""))
             prev_raw = ""
             continue
         if _ELISION.match(line):
             close()
-            records.append(Record(no, no, "elision", None, line.strip()))
+            records.append(LogRecord(no, no, "elision", None, line.strip()))
             prev_raw = ""
             continue
         hit = match_prefix(line)
@@ -164,10 +164,10 @@ def split_records(text: str) -> list[Record]:
     return records
 
 
-def _settle_bare_letters(records: list[Record]) -> None:
+def _settle_bare_letters(records: list[LogRecord]) -> None:
     """Bare `[I] ...` lines are trtexec / C++ sample app lines when the log also holds
     `[I] [TRT]` lines; they are Polygraphy's own only otherwise."""
     if any(r.dialect == "trtexec" for r in records):
         for i, r in enumerate(records):
             if r.dialect == "polygraphy":
-                records[i] = Record(r.first, r.last, "trtexec", r.severity, r.text)
+                records[i] = LogRecord(r.first, r.last, "trtexec", r.severity, r.text)

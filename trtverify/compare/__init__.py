@@ -1,1 +1,1 @@
-"""Comparison of tensors: metrics (pure numpy), pairing by name, check evaluation."""
+"""Comparing tensors: metrics (pure numpy), pairing by name, and checks evaluated over samples."""

@@ -1,55 +1,94 @@
-"""Evaluate configured checks over many samples and summarise per tensor."""
+"""Check results, and checks evaluated over many samples of one tensor pair."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from trtverify.compare.metrics import BASE_METRICS, METRICS, CompareError, compare, metric_key
-from trtverify.config.models import Check
+from trtverify.compare.metrics import CompareError, compare
+from trtverify.config.checks import METRICS, Better, Check, better_of
+from trtverify.record import Record, omitted, optional
 
 
-@dataclass
-class CheckResult:
-    name: str
-    metric: str
-    value: float | None
-    threshold: float | None
-    op: str
+class CheckResult(Record):
+    """One check of one stage: what was measured, against which limit, and whether it passed.
+
+    `name` is for people ('fp16: rel_l2 <= 0.01 (every tensor)'); programs read the fields."""
+
+    name: str = Field(description="human-readable label of the check")
+    stage: str = Field(description="the stage that ran it")
+    candidate: str | None = Field(default=None, description="the candidate it concerns, if any")
+    tensor: str | None = Field(default=None, description="the tensor it concerns (the worst one, for aggregates)")
+    metric: str = Field(description="what was measured")
+    value: float | None = Field(description="the measured value (the worst sample's); null when not computed")
+    threshold: float | None = Field(description="the limit")
+    op: Literal["<=", ">=", "=="] = Field(description="direction: value op threshold passes")
     passed: bool
-    tensor: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "metric": self.metric,
-            "value": self.value,
-            "threshold": self.threshold,
-            "op": self.op,
-            "passed": self.passed,
-            "tensor": self.tensor,
-            **({"detail": self.detail} if self.detail else {}),
-        }
+    worst_sample: int | None = Field(default=None, description="index of the sample with the worst value")
+    detail: dict[str, Any] = omitted(dict, "supporting facts: failing samples, reasons, findings")
 
 
-def _summary(values: list[float], better: str) -> dict[str, float]:
+def failed_check(name: str, stage: str, metric: str, detail: dict[str, Any], **kw: Any) -> CheckResult:
+    """A check that could not be evaluated (`detail` says why): never a pass."""
+    return CheckResult(
+        name=name, stage=stage, metric=metric, value=None, threshold=None, op="==", passed=False, detail=detail, **kw
+    )
+
+
+def limit_check(name: str, stage: str, metric: str, value: float, limit: float, op: str, **kw: Any) -> CheckResult:
+    """A value against a limit: 'tensors compared >= 1', 'unmatched outputs <= 0', 'accuracy drop <= 0.01'."""
+    passed = value <= limit if op == "<=" else value >= limit
+    return CheckResult(
+        name=name, stage=stage, metric=metric, value=float(value), threshold=float(limit), op=op, passed=passed, **kw
+    )
+
+
+class MetricSummary(Record):
+    """One metric of one tensor pair across samples."""
+
+    worst: float
+    min: float
+    max: float
+    mean: float | None = optional("over the samples where the metric is finite")
+    median: float | None = optional()
+    p95: float | None = optional("95th percentile (5th for higher-is-better metrics)")
+
+
+def summarize(values: Sequence[float], better: Better) -> MetricSummary:
     arr = np.asarray(values, dtype=np.float64)
     finite = arr[np.isfinite(arr)]
-    if np.isnan(arr).any():
-        worst = math.nan
-    else:
-        worst = float(arr.max() if better == "lower" else arr.min())
-    out = {"worst": worst, "min": float(arr.min()), "max": float(arr.max())}
+    worst = math.nan if np.isnan(arr).any() else float(arr.max() if better == "lower" else arr.min())
+    extra: dict[str, float] = {}
     if finite.size:
-        out["mean"] = float(finite.mean())
-        out["median"] = float(np.median(finite))
-        out["p95"] = float(np.percentile(finite, 95 if better == "lower" else 5))
-    return out
+        extra = {
+            "mean": float(finite.mean()),
+            "median": float(np.median(finite)),
+            "p95": float(np.percentile(finite, 95 if better == "lower" else 5)),
+        }
+    return MetricSummary(worst=worst, min=float(arr.min()), max=float(arr.max()), **extra)
+
+
+class TensorSummary(Record):
+    """A compared tensor pair: shapes, types, metric summaries and non-finite counts."""
+
+    tensor: str = Field(description="candidate tensor name")
+    reference_tensor: str
+    shape: list[int] | None
+    dtype: str | None
+    candidate_dtype: str | None
+    samples: int
+    metrics: dict[str, MetricSummary]
+    ref_nan: int
+    ref_inf: int
+    cand_nan: int
+    cand_inf: int
+    nonfinite_mismatch: int
+    errors: list[str]
 
 
 # error histogram: log10 |reference - candidate| in half-decade bins from 1e-12 to 1e4, over a
@@ -58,6 +97,18 @@ def _summary(values: list[float], better: str) -> dict[str, float]:
 HIST_LOG10_LO, HIST_LOG10_HI, HIST_PER_DECADE = -12, 4, 2
 HIST_BINS = (HIST_LOG10_HI - HIST_LOG10_LO) * HIST_PER_DECADE
 HIST_SAMPLE = 16384
+NONFINITE_KEYS = ("ref_nan", "ref_inf", "cand_nan", "cand_inf", "nonfinite_mismatch")
+
+
+class Histogram(Record):
+    """|reference - candidate| of a strided sample of a tensor's elements, in log10 bins."""
+
+    log10_edges: list[float]
+    counts: list[int]
+    exact: int
+    nonfinite: int
+    sampled: int
+    total: int
 
 
 def error_histogram(ref: np.ndarray, cand: np.ndarray, limit: int = HIST_SAMPLE) -> tuple[np.ndarray, int, int, int]:
@@ -79,7 +130,7 @@ def error_histogram(ref: np.ndarray, cand: np.ndarray, limit: int = HIST_SAMPLE)
 
 @dataclass
 class TensorSeries:
-    """Metric values of one tensor pair across samples."""
+    """Metric values of one tensor pair across samples (accumulated while the samples stream by)."""
 
     reference: str
     candidate: str
@@ -87,9 +138,7 @@ class TensorSeries:
     dtype: str | None = None
     cand_dtype: str | None = None
     values: dict[str, list[float]] = field(default_factory=dict)
-    nonfinite: dict[str, int] = field(
-        default_factory=lambda: {"ref_nan": 0, "ref_inf": 0, "cand_nan": 0, "cand_inf": 0, "nonfinite_mismatch": 0}
-    )
+    nonfinite: dict[str, int] = field(default_factory=lambda: dict.fromkeys(NONFINITE_KEYS, 0))
     errors: list[str] = field(default_factory=list)
     samples: int = 0
     histogram: bool = False
@@ -116,7 +165,7 @@ class TensorSeries:
         for k in self.nonfinite:
             self.nonfinite[k] += getattr(c, k)
 
-    def histogram_dict(self) -> dict[str, Any] | None:
+    def histogram_record(self) -> Histogram | None:
         """The histogram with empty bins at both ends dropped; None when none was taken."""
         h = self.hist
         if "counts" not in h:
@@ -125,97 +174,117 @@ class TensorSeries:
         nz = np.flatnonzero(counts)
         lo, hi = (int(nz[0]), int(nz[-1]) + 1) if nz.size else (0, 0)
         edges = [HIST_LOG10_LO + i / HIST_PER_DECADE for i in range(lo, hi + 1)] if nz.size else []
-        return {
-            "log10_edges": edges,
-            "counts": [int(c) for c in counts[lo:hi]],
-            "exact": h["exact"],
-            "nonfinite": h["nonfinite"],
-            "sampled": h["sampled"],
-            "total": h["total"],
-        }
+        return Histogram(
+            log10_edges=edges,
+            counts=[int(c) for c in counts[lo:hi]],
+            exact=h["exact"],
+            nonfinite=h["nonfinite"],
+            sampled=h["sampled"],
+            total=h["total"],
+        )
 
-    def summary(self) -> dict[str, Any]:
-        metrics = {}
-        for key, vals in self.values.items():
-            base = key.split("@")[0]
-            metrics[key] = _summary(vals, METRICS[base].better)
-        return {
-            "tensor": self.candidate,
-            "reference_tensor": self.reference,
-            "shape": self.shape,
-            "dtype": self.dtype,
-            "candidate_dtype": self.cand_dtype,
-            "samples": self.samples,
-            "metrics": metrics,
+    def metric_summaries(self) -> dict[str, MetricSummary]:
+        return {key: summarize(vals, better_of(key)) for key, vals in self.values.items()}
+
+    def worst(self) -> dict[str, float]:
+        """The worst value of each metric across samples."""
+        return {k: v.worst for k, v in self.metric_summaries().items()}
+
+    def summary(self) -> TensorSummary:
+        return TensorSummary(
+            tensor=self.candidate,
+            reference_tensor=self.reference,
+            shape=self.shape,
+            dtype=self.dtype,
+            candidate_dtype=self.cand_dtype,
+            samples=self.samples,
+            metrics=self.metric_summaries(),
             **self.nonfinite,
-            "errors": list(self.errors),
-        }
+            errors=list(self.errors),
+        )
 
 
 def extras_for(checks: Sequence[Check]) -> dict[str, dict[str, Any]]:
     return {c.metric: c.params for c in checks if METRICS[c.metric].params}
 
 
-def evaluate(series: TensorSeries, checks: Sequence[Check]) -> list[CheckResult]:
+@dataclass(frozen=True)
+class Evaluated:
+    """A tensor's checks, and the conditions it failed ('rel_l2 <= 0.01', 'nonfinite_mismatch <= 0')."""
+
+    checks: list[CheckResult]
+    failed: list[str]
+
+
+def evaluate(series: TensorSeries, checks: Sequence[Check], *, stage: str, candidate: str | None = None) -> Evaluated:
     """Each check against the worst sample; non-finite mismatches and compare errors always fail."""
-    out = []
-    name = series.candidate
+    tensor = prefix = series.candidate
+    out: list[CheckResult] = []
+    failed: list[str] = []
+    where = {"stage": stage, "candidate": candidate, "tensor": tensor}
     if series.errors:
         out.append(
             CheckResult(
-                f"{name}: comparable", "comparable", None, None, "==", False, name, {"errors": series.errors[:5]}
+                name=f"{prefix}: comparable",
+                metric="comparable",
+                value=None,
+                threshold=None,
+                op="==",
+                passed=False,
+                detail={"errors": series.errors[:5]},
+                **where,
             )
         )
+        failed.append("comparable")
     mism = series.nonfinite["nonfinite_mismatch"]
     out.append(
         CheckResult(
-            f"{name}: nonfinite_mismatch <= 0",
-            "nonfinite_mismatch",
-            float(mism),
-            0.0,
-            "<=",
-            mism == 0,
-            name,
-            {k: v for k, v in series.nonfinite.items() if v} if mism else {},
+            name=f"{prefix}: nonfinite_mismatch <= 0",
+            metric="nonfinite_mismatch",
+            value=float(mism),
+            threshold=0.0,
+            op="<=",
+            passed=mism == 0,
+            detail={k: v for k, v in series.nonfinite.items() if v} if mism else {},
+            **where,
         )
     )
+    if mism:
+        failed.append("nonfinite_mismatch <= 0")
     for check in checks:
-        key = metric_key(check.metric, check.params)
+        key = check.key
         vals = series.values.get(key, [])
         if not vals:
-            out.append(
-                CheckResult(
-                    f"{name}: {key} {check.op} {check.threshold:g}",
-                    key,
-                    None,
-                    check.threshold,
-                    check.op,
-                    False,
-                    name,
-                    {"reason": "no comparable samples"},
-                )
+            result = CheckResult(
+                name=f"{prefix}: {check.condition}",
+                metric=key,
+                value=None,
+                threshold=check.threshold,
+                op=check.op,
+                passed=False,
+                detail={"reason": "no comparable samples"},
+                **where,
             )
-            continue
-        summary = _summary(vals, METRICS[check.metric].better)
-        failing = [i for i, v in enumerate(vals) if not check.passes(v)]
-        worst_idx = (
-            int(np.nanargmax(vals) if check.max is not None else np.nanargmin(vals))
-            if not all(v != v for v in vals)
-            else 0
-        )
-        out.append(
-            CheckResult(
-                f"{name}: {key} {check.op} {check.threshold:g}",
-                key,
-                summary["worst"],
-                check.threshold,
-                check.op,
-                check.passes(summary["worst"]) and not failing,
-                name,
-                {"worst_sample": worst_idx, "samples_failed": len(failing), "samples": len(vals)},
+        else:
+            summary = summarize(vals, METRICS[check.metric].better)
+            failing = [i for i, v in enumerate(vals) if not check.passes(v)]
+            pick = np.nanargmax if check.max is not None else np.nanargmin
+            worst_idx = int(pick(vals)) if not all(v != v for v in vals) else 0
+            result = CheckResult(
+                name=f"{prefix}: {check.condition}",
+                metric=key,
+                value=summary.worst,
+                threshold=check.threshold,
+                op=check.op,
+                passed=check.passes(summary.worst) and not failing,
+                worst_sample=worst_idx,
+                detail={"samples_failed": len(failing), "samples": len(vals)},
+                **where,
             )
-        )
-    return out
+        out.append(result)
+        if not result.passed:
+            failed.append(check.condition)
+    return Evaluated(out, failed)
 
 
 def run_comparisons(
@@ -232,6 +301,3 @@ def run_comparisons(
             s.add(r[ref_name], c[cand_name], extra)
         series[cand_name] = s
     return list(series.values())
-
-
-__all__ = ["BASE_METRICS", "CheckResult", "TensorSeries", "evaluate", "run_comparisons"]

@@ -12,57 +12,12 @@ Conventions (reference `a`, candidate `b`):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-Better = Literal["lower", "higher"]
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    name: str
-    better: Better
-    doc: str
-    low: float | None = None  # valid threshold range (inclusive)
-    high: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)  # parameter -> default
-
-    @property
-    def threshold_key(self) -> str:
-        return "max" if self.better == "lower" else "min"
-
-
-METRICS: dict[str, MetricSpec] = {
-    m.name: m
-    for m in [
-        MetricSpec("max_abs", "lower", "largest |b - a|", low=0.0),
-        MetricSpec("mean_abs", "lower", "mean |b - a|", low=0.0),
-        MetricSpec("max_rel", "lower", "largest |b - a| / |a| (0/0 = 0, x/0 = inf)", low=0.0),
-        MetricSpec("rel_l2", "lower", "||b - a||_2 / ||a||_2", low=0.0),
-        MetricSpec("cosine", "higher", "cosine similarity of the flattened tensors", low=-1.0, high=1.0),
-        MetricSpec("sqnr", "higher", "signal-to-quantisation-noise ratio in dB: 10 log10(sum a^2 / sum (b-a)^2)"),
-        MetricSpec(
-            "frac_outside_tol",
-            "lower",
-            "fraction of elements with |b - a| > atol + rtol * |a|",
-            low=0.0,
-            high=1.0,
-            params={"atol": 1e-5, "rtol": 1e-3},
-        ),
-        MetricSpec(
-            "topk_agreement",
-            "higher",
-            "fraction of rows (last axis = classes) whose top-k class sets agree; k=1 is argmax agreement",
-            low=0.0,
-            high=1.0,
-            params={"k": 1},
-        ),
-    ]
-}
-
-BASE_METRICS = ("max_abs", "mean_abs", "max_rel", "rel_l2", "cosine", "sqnr")
+from trtverify.config.checks import BASE_METRICS, METRICS, metric_key
 
 
 class CompareError(ValueError):
@@ -230,12 +185,3 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
             raise KeyError(f"metric {name} takes no parameters")
 
     return Comparison(metrics, int(ref.size), ref_nan, ref_inf, cand_nan, cand_inf, mismatch)
-
-
-def metric_key(name: str, params: dict[str, Any] | None) -> str:
-    """Stable key of a (possibly parameterised) metric, e.g. 'topk_agreement@k=5'."""
-    spec = METRICS[name]
-    if not spec.params:
-        return name
-    p = {**spec.params, **(params or {})}
-    return name + "@" + ",".join(f"{k}={p[k]:g}" if isinstance(p[k], float) else f"{k}={p[k]}" for k in sorted(p))

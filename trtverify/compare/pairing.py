@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from trtverify.record import Record
 
 
 @dataclass(frozen=True)
@@ -15,14 +16,29 @@ class Pairing:
     ignored: list[str] = field(default_factory=list)
     bad_renames: list[str] = field(default_factory=list)  # rename sources the reference does not have
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pairs": [{"reference": r, "candidate": c} for r, c in self.pairs],
-            "reference_only": list(self.reference_only),
-            "candidate_only": list(self.candidate_only),
-            "ignored": list(self.ignored),
-            "bad_renames": list(self.bad_renames),
-        }
+    def record(self) -> PairingRecord:
+        return PairingRecord(
+            pairs=[Pair(reference=r, candidate=c) for r, c in self.pairs],
+            reference_only=list(self.reference_only),
+            candidate_only=list(self.candidate_only),
+            ignored=list(self.ignored),
+            bad_renames=list(self.bad_renames),
+        )
+
+
+class Pair(Record):
+    reference: str
+    candidate: str
+
+
+class PairingRecord(Record):
+    """How names paired: the pairs, and what each side alone had."""
+
+    pairs: list[Pair]
+    reference_only: list[str]
+    candidate_only: list[str]
+    ignored: list[str]
+    bad_renames: list[str]
 
 
 def pair_names(

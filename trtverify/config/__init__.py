@@ -1,5 +1,2 @@
-"""Suite files: pydantic models and the located YAML loader."""
-
-from trtverify.config.loader import LoadedSuite, load_suite
-
-__all__ = ["LoadedSuite", "load_suite"]
+"""Suite files: the pydantic models of the suite (every backend's options included), the registry of
+what a suite can name, and the located YAML loader (`trtverify.config.loader.load_suite`)."""

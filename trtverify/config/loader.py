@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from trtverify.config.models import Suite
+from trtverify.config.registry import TASKS
 from trtverify.config.yamlload import LocatedDocument, PathKey, dotted, load_yaml
 from trtverify.errors import Problem, SuiteError, unknown
 
@@ -124,14 +125,12 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         for i, name in enumerate(e2e.candidates or []):
             if name not in suite.models.candidates:
                 add(("stages", "e2e", "candidates", i), unknown("candidate", name, list(suite.models.candidates)))
-        ds = e2e.dataset
-        if e2e.task == "detection" and ds.coco is None:
-            add(("stages", "e2e", "dataset"), "task 'detection' reads a COCO instances JSON: give dataset.coco")
-        if e2e.task == "classification" and ds.coco is not None:
-            add(("stages", "e2e", "dataset", "coco"), "task 'classification' reads npz, folder or csv, not COCO")
-        from trtverify.stages.e2e import gate_metrics
-
-        known = list(gate_metrics(e2e))
+        task = TASKS.get(e2e.task)
+        source = e2e.dataset.source
+        if source not in task.datasets:
+            reads = " or ".join(f"dataset.{d}" for d in task.datasets)
+            add(("stages", "e2e", "dataset", source), f"task '{e2e.task}' reads {reads}, not dataset.{source}")
+        known = list(e2e.gate_metrics())
         for i, g in enumerate(e2e.gates):
             if g.metric not in known:
                 add(("stages", "e2e", "gates", i, "metric"), unknown(f"{e2e.task} metric", g.metric, known))

@@ -53,7 +53,7 @@ def _walk(
             Problem(
                 file,
                 node.start_mark.line + 1,
-                _dotted(path),
+                dotted(path),
                 f"unsupported YAML tag '{node.tag}' (tags are not allowed in suite files)",
             )
         )
@@ -68,7 +68,7 @@ def _walk(
                     Problem(
                         file,
                         key_node.start_mark.line + 1,
-                        _dotted(path),
+                        dotted(path),
                         f"mapping keys must be plain scalars, got {type(key).__name__}",
                     )
                 )
@@ -80,7 +80,7 @@ def _walk(
                     Problem(
                         file,
                         key_node.start_mark.line + 1,
-                        _dotted(child),
+                        dotted(child),
                         f"duplicate key '{key_s}' (first defined on line {lines[child]})",
                     )
                 )
@@ -100,13 +100,13 @@ def _walk(
     except yaml.constructor.ConstructorError as exc:
         problems.append(
             Problem(
-                file, node.start_mark.line + 1, _dotted(path), f"{exc.problem} (tags are not allowed in suite files)"
+                file, node.start_mark.line + 1, dotted(path), f"{exc.problem} (tags are not allowed in suite files)"
             )
         )
         return None
 
 
-def _dotted(path: PathKey) -> str:
+def dotted(path: PathKey) -> str:
     out = ""
     for part in path:
         if isinstance(part, int):
@@ -116,7 +116,18 @@ def _dotted(path: PathKey) -> str:
     return out
 
 
-dotted = _dotted
+def _unprintable(file: str, text: str, exc: yaml.reader.ReaderError) -> Problem:
+    """A control character (a NUL byte, say) where YAML allows only printable text."""
+    line = text.count("\n", 0, exc.position) + 1
+    column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+    char = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
+    return Problem(
+        file,
+        line,
+        "",
+        f"control character U+{char:04X} at column {column}: a suite file must be printable text "
+        "(was it saved by a binary tool, or is it the wrong file?)",
+    )
 
 
 def load_yaml(path: Path, display: str | None = None) -> LocatedDocument:
@@ -130,7 +141,10 @@ def load_yaml(path: Path, display: str | None = None) -> LocatedDocument:
         raise SuiteError([Problem(file, None, "", "is a directory, expected a YAML file")]) from None
     except UnicodeDecodeError as exc:
         raise SuiteError([Problem(file, None, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
-    loader = yaml.SafeLoader(text)
+    try:  # PyYAML checks that the text is printable here, before any parsing
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:
+        raise SuiteError([_unprintable(file, text, exc)]) from None
     problems: list[Problem] = []
     try:
         node = loader.get_single_node()
@@ -149,6 +163,8 @@ def load_yaml(path: Path, display: str | None = None) -> LocatedDocument:
         ):
             msg += f" (the construct started on line {exc.context_mark.line + 1})"
         raise SuiteError([Problem(file, line, "", f"YAML syntax error: {msg}")]) from None
+    except yaml.reader.ReaderError as exc:
+        raise SuiteError([_unprintable(file, text, exc)]) from None
     except yaml.YAMLError as exc:
         raise SuiteError([Problem(file, None, "", f"YAML error: {exc}")]) from None
     finally:

@@ -9,9 +9,13 @@ positions, never from names: names are user data and may hold anything.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import PurePath
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from trtverify.stages.base import StageResult
+from trtverify.stages.buildlog import BuildlogResult
+from trtverify.stages.layerwise.models import LayerwiseResult, Row
 
 # what may follow a node name inside a layer name derived from it ("Conv_myl0_1", "Conv + Relu", "Conv.1")
 _BOUNDARY = re.compile(r"[^A-Za-z0-9]")
@@ -45,52 +49,52 @@ def prefix_node(layer_name: str, nodes: Iterable[str]) -> str | None:
     return best
 
 
-def layer_nodes(layer: Mapping[str, Any], nodes: Iterable[str]) -> set[str]:
-    """The nodes (out of `nodes`) a build-log layer holds: those it lists in onnx_nodes, plus the one its name derives from."""
+def layer_nodes(name: str, onnx_nodes: Iterable[str], nodes: Iterable[str]) -> set[str]:
+    """The nodes (out of `nodes`) a build-log layer holds: those it lists in onnx_nodes, plus the one its
+    name derives from."""
     nodes = set(nodes)
-    found = {n for n in layer.get("onnx_nodes") or [] if n in nodes}
-    by_name = prefix_node(str(layer.get("name") or ""), nodes)
+    found = {n for n in onnx_nodes if n in nodes}
+    by_name = prefix_node(name, nodes)
     if by_name is not None:
         found.add(by_name)
     return found
 
 
-def candidates_for_log(log: str, candidates: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Indices of the candidates a build log belongs to: those whose model file stem appears in the
+def candidates_for_log(log: str, models: Sequence[str]) -> list[int]:
+    """Indices of the candidate models a build log belongs to: those whose file stem appears in the
     log's file name (fashion_cnn_int8_qdq.onnx -> fashion_cnn_int8_qdq__mark_all.log); all when none does."""
     log_stem = PurePath(str(log)).stem
-    hits = [
-        i for i, c in enumerate(candidates) if (stem := PurePath(str(c.get("model") or "")).stem) and stem in log_stem
-    ]
-    return hits or list(range(len(candidates)))
+    hits = [i for i, m in enumerate(models) if (stem := PurePath(m).stem) and stem in log_stem]
+    return hits or list(range(len(models)))
 
 
-def build_links(stages: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[Link]], dict[str, list[Link]]]:
+def build_links(stages: Sequence[StageResult]) -> tuple[dict[str, list[Link]], dict[str, list[Link]]]:
     """({layer id: links to layerwise rows}, {row id: links to build-log layers}) for one run's stages."""
-    layerwise = next((s for s in stages if s.get("name") == "layerwise"), None)
-    buildlog = next((s for s in stages if s.get("name") == "buildlog"), None)
+    layerwise = next((s for s in stages if isinstance(s, LayerwiseResult)), None)
+    buildlog = next((s for s in stages if isinstance(s, BuildlogResult)), None)
     to_rows: dict[str, list[Link]] = {}
     to_layers: dict[str, list[Link]] = {}
     if layerwise is None or buildlog is None:
         return to_rows, to_layers
-    candidates = layerwise.get("candidates") or []
-    by_node: list[dict[str, list[dict[str, Any]]]] = []
+    candidates = layerwise.candidates or []
+    by_node: list[dict[str, list[Row]]] = []
     for cand in candidates:
-        index: dict[str, list[dict[str, Any]]] = {}
-        for row in cand.get("rows") or []:
-            if row.get("node"):
-                index.setdefault(row["node"], []).append(row)
+        index: dict[str, list[Row]] = {}
+        for row in cand.rows:
+            if row.node:
+                index.setdefault(row.node, []).append(row)
         by_node.append(index)
-    for li, log in enumerate(buildlog.get("logs") or []):
-        for ci in candidates_for_log(log.get("log", ""), candidates):
+    models = [c.model for c in candidates]
+    for li, log in enumerate(buildlog.logs or []):
+        for ci in candidates_for_log(log.log, models):
             cand, index = candidates[ci], by_node[ci]
-            for ki, layer in enumerate(log.get("layers") or []):
+            for ki, layer in enumerate(log.layers):
                 lid = layer_id(li, ki)
-                for node in sorted(layer_nodes(layer, index), key=lambda n: index[n][0]["topo_index"]):
+                held = layer_nodes(layer.name, layer.onnx_nodes, index)
+                for node in sorted(held, key=lambda n: index[n][0].topo_index):
                     for row in index[node]:
-                        rid = row_id(ci, row["topo_index"])
-                        to_rows.setdefault(lid, []).append(
-                            Link(rid, f"{cand.get('name')} #{row['topo_index']} {row.get('op_type') or ''}".rstrip())
-                        )
-                        to_layers.setdefault(rid, []).append(Link(lid, str(layer.get("name"))))
+                        rid = row_id(ci, row.topo_index)
+                        label = f"{cand.name} #{row.topo_index} {row.op_type or ''}".rstrip()
+                        to_rows.setdefault(lid, []).append(Link(rid, label))
+                        to_layers.setdefault(rid, []).append(Link(lid, layer.name))
     return to_rows, to_layers

@@ -1,17 +1,19 @@
-"""What every stage receives and returns."""
+"""What every stage receives (a context and its part of the run plan) and returns (a typed result)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field, field_serializer
 
 from trtverify.compare.checks import CheckResult
 from trtverify.config.loader import LoadedSuite
 from trtverify.onnxinfo import TensorMeta
+from trtverify.record import Record
 from trtverify.reference import ReferenceStore
 
 # progress(stage, done, total, what): called by stages on long work; the CLI renders it
@@ -22,6 +24,30 @@ def no_progress(stage: str, done: int, total: int, what: str) -> None:
     return None
 
 
+@dataclass(frozen=True)
+class DataSlice:
+    """Part `index` (1-based) of `count` of a dataset, in whole batches split as evenly as possible,
+    so every batch holds the same samples as in an unsharded run."""
+
+    index: int
+    count: int
+
+    def positions(self, total: int, batch_size: int) -> range:
+        nb = -(-total // batch_size)
+        lo, hi = (self.index - 1) * nb // self.count, self.index * nb // self.count
+        return range(min(lo * batch_size, total), min(hi * batch_size, total))
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """What the run plan gives one stage: the candidates it runs, or its slice of the dataset.
+
+    `candidates` None: every candidate the stage is configured with. `data` None: the whole dataset."""
+
+    candidates: tuple[str, ...] | None = None
+    data: DataSlice | None = None
+
+
 @dataclass
 class StageContext:
     loaded: LoadedSuite
@@ -30,34 +56,66 @@ class StageContext:
     store: ReferenceStore
     update_reference: bool = False
     progress: Progress = no_progress
-    shard: Any = None  # trtverify.shard.Shard when this run is one shard of several
-    out_dir: Path | None = None  # where the run writes (a shard's raw predictions go there)
+    work: StageWork = StageWork()
+    out_dir: Path | None = None  # where the run writes (a shard's e2e accumulator states go there)
+
+    def candidates(self, configured: Sequence[str]) -> list[str]:
+        """The candidates this run of a stage covers: the plan's, or every configured one."""
+        if self.work.candidates is None:
+            return list(configured)
+        return [c for c in configured if c in self.work.candidates]
 
 
-@dataclass
-class StageResult:
+class StageError(Record):
+    """Why a stage could not run."""
+
+    kind: Literal["user", "dependency", "internal"]
+    message: str
+    traceback: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    exit_code: int
+
+
+Status = Literal["passed", "failed", "error", "skipped"]
+
+
+class StageResult(Record):
+    """The fields every stage result has; each stage adds its own (see the subclasses)."""
+
     name: str
-    status: str  # passed | failed | error | skipped
-    checks: list[CheckResult] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
+    status: Status
     duration_s: float = 0.0
-    error: dict[str, Any] | None = None  # {kind: user|dependency|internal, message, traceback?, exit_code}
+    checks: list[CheckResult] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    timings: dict[str, float] = Field(default_factory=dict, description="seconds per part of the work")
+    error: StageError | None = None
+    sharded_away: bool = Field(
+        default=False, exclude_if=lambda v: not v, description="skipped because another shard runs it"
+    )
 
-    @classmethod
-    def from_checks(cls, name: str, checks: list[CheckResult], **kw: Any) -> StageResult:
-        status = "passed" if checks and all(c.passed for c in checks) else "failed"
-        return cls(name, status, checks, **kw)
+    @field_serializer("duration_s")
+    def _round_duration(self, v: float) -> float:
+        return round(v, 4)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "duration_s": round(self.duration_s, 4),
-            "checks": [c.to_dict() for c in self.checks],
-            "notes": list(self.notes),
-            "timings": {k: round(v, 6) for k, v in self.timings.items()},
-            "error": self.error,
-            **self.details,
-        }
+    @field_serializer("timings")
+    def _round_timings(self, v: dict[str, float]) -> dict[str, float]:
+        return {k: round(x, 6) for k, x in v.items()}
+
+    @property
+    def done(self) -> bool:
+        """Passed, or skipped because another shard runs it."""
+        return self.status == "passed" or (self.status == "skipped" and self.sharded_away)
+
+
+def status_of(checks: Sequence[CheckResult]) -> Status:
+    """Passed when there are checks and every one passed; never on nothing."""
+    return "passed" if checks and all(c.passed for c in checks) else "failed"
+
+
+def timed(timings: dict[str, float], key: str, seconds: float) -> None:
+    """Add `seconds` to `timings[key]`."""
+    timings[key] = timings.get(key, 0.0) + seconds
+
+
+def stage_result_fields(result: StageResult) -> dict[str, Any]:
+    """The common fields of a result, to rebuild it as another stage-result type."""
+    return {k: getattr(result, k) for k in StageResult.model_fields}

@@ -8,14 +8,38 @@ TensorRT's ONNX parser carry the ONNX node names the layerwise stage reports.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
-from trtverify.buildlog import parse_file
+from pydantic import Field
+
 from trtverify.buildlog.catalog import selects
-from trtverify.compare.checks import CheckResult
-from trtverify.stages.base import StageContext, StageResult
+from trtverify.buildlog.diff import BuildDiff, diff
+from trtverify.buildlog.parser import BuildLog, parse_file
+from trtverify.compare.checks import CheckResult, limit_check
+from trtverify.record import optional
+from trtverify.stages.base import StageContext, StageResult, status_of
 
 NAME = "buildlog"
+
+
+class AgainstLog(BuildDiff):
+    """What changed from an older build's log."""
+
+    log: str = Field(description="the older log")
+
+
+class LogResult(BuildLog):
+    """One audited log: what it says, and what changed against the older log."""
+
+    log: str = Field(description="the log file")
+    against: AgainstLog | None = optional()
+
+
+class BuildlogResult(StageResult):
+    """Stage buildlog: the findings of each TensorRT build log."""
+
+    name: Literal["buildlog"] = "buildlog"
+    logs: list[LogResult] | None = optional("one entry per log read")
 
 
 def _logs(ctx: StageContext) -> list[Path]:
@@ -24,83 +48,59 @@ def _logs(ctx: StageContext) -> list[Path]:
     if cfg.logs:
         return [Path(p) for p in cfg.logs]
     backends = ctx.loaded.suite.backends
-    captured = [getattr(backends, n).build_log for n in ("tensorrt", "tensorrt_rtx")]
+    captured = [backends.tensorrt.build_log, backends.tensorrt_rtx.build_log]
     return [Path(p) for p in captured if p is not None and Path(p).exists()]
 
 
-def run(ctx: StageContext) -> StageResult:
+def run(ctx: StageContext) -> BuildlogResult:
     cfg = ctx.loaded.suite.stages.buildlog
     assert cfg is not None
     logs = _logs(ctx)
-    result = StageResult(NAME, "failed")
-    checks = [
-        CheckResult(
-            "build logs read",
-            "logs",
-            float(len(logs)),
-            1.0,
-            ">=",
-            bool(logs),
-            None,
-            {}
-            if logs
-            else {
-                "reason": "no log given and no backend wrote one (set stages.buildlog.logs or backends.tensorrt.build_log)"
-            },
-        )
+    why = {"reason": "no log given and no backend wrote one (set stages.buildlog.logs or backends.tensorrt.build_log)"}
+    checks: list[CheckResult] = [
+        limit_check("build logs read", NAME, "logs", len(logs), 1, ">=", detail={} if logs else why)
     ]
-    entries: list[dict[str, Any]] = []
+    older = parse_file(Path(cfg.against)) if cfg.against is not None else None
+    entries: list[LogResult] = []
     for i, path in enumerate(logs):
         parsed = parse_file(path)
         label = path.name
-        entry = {"log": str(path), **parsed.to_dict()}
-        if cfg.against is not None:
-            from trtverify.buildlog.diff import diff
-
-            entry["against"] = {"log": str(cfg.against), **diff(parsed, parse_file(Path(cfg.against)))}
-        entries.append(entry)
+        against = None
+        if older is not None:
+            against = AgainstLog(log=str(cfg.against), **dict(diff(parsed, older)))
+        entries.append(LogResult(log=str(path), **dict(parsed), against=against))
         for name in cfg.fail_on:
             hits = [f for f in parsed.findings if selects(name, f.kind, f.category) and f.severity in cfg.fail_severity]
             n = sum(f.count for f in hits)
+            listed = [
+                {"kind": f.kind, "lines": list(f.lines)[:10], "layers": list(f.layers)[:10], "count": f.count}
+                for f in hits[:20]
+            ]
             checks.append(
-                CheckResult(
+                limit_check(
                     f"{label}: no {name} findings ({'/'.join(cfg.fail_severity)})",
+                    NAME,
                     f"{name}_findings",
-                    float(n),
-                    0.0,
+                    n,
+                    0,
                     "<=",
-                    n == 0,
-                    None,
-                    {
-                        "findings": [
-                            {
-                                "kind": f.kind,
-                                "lines": list(f.lines)[:10],
-                                "layers": list(f.layers)[:10],
-                                "count": f.count,
-                            }
-                            for f in hits[:20]
-                        ]
-                    }
-                    if hits
-                    else {},
+                    detail={"findings": listed} if hits else {},
                 )
             )
         for name, limit in cfg.max.items():
             hits = [f for f in parsed.findings if selects(name, f.kind, f.category)]
             n = sum(f.count for f in hits)
+            lines = sorted({ln for f in hits for ln in f.lines})[:20]
             checks.append(
-                CheckResult(
+                limit_check(
                     f"{label}: {name} count <= {limit}",
+                    NAME,
                     f"{name}_count",
-                    float(n),
-                    float(limit),
+                    n,
+                    limit,
                     "<=",
-                    n <= limit,
-                    None,
-                    {"lines": sorted({ln for f in hits for ln in f.lines})[:20]} if hits else {},
+                    detail={"lines": lines} if hits else {},
                 )
             )
         ctx.progress(NAME, i + 1, len(logs), "parse")
-    result.details["logs"] = entries
-    return StageResult.from_checks(NAME, checks, details=result.details, notes=result.notes, timings=result.timings)
+    return BuildlogResult(status=status_of(checks), checks=checks, logs=entries)

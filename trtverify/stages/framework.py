@@ -11,20 +11,49 @@ import importlib.util
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from trtverify.backends import backend_class
-from trtverify.compare.checks import CheckResult, evaluate, run_comparisons
-from trtverify.compare.pairing import pair_names
+from trtverify.backends.onnxruntime import OnnxRuntimeBackend
+from trtverify.backends.torch import TorchBackend
+from trtverify.compare.checks import CheckResult, TensorSummary, evaluate, limit_check, run_comparisons
+from trtverify.compare.pairing import PairingRecord, pair_names
 from trtverify.errors import MissingDependency
 from trtverify.fsutil import sha256_file
+from trtverify.record import Record, optional
 from trtverify.reference import hash_samples
-from trtverify.stages.base import StageContext, StageResult
+from trtverify.stages.base import StageContext, StageResult, status_of
 
 NAME = "framework"
 STORE_KIND = "pytorch"
+
+
+class FrameworkReference(Record):
+    """Where the PyTorch outputs came from."""
+
+    store: str = Field(description="the reference store folder")
+    state: Literal["valid", "missing", "stale", "corrupt"] = Field(description="what the store held")
+    reasons: list[str] = Field(description="why it was not valid")
+    source: Literal["stored", "pytorch"] | None = optional("stored outputs, or PyTorch run now")
+    created: str | None = optional("when the stored outputs were made")
+    versions: dict[str, str] | None = optional("library versions the stored outputs were made with")
+    saved: bool | None = optional("the outputs were (re)written to the store")
+
+
+class FrameworkOutput(TensorSummary):
+    passed: bool
+
+
+class FrameworkResult(StageResult):
+    """Stage framework: PyTorch against the reference ONNX model in ONNX Runtime."""
+
+    name: Literal["framework"] = "framework"
+    samples: int | None = optional("samples compared")
+    reference: FrameworkReference | None = optional()
+    pairing: PairingRecord | None = optional("how PyTorch outputs paired with ONNX outputs")
+    outputs: list[FrameworkOutput] | None = optional("one row per compared output")
 
 
 def _module_file(spec: str, search_path: list[Path]) -> Path | None:
@@ -71,27 +100,28 @@ def _versions() -> dict[str, str]:
 
 
 def _pytorch_outputs(
-    ctx: StageContext, samples: list[dict[str, np.ndarray]], result: StageResult
-) -> list[dict[str, np.ndarray]]:
+    ctx: StageContext, samples: list[dict[str, np.ndarray]], notes: list[str], timings: dict[str, float]
+) -> tuple[list[dict[str, np.ndarray]], FrameworkReference]:
+    """The PyTorch outputs: stored ones when every hash matches, else PyTorch run now."""
     suite = ctx.loaded.suite
     store = ctx.store
     depends = reference_depends(ctx, samples)
     lookup = store.lookup(STORE_KIND, depends)
-    info: dict[str, Any] = {"store": str(lookup.folder), "state": lookup.state, "reasons": lookup.reasons}
-    result.details["reference"] = info
+    where = {"store": str(lookup.folder), "state": lookup.state, "reasons": lookup.reasons}
     if lookup.state == "valid" and not ctx.update_reference:
-        info["source"] = "stored"
-        info["created"] = (lookup.manifest or {}).get("created")
-        info["versions"] = (lookup.manifest or {}).get("versions")
-        result.notes.append(f"reference: stored PyTorch outputs from {lookup.folder} (hashes match; PyTorch not run)")
-        return lookup.outputs  # type: ignore[return-value]
+        notes.append(f"reference: stored PyTorch outputs from {lookup.folder} (hashes match; PyTorch not run)")
+        manifest = lookup.manifest or {}
+        info = FrameworkReference(
+            **where, source="stored", created=manifest.get("created"), versions=manifest.get("versions")
+        )
+        return lookup.outputs, info  # type: ignore[return-value]
     if lookup.state in ("stale", "corrupt") and not ctx.update_reference:
-        result.notes.append(
+        notes.append(
             f"stored reference in {lookup.folder} is {lookup.state} and was NOT used: {'; '.join(lookup.reasons)}. "
             "Running PyTorch instead; rerun with --update-reference to rewrite it."
         )
-    cls = backend_class("torch")
-    backend = cls(
+    assert suite.models.pytorch is not None
+    backend = TorchBackend(
         suite.models.pytorch,
         suite.backends.torch,
         search_path=ctx.loaded.search_path,
@@ -102,112 +132,89 @@ def _pytorch_outputs(
     except MissingDependency as exc:
         if lookup.state in ("stale", "corrupt"):
             exc.args = (
-                f"{exc.args[0]}\n  (needed because the stored reference is {lookup.state}: {'; '.join(lookup.reasons)})",
+                f"{exc.args[0]}\n  (needed because the stored reference is {lookup.state}: "
+                f"{'; '.join(lookup.reasons)})",
             )
         raise
     outs = []
     t0 = time.perf_counter()
-    for i, feed in enumerate(samples):
-        outs.append(backend.infer(feed))
-        ctx.progress(NAME, i + 1, len(samples), "PyTorch")
-    result.timings["pytorch_s"] = time.perf_counter() - t0
-    backend.close()
-    info["source"] = "pytorch"
+    with backend:
+        for i, feed in enumerate(samples):
+            outs.append(backend.infer(feed))
+            ctx.progress(NAME, i + 1, len(samples), "PyTorch")
+    timings["pytorch_s"] = time.perf_counter() - t0
+    saved = None
     if lookup.state == "missing" or ctx.update_reference:
         store.save(STORE_KIND, depends, samples, outs, _versions())
-        info["saved"] = True
-        result.notes.append(
+        saved = True
+        notes.append(
             f"reference: PyTorch outputs {'rewritten' if lookup.state != 'missing' else 'stored'} in {lookup.folder}"
         )
-    return outs
+    return outs, FrameworkReference(**where, source="pytorch", saved=saved)
 
 
-def run(ctx: StageContext) -> StageResult:
+def run(ctx: StageContext) -> FrameworkResult:
     suite = ctx.loaded.suite
     cfg = suite.stages.framework
     assert cfg is not None
-    result = StageResult(NAME, "failed")
     samples = ctx.samples[: cfg.samples] if cfg.samples else ctx.samples
-    result.details["samples"] = len(samples)
     if not samples:
-        result.checks.append(
-            CheckResult("samples", "samples", 0.0, 1.0, ">=", False, None, {"reason": "zero samples compared"})
-        )
-        return result
+        check = limit_check("samples", NAME, "samples", 0, 1, ">=", detail={"reason": "zero samples compared"})
+        return FrameworkResult(status="failed", checks=[check], samples=0)
+    notes: list[str] = []
+    timings: dict[str, float] = {}
+    ref_outs, reference = _pytorch_outputs(ctx, samples, notes, timings)
 
-    ref_outs = _pytorch_outputs(ctx, samples, result)
-
-    onnx_backend = backend_class("onnxruntime")(Path(suite.models.reference), suite.backends.onnxruntime)
-    onnx_backend.load()
+    onnx_backend = OnnxRuntimeBackend(Path(suite.models.reference), suite.backends.onnxruntime)
     cand_outs = []
     t0 = time.perf_counter()
-    for i, feed in enumerate(samples):
-        cand_outs.append(onnx_backend.infer(feed))
-        ctx.progress(NAME, i + 1, len(samples), "ONNX Runtime")
-    result.timings["onnxruntime_s"] = time.perf_counter() - t0
-    onnx_backend.close()
+    with onnx_backend:
+        for i, feed in enumerate(samples):
+            cand_outs.append(onnx_backend.infer(feed))
+            ctx.progress(NAME, i + 1, len(samples), "ONNX Runtime")
+    timings["onnxruntime_s"] = time.perf_counter() - t0
 
     ref_names = list(ref_outs[0]) if ref_outs else []
     cand_names = [m.name for m in onnx_backend.outputs()]
     pairing = pair_names(ref_names, cand_names, cfg.rename, cfg.ignore)
-    result.details["pairing"] = pairing.to_dict()
+
+    def checks_for(output: str) -> Any:
+        return cfg.outputs[output].checks if output in cfg.outputs else cfg.checks
 
     t0 = time.perf_counter()
-    series = run_comparisons(
-        ref_outs, cand_outs, pairing.pairs, lambda name: cfg.outputs[name].checks if name in cfg.outputs else cfg.checks
-    )
-    result.timings["compare_s"] = time.perf_counter() - t0
+    series = run_comparisons(ref_outs, cand_outs, pairing.pairs, checks_for)
+    timings["compare_s"] = time.perf_counter() - t0
 
-    checks: list[CheckResult] = []
-    checks.append(
-        CheckResult("outputs compared", "pairs", float(len(pairing.pairs)), 1.0, ">=", len(pairing.pairs) >= 1)
-    )
+    checks: list[CheckResult] = [
+        limit_check("outputs compared", NAME, "pairs", len(pairing.pairs), 1, ">="),
+    ]
     unmatched = pairing.reference_only + pairing.candidate_only
-    checks.append(
-        CheckResult(
-            "unmatched outputs",
-            "unmatched",
-            float(len(unmatched)),
-            0.0,
-            "<=",
-            not unmatched,
-            None,
-            {"pytorch_only": pairing.reference_only, "onnx_only": pairing.candidate_only} if unmatched else {},
-        )
-    )
+    detail = {"pytorch_only": pairing.reference_only, "onnx_only": pairing.candidate_only} if unmatched else {}
+    checks.append(limit_check("unmatched outputs", NAME, "unmatched", len(unmatched), 0, "<=", detail=detail))
     if pairing.bad_renames:
+        bad = {"unknown": pairing.bad_renames}
         checks.append(
-            CheckResult(
-                "rename sources exist",
-                "bad_renames",
-                float(len(pairing.bad_renames)),
-                0.0,
-                "<=",
-                False,
-                None,
-                {"unknown": pairing.bad_renames},
-            )
+            limit_check("rename sources exist", NAME, "bad_renames", len(pairing.bad_renames), 0, "<=", detail=bad)
         )
     for unknown in sorted(set(cfg.outputs) - {c for _, c in pairing.pairs}):
+        why = {"reason": "stages.framework.outputs names an output that was not compared"}
         checks.append(
-            CheckResult(
-                f"{unknown}: configured output exists",
-                "exists",
-                0.0,
-                1.0,
-                ">=",
-                False,
-                unknown,
-                {"reason": "stages.framework.outputs names an output that was not compared"},
-            )
+            limit_check(f"{unknown}: configured output exists", NAME, "exists", 0, 1, ">=", tensor=unknown, detail=why)
         )
     rows = []
     for s in series:
-        out_checks = evaluate(s, cfg.outputs[s.candidate].checks if s.candidate in cfg.outputs else cfg.checks)
-        checks.extend(out_checks)
-        rows.append({**s.summary(), "passed": all(c.passed for c in out_checks)})
-    result.details["outputs"] = rows
-    if getattr(onnx_backend, "casts", None):
-        result.notes.append(f"inputs cast for ONNX Runtime: {onnx_backend.casts}")
-    done = StageResult.from_checks(NAME, checks, details=result.details, notes=result.notes, timings=result.timings)
-    return done
+        evaluated = evaluate(s, checks_for(s.candidate), stage=NAME)
+        checks.extend(evaluated.checks)
+        rows.append(FrameworkOutput(**dict(s.summary()), passed=all(c.passed for c in evaluated.checks)))
+    if onnx_backend.casts:
+        notes.append(f"inputs cast for ONNX Runtime: {onnx_backend.casts}")
+    return FrameworkResult(
+        status=status_of(checks),
+        checks=checks,
+        notes=notes,
+        timings=timings,
+        samples=len(samples),
+        reference=reference,
+        pairing=pairing.record(),
+        outputs=rows,
+    )

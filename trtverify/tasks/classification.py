@@ -22,6 +22,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from pydantic import ConfigDict, Field
+
+from trtverify.errors import UsageError
+from trtverify.record import Record, optional
+from trtverify.tasks.base import State, Task, TaskMetrics, call_hook, select_output
+from trtverify.tasks.batches import Batch
 
 INVALID = -1  # prediction of a score row holding a NaN
 
@@ -29,6 +35,40 @@ INVALID = -1  # prediction of a score row holding a NaN
 def _plain(x: Any) -> Any:
     """Python scalar of a numpy scalar, for JSON."""
     return x.item() if isinstance(x, np.generic) else x
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Row-wise softmax, in float64."""
+    z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+class ClassMetrics(Record):
+    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
+
+    class_: int = Field(alias="class")
+    name: str
+    precision: float
+    recall: float
+    f1: float
+    support: int
+
+
+class ClassificationMetrics(TaskMetrics):
+    """Classification metrics; `top{k}_accuracy` for each k asked for (k <= the number of classes)."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, float]
+
+    accuracy: float
+    macro_f1: float
+    micro_f1: float
+    weighted_f1: float
+    per_class: list[ClassMetrics]
+    confusion: list[list[int]] = Field(description="rows: true class, columns: predicted class")
+    samples: int
+    invalid: int = Field(description="score rows holding a NaN (no prediction)")
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -44,24 +84,36 @@ class ClassificationAccumulator:
     """Labels and predictions of a validation set, batch by batch; metrics once at the end."""
 
     def __init__(
-        self, num_classes: int, top_k: Sequence[int] = (1, 5), class_names: Sequence[str] | None = None
+        self,
+        num_classes: int | None,
+        top_k: Sequence[int] = (1, 5),
+        class_names: Sequence[str] | None = None,
+        *,
+        keep_probabilities: bool = False,
     ) -> None:
-        if int(num_classes) < 1:
-            raise ValueError(f"num_classes must be at least 1, got {num_classes}")
-        self.num_classes = int(num_classes)
+        """`num_classes` None: taken from the first batch of scores. `keep_probabilities`: keep each
+        sample's softmax row (float32) for finding the samples that changed most."""
         ks = sorted({int(k) for k in top_k})
         if any(k < 1 for k in ks):
             raise ValueError(f"top_k values must be at least 1, got {list(top_k)}")
         self.top_k = tuple(ks)
-        if class_names is not None and len(class_names) != self.num_classes:
-            raise ValueError(f"{len(class_names)} class names for {self.num_classes} classes")
         self.class_names = [str(n) for n in class_names] if class_names is not None else None
+        self.num_classes: int | None = None
+        if num_classes is not None:
+            self._set_classes(int(num_classes))
+        self.keep_probabilities = keep_probabilities
         self._labels: list[np.ndarray] = []
         self._preds: list[np.ndarray] = []
-        self._ranks: list[
-            np.ndarray | None
-        ] = []  # rank of the true class per sample; None: batch gave predictions only
+        self._ranks: list[np.ndarray | None] = []  # rank of the true class; None: batch gave predictions only
+        self._probs: list[np.ndarray] = []  # softmax rows (float32), with keep_probabilities
         self._ids: list[Any] = []
+
+    def _set_classes(self, num_classes: int) -> None:
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be at least 1, got {num_classes}")
+        if self.class_names is not None and len(self.class_names) != num_classes:
+            raise ValueError(f"{len(self.class_names)} class names for {num_classes} classes")
+        self.num_classes = num_classes
 
     @property
     def samples(self) -> int:
@@ -72,9 +124,14 @@ class ClassificationAccumulator:
         labels = np.asarray(labels)
         if labels.ndim != 1:
             raise ValueError(f"labels must have shape [B], got {list(labels.shape)}")
+        scores = np.asarray(scores)
+        if self.num_classes is None:
+            if scores.ndim != 2:
+                raise ValueError("the number of classes is not known: give scores [B, C] or num_classes")
+            self._set_classes(int(scores.shape[1]))
+        assert self.num_classes is not None
         b, c = labels.shape[0], self.num_classes
         labels = self._indices(labels, "labels")
-        scores = np.asarray(scores)
         if scores.ndim == 2:
             if scores.shape != (b, c):
                 raise ValueError(f"scores must have shape [B, C] = [{b}, {c}], got {list(scores.shape)}")
@@ -92,6 +149,10 @@ class ClassificationAccumulator:
             if len(ids) != b:
                 raise ValueError(f"{len(ids)} ids for {b} samples")
             batch_ids = [_plain(i) for i in ids]
+        if self.keep_probabilities:
+            if scores.ndim != 2:
+                raise ValueError("keep_probabilities needs scores [B, C], not predictions")
+            self._probs.append(softmax(scores).astype(np.float32))
         self._labels.append(labels)
         self._preds.append(preds)
         self._ranks.append(ranks)
@@ -99,16 +160,23 @@ class ClassificationAccumulator:
 
     def merge(self, other: ClassificationAccumulator) -> None:
         """Add the samples of another accumulator (a shard of the same validation set)."""
+        if other.num_classes is None:
+            return
+        if self.num_classes is None:
+            self._set_classes(other.num_classes)
         if other.num_classes != self.num_classes:
             raise ValueError(f"cannot merge {other.num_classes} classes into {self.num_classes}")
+        if other.keep_probabilities != self.keep_probabilities:
+            raise ValueError("cannot merge an accumulator that keeps probabilities with one that does not")
         self._labels.extend(other._labels)
         self._preds.extend(other._preds)
         self._ranks.extend(other._ranks)
+        self._probs.extend(other._probs)
         self._ids.extend(other._ids)
 
-    def compute(self) -> dict[str, Any]:
+    def compute(self) -> ClassificationMetrics:
         """All metrics over every sample added so far."""
-        if self.samples == 0:
+        if self.samples == 0 or self.num_classes is None:
             raise ValueError("no samples")
         c = self.num_classes
         labels, preds = np.concatenate(self._labels), np.concatenate(self._preds)
@@ -137,20 +205,62 @@ class ClassificationAccumulator:
         out["weighted_f1"] = float(np.average(f1, weights=support))
         names = self.class_names or [str(i) for i in range(c)]
         out["per_class"] = [
-            {
-                "class": i,
-                "name": names[i],
-                "precision": float(precision[i]),
-                "recall": float(recall[i]),
-                "f1": float(f1[i]),
-                "support": int(support[i]),
-            }
+            ClassMetrics(
+                class_=i,
+                name=names[i],
+                precision=float(precision[i]),
+                recall=float(recall[i]),
+                f1=float(f1[i]),
+                support=int(support[i]),
+            )
             for i in range(c)
         ]
         out["confusion"] = confusion.tolist()
         out["samples"] = n
         out["invalid"] = int(np.count_nonzero(~valid))
-        return out
+        return ClassificationMetrics(**out)
+
+    def predictions(self) -> dict[int, tuple[int, np.ndarray]]:
+        """Sample id -> (predicted class, softmax row), with keep_probabilities."""
+        ids = self._ids
+        preds = np.concatenate(self._preds) if self._preds else np.zeros(0, np.int64)
+        probs = np.concatenate(self._probs) if self._probs else np.zeros((0, 0), np.float32)
+        return {i: (int(p), prob) for i, p, prob in zip(ids, preds, probs)}
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Everything added so far as plain arrays (no pickle), for a shard to hand to `merge`."""
+        has_ranks = bool(self._ranks) and all(r is not None for r in self._ranks)
+        cat = np.concatenate
+        return {
+            "num_classes": np.array(self.num_classes if self.num_classes is not None else -1),
+            "labels": cat(self._labels) if self._labels else np.zeros(0, np.int64),
+            "preds": cat(self._preds) if self._preds else np.zeros(0, np.int64),
+            "ranks": cat(self._ranks) if has_ranks else np.zeros(0, np.int64),  # type: ignore[arg-type]
+            "has_ranks": np.array(has_ranks),
+            "probs": cat(self._probs) if self._probs else np.zeros((0, 0), np.float32),
+            "ids": np.asarray(self._ids, dtype=np.int64),
+        }
+
+    @classmethod
+    def from_state(
+        cls,
+        state: dict[str, np.ndarray],
+        top_k: Sequence[int] = (1, 5),
+        class_names: Sequence[str] | None = None,
+        *,
+        keep_probabilities: bool = False,
+    ) -> ClassificationAccumulator:
+        """An accumulator holding what `state()` of another held (integer ids: dataset positions)."""
+        acc = cls(None, top_k, class_names, keep_probabilities=keep_probabilities)
+        if int(state["num_classes"]) >= 0 and len(state["ids"]):
+            acc._set_classes(int(state["num_classes"]))
+            acc._labels.append(state["labels"])
+            acc._preds.append(state["preds"])
+            acc._ranks.append(state["ranks"] if bool(state["has_ranks"]) else None)
+            if keep_probabilities:
+                acc._probs.append(state["probs"])
+            acc._ids.extend(int(i) for i in state["ids"])
+        return acc
 
     def per_sample(self) -> dict[str, list[Any]]:
         """Per-sample label, prediction (-1: NaN scores) and correctness, for drill-down."""
@@ -189,3 +299,104 @@ class ClassificationAccumulator:
         preds[nan_rows] = INVALID
         ranks[nan_rows] = s.shape[1]  # never within any top-k
         return preds, ranks
+
+
+# ----------------------------------------------------------------------------- the e2e task
+
+
+class ClassDelta(Record):
+    """One class: the reference's F1, the candidate's and the difference."""
+
+    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
+
+    class_: int = Field(alias="class")
+    name: str | None
+    reference_f1: float | None
+    candidate_f1: float | None
+    delta_f1: float | None = optional("candidate - reference")
+
+
+class ClassificationWorst(Record):
+    """A sample whose prediction changed: flipped ones the reference got right first."""
+
+    index: int = Field(description="position in the dataset")
+    id: Any = Field(description="the dataset's id of the sample (npz position, file name)")
+    label: int
+    reference: int = Field(description="the reference's predicted class")
+    candidate: int = Field(description="the candidate's predicted class")
+    flipped: bool
+    lost: bool = Field(description="flipped away from a correct reference prediction")
+    prob_change: float = Field(description="|change| of the probability of the reference's class")
+
+
+class ClassificationTask(Task):
+    name = "classification"
+    metrics_type = ClassificationMetrics
+    per_class_type = ClassDelta
+    worst_type = ClassificationWorst
+
+    def accumulator(self) -> ClassificationAccumulator:
+        return ClassificationAccumulator(None, self.cfg.top_k, self.reader.class_names, keep_probabilities=True)
+
+    def restore(self, state: State) -> ClassificationAccumulator:
+        return ClassificationAccumulator.from_state(
+            state, self.cfg.top_k, self.reader.class_names, keep_probabilities=True
+        )
+
+    def postprocess(self, outputs: dict[str, np.ndarray], batch: Batch, model: str) -> np.ndarray:
+        if self.hook is not None:
+            scores = np.asarray(call_hook(self.hook, outputs, image_sizes=batch.sizes))
+        else:
+            scores = np.asarray(select_output(outputs, self.cfg.postprocess.output, model))
+        if scores.ndim != 2:
+            raise UsageError(f"{model}: classification scores must be [batch, classes], got shape {list(scores.shape)}")
+        return scores
+
+    def update(self, acc: Any, positions: Sequence[int], predictions: Any, labels: Sequence[Any]) -> None:
+        try:
+            acc.update(np.asarray(labels), predictions, ids=list(positions))
+        except ValueError as exc:  # scores that do not fit the labels or the class names
+            raise UsageError(f"classification: {exc}") from exc
+
+    def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
+        ref, cand = reference.predictions(), candidate.predictions()
+        rows = []
+        for i, (rp, rprob) in ref.items():
+            cp, cprob = cand[i]
+            label = self.reader.label(i)
+            score = abs(float(rprob[rp]) - float(cprob[rp]))
+            flipped = rp != cp
+            lost = flipped and rp == label
+            rows.append((lost, flipped, score, i, rp, cp, label))
+        rows.sort(key=lambda r: (not r[0], not r[1], -r[2], r[3]))
+        return [
+            ClassificationWorst(
+                index=i,
+                id=self.reader.ids[i],
+                label=label,
+                reference=rp,
+                candidate=cp,
+                flipped=flipped,
+                lost=lost,
+                prob_change=score,
+            )
+            for lost, flipped, score, i, rp, cp, label in rows[:n]
+        ]
+
+    def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
+        assert isinstance(reference, ClassificationMetrics) and isinstance(candidate, ClassificationMetrics)
+        by = {row.class_: row for row in candidate.per_class}
+        out: list[Record] = []
+        for row in reference.per_class:
+            c = by.get(row.class_)
+            cf = c.f1 if c is not None else None
+            out.append(
+                ClassDelta(
+                    class_=row.class_,
+                    name=row.name,
+                    reference_f1=row.f1,
+                    candidate_f1=cf,
+                    delta_f1=cf - row.f1 if cf is not None else None,
+                )
+            )
+        return out

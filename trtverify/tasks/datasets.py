@@ -1,9 +1,9 @@
-"""Validation sets for the e2e stage: reading samples, preprocessing, and batches prepared in
-background threads while the models run.
+"""Validation sets for the e2e stage: samples addressed by position.
 
 Classification: npz arrays (images + labels), an image-folder tree (FOLDER/<class>/<file>)
-or a CSV of `file,label`. Detection: COCO instances JSON plus its image folder.
-Images are uint8 HWC arrays until preprocessing turns them into model input.
+or a CSV of `file,label`. Detection: COCO instances JSON plus its image folder. Segmentation:
+an image folder and a folder of label images paired by file stem, or npz arrays (images + masks).
+Images are uint8 HWC arrays until preprocessing (`trtverify.tasks.batches`) turns them into model input.
 """
 
 from __future__ import annotations
@@ -11,17 +11,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trtverify.config.models import Dataset, Preprocess
+from trtverify.config.stages import Dataset
 from trtverify.deps import require
 from trtverify.errors import UsageError
 
@@ -30,13 +27,14 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 
 @dataclass
 class Reader:
-    """Samples addressed by position; `image(i)` is uint8 HWC, `label(i)` an int (classification)."""
+    """Samples addressed by position; `image(i)` is uint8 HWC; `label(i)` a class index (classification),
+    a mask [H, W] (segmentation) or None (detection: the ground truth is `truth`)."""
 
     ids: list[Any]
     image: Callable[[int], np.ndarray]
-    label: Callable[[int], int | None]
+    label: Callable[[int], Any]
     class_names: list[str] | None = None
-    truth: Any = None  # detection ground truth, checked and indexed once (detection.GroundTruth), shared by every model
+    truth: Any = None  # detection ground truth, checked and indexed once (coco.GroundTruth), shared by every model
     info: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -53,11 +51,12 @@ def _read_image(path: Path) -> np.ndarray:
         raise UsageError(f"{path}: cannot read image ({exc})") from exc
 
 
-def _npz(ds: Dataset) -> Reader:
+def _npz(ds: Dataset, masks: bool) -> Reader:
+    key = ds.masks_key if masks else ds.labels_key
     try:
         data = np.load(ds.npz, allow_pickle=False)
         images = data[ds.images_key]
-        labels = data[ds.labels_key]
+        labels = data[key]
     except KeyError as exc:
         raise UsageError(
             f"{ds.npz}: no array {exc} (it has: {', '.join(np.load(ds.npz, allow_pickle=False).files)})"
@@ -74,14 +73,54 @@ def _npz(ds: Dataset) -> Reader:
     if layout == "NCHW":
         images = images.transpose(0, 2, 3, 1)
     if len(labels) != len(images):
-        raise UsageError(f"{ds.npz}: {len(images)} images but {len(labels)} labels")
+        raise UsageError(f"{ds.npz}: {len(images)} images but {len(labels)} {'masks' if masks else 'labels'}")
+    if masks and (labels.ndim != 3 or labels.shape[1:] != images.shape[1:3] or labels.dtype.kind not in "iu"):
+        raise UsageError(
+            f"{ds.npz}: '{key}' must hold integer masks [N, H, W] of the images' size {list(images.shape[1:3])}, "
+            f"got {labels.dtype} {list(labels.shape)}"
+        )
     n = len(images) if ds.limit is None else min(ds.limit, len(images))
+    label = (lambda i: labels[i]) if masks else (lambda i: int(labels[i]))
     return Reader(
-        list(range(n)),
-        lambda i: images[i],
-        lambda i: int(labels[i]),
+        list(range(n)), lambda i: images[i], label, ds.class_names, info={"source": str(ds.npz), "layout": layout}
+    )
+
+
+def read_mask(path: Path) -> np.ndarray:
+    """A label image: one channel of class indices (8 or 16 bit greyscale, or a palette PNG's indices)."""
+    pil = require("PIL.Image", "reading label images (stage e2e)")
+    try:
+        with pil.open(io.BytesIO(Path(path).read_bytes())) as im:
+            if im.mode not in ("L", "P", "I;16", "I"):
+                raise UsageError(f"{path}: a label image must have one channel of class indices, got mode {im.mode}")
+            return np.asarray(im)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: cannot read label image ({exc})") from exc
+
+
+def _masks(ds: Dataset) -> Reader:
+    """Segmentation: `images/<stem>.<ext>` and `masks/<stem>.png`, paired by file stem."""
+    images_dir, masks_dir = Path(ds.images), Path(ds.masks)  # type: ignore[arg-type]
+    images = sorted(f for f in images_dir.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+    masks = {f.stem: f for f in masks_dir.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES}
+    missing = [f.name for f in images if f.stem not in masks]
+    if missing:
+        raise UsageError(
+            f"{masks_dir}: no label image for {len(missing)} image(s) of {images_dir}, e.g. {', '.join(missing[:3])}"
+        )
+    if ds.limit:
+        images = images[: ds.limit]
+
+    def mask(i: int) -> np.ndarray:
+        m = read_mask(masks[images[i].stem])
+        return m
+
+    return Reader(
+        [f.name for f in images],
+        lambda i: _read_image(images[i]),
+        mask,
         ds.class_names,
-        info={"source": str(ds.npz), "layout": layout},
+        info={"source": str(masks_dir), "images": str(images_dir)},
     )
 
 
@@ -156,7 +195,7 @@ def _coco(ds: Dataset) -> Reader:
         images = images[: ds.limit]
         keep = {im["id"] for im in images}
         gt = {**gt, "images": images, "annotations": [a for a in gt["annotations"] if a["image_id"] in keep]}
-    from trtverify.tasks.detection import GroundTruth
+    from trtverify.tasks.coco import GroundTruth
 
     try:  # checked before any model runs: a broken annotation file fails the stage at once, naming the file
         truth = GroundTruth(gt, str(path))
@@ -173,197 +212,14 @@ def _coco(ds: Dataset) -> Reader:
     )
 
 
-def open_dataset(ds: Dataset) -> Reader:
-    reader = {"npz": _npz, "folder": _folder, "csv": _csv, "coco": _coco}[
-        next(k for k in ("npz", "folder", "csv", "coco") if getattr(ds, k) is not None)
-    ](ds)
+def open_dataset(ds: Dataset, masks: bool = False) -> Reader:
+    """The validation set `ds` describes; `masks`: its labels are label images (segmentation)."""
+    if ds.source == "npz":
+        reader = _npz(ds, masks)
+    else:
+        reader = {"folder": _folder, "csv": _csv, "coco": _coco, "masks": _masks}[ds.source](ds)
     if not len(reader):
         raise UsageError(
             f"{reader.info.get('source')}: the dataset has no samples; evaluating zero samples is never a pass"
         )
     return reader
-
-
-# ----------------------------------------------------------------------------- preprocessing
-
-
-def make_preprocess(cfg: Preprocess, search_path: Sequence[Path]) -> Callable[[np.ndarray], np.ndarray]:
-    """uint8 HWC image -> one sample of model input (no batch axis)."""
-    if cfg.hook:
-        from trtverify.hooks import load_hook
-
-        return load_hook(cfg.hook, search_path, what="preprocess.hook")
-    mean = np.asarray(cfg.mean, np.float32) if cfg.mean is not None else None
-    std = np.asarray(cfg.std, np.float32) if cfg.std is not None else None
-
-    def shape(image: np.ndarray) -> np.ndarray:
-        """The per-image steps: channels and size, still uint8."""
-        img = image
-        if cfg.grayscale and img.shape[-1] != 1:
-            img = (img[..., :3] @ np.array([0.299, 0.587, 0.114], np.float32))[..., None]
-        elif not cfg.grayscale and img.shape[-1] == 1 and (mean is not None and mean.size == 3):
-            img = np.repeat(img, 3, axis=-1)
-        if cfg.resize is not None and tuple(img.shape[:2]) != tuple(cfg.resize):
-            pil = require("PIL.Image", "resizing images (preprocess.resize)")
-            squeeze = img.shape[-1] == 1
-            im = pil.fromarray(np.asarray(img[..., 0] if squeeze else img).astype(np.uint8))
-            img = np.asarray(im.resize((cfg.resize[1], cfg.resize[0]), pil.BILINEAR))
-            img = img[..., None] if squeeze else img
-        return img
-
-    channels_first = cfg.layout == "NCHW"
-    # mean and std along the channel axis of the output layout
-    mean_c = mean.reshape(-1, 1, 1) if mean is not None and channels_first else mean
-    std_c = std.reshape(-1, 1, 1) if std is not None and channels_first else std
-
-    def scale(x: np.ndarray) -> np.ndarray:
-        """The elementwise steps on [..., H, W, C], for one image or a stacked batch.
-
-        The layout moves first, on the (uint8) pixels, and the arithmetic runs in place on one
-        float32 copy, with the same float32 operations in the same order, so the same bits
-        (with mean and std about 6 times faster than a float copy per step)."""
-        if channels_first:
-            x = np.ascontiguousarray(np.moveaxis(x, -1, -3))
-        y = x.astype(np.float32, order="C")
-        y *= np.float32(cfg.scale)
-        if mean_c is not None:
-            y -= mean_c
-        if std_c is not None:
-            y /= std_c
-        return y.astype(cfg.dtype, copy=False)
-
-    def pre(image: np.ndarray) -> np.ndarray:
-        return scale(shape(image))
-
-    def finish(shaped: Sequence[np.ndarray]) -> np.ndarray:
-        # one pass over the stacked batch: stacking uint8 copies 4x less than stacking float32
-        return scale(np.stack(shaped))
-
-    # for `batches`: the per-image steps run in parallel over parts of a batch, the rest once per
-    # batch (a private name, so that a hook's own attributes are never taken for these)
-    pre._trtverify_steps = (shape, finish)  # type: ignore[attr-defined]
-    return pre
-
-
-@dataclass
-class Batch:
-    index: list[int]  # positions in the reader
-    inputs: np.ndarray
-    labels: list[int | None]
-    sizes: list[tuple[int, int]]  # original (height, width) of each image
-
-
-CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
-
-
-def default_workers(workers: int | None) -> int:
-    """Reader threads: as configured, or a quarter of the usable cores, at least 2 and at most 4 (measured
-    on the detection demo: with 16 cores 4 threads kept the first model waiting about half as long as 2;
-    8 were no faster than 4, the decoding's share under the GIL limits them)."""
-    if workers is not None:
-        return workers
-    return min(4, max(2, usable_cores() // 4))
-
-
-def usable_cores() -> int:
-    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (a
-    container limited to 2 CPUs on a 64-core host has 2)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # no sched_getaffinity on macOS or Windows
-        cores = os.cpu_count() or 2
-    try:
-        quota, period = CPU_MAX.read_text().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, int(int(quota) // int(period))))
-    except (OSError, ValueError):  # no cgroup v2 file, or not one we can read
-        pass
-    return cores
-
-
-def batches(
-    reader: Reader,
-    indices: Sequence[int],
-    batch_size: int,
-    preprocess: Callable[[np.ndarray], np.ndarray],
-    workers: int,
-) -> Iterator[Batch]:
-    """Batches in order; with workers > 0 the next ones are read and preprocessed in background threads.
-
-    Each batch is read in up to `workers` parts at once (image decoding, the expensive step, runs in
-    parallel within a batch, so the first batch, which nothing overlaps, is ready sooner); the thread
-    that finishes a batch's last part stacks it and runs the batch-wide steps. At most `workers + 1`
-    batches are in flight. An error is raised when its batch is reached, for the first failing image
-    in order, as when reading serially."""
-    # the built-in's per-image and batch-wide steps; a hook is called per image and the results stacked
-    per_image, finish = getattr(preprocess, "_trtverify_steps", (preprocess, np.stack))
-
-    def read(part: Sequence[int]) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
-        out, sizes = [], []
-        for i in part:
-            image = reader.image(i)
-            sizes.append(tuple(image.shape[:2]))
-            out.append(per_image(image))
-        return out, sizes
-
-    def assemble(chunk: Sequence[int], parts: Sequence[tuple[list[np.ndarray], list[tuple[int, int]]]]) -> Batch:
-        shaped = [x for p in parts for x in p[0]]
-        sizes = [s for p in parts for s in p[1]]
-        return Batch(list(chunk), finish(shaped), [reader.label(i) for i in chunk], sizes)
-
-    chunks = [list(indices[i : i + batch_size]) for i in range(0, len(indices), batch_size)]
-    if workers <= 0:
-        for c in chunks:
-            yield assemble(c, [read(c)])
-        return
-
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trtverify-data")
-
-    def submit(chunk: list[int]) -> Future[Batch]:
-        n = min(workers, len(chunk))
-        bounds = [len(chunk) * k // n for k in range(n + 1)]
-        slots: list[Any] = [None] * n
-        errors: list[BaseException | None] = [None] * n
-        left = [n]
-        lock = threading.Lock()
-        result: Future[Batch] = Future()
-
-        def part(k: int) -> None:
-            try:
-                slots[k] = read(chunk[bounds[k] : bounds[k + 1]])
-            except BaseException as e:  # noqa: BLE001 - handed to the consumer with its batch
-                errors[k] = e
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if not last:
-                return
-            first = next((e for e in errors if e is not None), None)  # the first failing image in order
-            if first is not None:
-                result.set_exception(first)
-                return
-            try:
-                result.set_result(assemble(chunk, slots))
-            except BaseException as e:  # noqa: BLE001
-                result.set_exception(e)
-
-        for k in range(n):
-            pool.submit(part, k)
-        return result
-
-    try:
-        pending: list[Future[Batch]] = []
-        ahead = workers + 1
-        it = iter(chunks)
-        for c in it:
-            pending.append(submit(c))
-            if len(pending) >= ahead:
-                break
-        while pending:
-            done = pending.pop(0).result()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(submit(nxt))
-            yield done
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)

@@ -30,336 +30,28 @@ metrics are computed over the union, never averaged.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import math
-import numbers
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
-BACKENDS = ("faster-coco-eval", "pycocotools")
-STAT_NAMES = (
-    "map",
-    "ap50",
-    "ap75",
-    "ap_small",
-    "ap_medium",
-    "ap_large",
-    "ar1",
-    "ar10",
-    "ar100",
-    "ar_small",
-    "ar_medium",
-    "ar_large",
+from trtverify.errors import UsageError
+from trtverify.record import Record, optional
+from trtverify.tasks.base import State, Task, TaskMetrics, call_hook, input_size, select_output
+from trtverify.tasks.batches import Batch
+from trtverify.tasks.coco import (
+    BACKENDS,
+    MAX_DETS,
+    GroundTruth,
+    ImagePair,
+    coco_arrays,
+    coco_stats,
+    iou_index,
+    is_int,
+    mean_valid,
 )
-# COCOeval's parameters for boxes, built the way COCOeval builds them (bit-identical thresholds)
-IOU_THRS = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
-REC_THRS = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
-MAX_DETS = 100
-AREA_ALL = (0.0, 1e5**2)
-
-
-# --- ground truth ------------------------------------------------------------------------
-
-
-def load_coco(path: Path) -> dict[str, Any]:
-    """Read and check a COCO instances file (ground truth)."""
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read the COCO file: {e.strerror or e}") from e
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
-    validate_coco(data, str(path))
-    return data
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
-def validate_coco(gt: Any, source: str = "ground truth") -> None:
-    """Raise ValueError naming `source` and every missing or wrong key (up to 10)."""
-    problems: list[str] = []
-    if not isinstance(gt, dict):
-        raise ValueError(f"{source}: a COCO file holds a JSON object, got {type(gt).__name__}")
-    for key in ("images", "annotations", "categories"):
-        if key not in gt:
-            problems.append(f"missing key '{key}'")
-        elif not isinstance(gt[key], list):
-            problems.append(f"'{key}' must be a list, got {type(gt[key]).__name__}")
-    if problems:
-        raise ValueError(f"{source}: " + "; ".join(problems))
-
-    def ids(key: str) -> set[int]:
-        seen: set[int] = set()
-        for i, item in enumerate(gt[key]):
-            if not isinstance(item, dict) or "id" not in item:
-                problems.append(f"{key}[{i}] has no 'id'")
-            elif not _is_int(item["id"]):
-                problems.append(f"{key}[{i}] 'id' must be an integer, got {item['id']!r}")
-            elif item["id"] in seen:
-                problems.append(f"{key}[{i}] repeats id {item['id']}")
-            else:
-                seen.add(int(item["id"]))
-        return seen
-
-    images, categories = ids("images"), ids("categories")
-    if not gt["categories"]:
-        problems.append("'categories' is empty")
-    for i, ann in enumerate(gt["annotations"]):
-        if not isinstance(ann, dict):
-            problems.append(f"annotations[{i}] is not an object")
-            continue
-        missing = [k for k in ("image_id", "category_id", "bbox") if k not in ann]
-        if missing:
-            problems.append(f"annotations[{i}] has no " + ", ".join(f"'{k}'" for k in missing))
-            continue
-        if ann["image_id"] not in images:
-            problems.append(f"annotations[{i}] refers to image {ann['image_id']!r}, not in 'images'")
-        if ann["category_id"] not in categories:
-            problems.append(f"annotations[{i}] refers to category {ann['category_id']!r}, not in 'categories'")
-        bb = ann["bbox"]
-        if (
-            not isinstance(bb, (list, tuple))
-            or len(bb) != 4
-            or not all(
-                isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v) for v in bb
-            )
-            or bb[2] < 0
-            or bb[3] < 0
-        ):
-            problems.append(f"annotations[{i}] 'bbox' must be [x, y, width, height] (finite, size >= 0), got {bb!r}")
-        if len(problems) >= 10:
-            break
-    if problems:
-        more = " (first 10 shown)" if len(problems) >= 10 else ""
-        raise ValueError(f"{source}: invalid COCO ground truth{more}: " + "; ".join(problems[:10]))
-
-
-def _normalise(gt: dict[str, Any]) -> dict[str, Any]:
-    """Copy of what box evaluation needs: annotations renumbered 1..N (COCOeval treats id 0 as
-    unmatched), `area` defaulting to the box area and `iscrowd` to 0, no segmentations."""
-    images = [{k: img[k] for k in ("id", "width", "height", "file_name") if k in img} for img in gt["images"]]
-    categories = [{"id": c["id"], "name": str(c.get("name", c["id"]))} for c in gt["categories"]]
-    anns = []
-    for n, a in enumerate(gt["annotations"], start=1):
-        bb = [float(v) for v in a["bbox"]]
-        anns.append(
-            {
-                "id": n,
-                "image_id": int(a["image_id"]),
-                "category_id": int(a["category_id"]),
-                "bbox": bb,
-                "area": float(a.get("area", bb[2] * bb[3])),
-                "iscrowd": int(bool(a.get("iscrowd", 0))),
-            }
-        )
-    return {"images": images, "annotations": anns, "categories": categories}
-
-
-# --- COCOeval backends -------------------------------------------------------------------
-
-
-def _fresh(gt: dict[str, Any]) -> dict[str, Any]:
-    """Shallow copies of the annotation dicts: COCOeval writes flags into them."""
-    return {**gt, "annotations": [dict(a) for a in gt["annotations"]]}
-
-
-def _coco_arrays(
-    gt: dict[str, Any], image_ids: list[int], results: list[dict[str, Any]], backend: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """COCOeval's accumulated precision [T, R, K, A, M] and recall [T, K, A, M], K = sorted category ids."""
-    if backend == "faster-coco-eval":
-        from faster_coco_eval import COCO, COCOeval_faster
-
-        coco_gt = COCO(_fresh(gt))
-        coco_dt = coco_gt.loadRes(results)
-        ev = COCOeval_faster(coco_gt, coco_dt, "bbox")
-        ev.params.imgIds = image_ids
-        ev.evaluate()
-        ev.accumulate()
-    elif backend == "pycocotools":
-        from pycocotools.coco import COCO
-        from pycocotools.cocoeval import COCOeval
-
-        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
-            coco_gt = COCO()
-            coco_gt.dataset = _fresh(gt)
-            coco_gt.createIndex()
-            if results:
-                coco_dt = coco_gt.loadRes(results)
-            else:  # loadRes cannot take an empty list
-                coco_dt = COCO()
-                coco_dt.dataset = {
-                    "images": list(gt["images"]),
-                    "categories": list(gt["categories"]),
-                    "annotations": [],
-                }
-                coco_dt.createIndex()
-            ev = COCOeval(coco_gt, coco_dt, "bbox")
-            ev.params.imgIds = image_ids
-            ev.evaluate()
-            ev.accumulate()
-    else:
-        raise ValueError(f"unknown COCO backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    return np.asarray(ev.eval["precision"], dtype=np.float64), np.asarray(ev.eval["recall"], dtype=np.float64)
-
-
-def _mean_valid(s: np.ndarray) -> float:
-    """COCOeval.summarize's average: mean of the entries > -1, NaN (COCO: -1) where none."""
-    v = s[s > -1]
-    return float(np.mean(v)) if v.size else math.nan
-
-
-def _iou_index(t: float) -> int:
-    return int(np.argmin(np.abs(IOU_THRS - t)))
-
-
-def coco_stats(precision: np.ndarray, recall: np.ndarray) -> dict[str, float]:
-    """The 12 COCOeval.summarize() stats of accumulated arrays (areas all/small/medium/large, maxDets 1/10/100)."""
-    m = 2  # maxDets 100
-    t50, t75 = _iou_index(0.5), _iou_index(0.75)
-    values = [
-        _mean_valid(precision[:, :, :, 0, m]),
-        _mean_valid(precision[t50, :, :, 0, m]),
-        _mean_valid(precision[t75, :, :, 0, m]),
-        *(_mean_valid(precision[:, :, :, a, m]) for a in (1, 2, 3)),
-        *(_mean_valid(recall[:, :, 0, mi]) for mi in (0, 1, 2)),
-        *(_mean_valid(recall[:, :, a, m]) for a in (1, 2, 3)),
-    ]
-    return dict(zip(STAT_NAMES, values))
-
-
-# --- matching (COCO's rule), numpy -------------------------------------------------------
-
-
-def box_iou(dt: np.ndarray, gt: np.ndarray, crowd: np.ndarray) -> np.ndarray:
-    """IoU [D, G] of [x, y, w, h] boxes as pycocotools computes it; for a crowd box the
-    denominator is the detection's area."""
-    dx1, dy1 = dt[:, 0:1], dt[:, 1:2]
-    dx2, dy2 = dx1 + dt[:, 2:3], dy1 + dt[:, 3:4]
-    gx1, gy1 = gt[None, :, 0], gt[None, :, 1]
-    gx2, gy2 = gx1 + gt[None, :, 2], gy1 + gt[None, :, 3]
-    w = np.minimum(dx2, gx2) - np.maximum(dx1, gx1)
-    h = np.minimum(dy2, gy2) - np.maximum(dy1, gy1)
-    inter = np.where((w > 0) & (h > 0), w * h, 0.0)
-    da = dt[:, 2:3] * dt[:, 3:4]
-    ga = gt[None, :, 2] * gt[None, :, 3]
-    union = np.where(crowd[None, :], da, da + ga - inter)
-    out = np.zeros_like(inter)
-    np.divide(inter, union, out=out, where=inter > 0)
-    return out
-
-
-def _match(
-    ious: list[list[float]], row_max: list[float], gt_ignore: list[bool], crowd: list[bool], thr: float
-) -> list[int]:
-    """COCOeval.evaluateImg's greedy matching at one IoU threshold: per detection the matched
-    box, -1 for none. Detections come in descending score order, ignored boxes last."""
-    g_n = len(gt_ignore)
-    gtm = [False] * g_n
-    dtm = [-1] * len(ious)
-    start = min(thr, 1 - 1e-10)
-    for d, row in enumerate(ious):
-        if row_max[d] < start:  # overlaps nothing enough: unmatched whatever is taken
-            continue
-        best, m = start, -1
-        for g in range(g_n):
-            if gtm[g] and not crowd[g]:
-                continue
-            if m > -1 and not gt_ignore[m] and gt_ignore[g]:
-                break
-            if row[g] < best:
-                continue
-            best, m = row[g], g
-        if m > -1:
-            dtm[d] = m
-            gtm[m] = True
-    return dtm
-
-
-class _Pair:
-    """Ground truth and detections of one image (one category, or all: boxes of different
-    categories then never match) in COCOeval's order: detections by descending score (stable,
-    at most `limit`), ignored (crowd) boxes last."""
-
-    __slots__ = ("scores", "dt_cat", "gt_cat", "ious", "row_max", "ignore", "crowd", "dt_area")
-
-    def __init__(self, gt: list[dict[str, Any]], det: np.ndarray, limit: int | None = None) -> None:
-        gt_boxes = np.array([a["bbox"] for a in gt], dtype=np.float64).reshape(-1, 4)
-        gt_area = np.array([a["area"] for a in gt], dtype=np.float64)
-        crowd = np.array([bool(a["iscrowd"]) for a in gt], dtype=bool)
-        ignore = crowd | (gt_area < AREA_ALL[0]) | (gt_area > AREA_ALL[1])
-        g_order = np.argsort(ignore, kind="mergesort")
-        d_order = np.argsort(-det[:, 4], kind="mergesort")[:limit]
-        self.ignore = ignore[g_order]
-        self.crowd = crowd[g_order]
-        self.gt_cat = np.array([a["category_id"] for a in gt], dtype=np.int64)[g_order]
-        det = det[d_order]
-        self.scores = det[:, 4]
-        self.dt_cat = det[:, 5].astype(np.int64)
-        self.dt_area = det[:, 2] * det[:, 3]
-        ious = box_iou(det[:, :4], gt_boxes[g_order], self.crowd)
-        ious[self.dt_cat[:, None] != self.gt_cat[None, :]] = 0.0
-        self.ious = ious
-        self.row_max = ious.max(axis=1) if ious.shape[1] else np.zeros(len(det))
-
-    def _matches(self, thrs: Sequence[float]) -> np.ndarray:
-        """Matched box per threshold and detection [T, D], -1 for none."""
-        ious, row_max = self.ious.tolist(), self.row_max.tolist()
-        ignore, crowd = self.ignore.tolist(), self.crowd.tolist()
-        return np.array([_match(ious, row_max, ignore, crowd, float(t)) for t in thrs], dtype=np.int64).reshape(
-            len(thrs), len(ious)
-        )
-
-    def counts(self, thr: float) -> dict[int, tuple[int, int, int]]:
-        """category -> (tp, fp, fn) at one IoU threshold; crowd boxes and the detections on them do not count."""
-        dtm = self._matches([thr])[0]
-        matched = dtm > -1
-        tp = matched & ~self.ignore[np.maximum(dtm, 0)] if len(self.ignore) else np.zeros(len(dtm), bool)
-        gt_hit = np.zeros(len(self.ignore), bool)
-        gt_hit[dtm[matched]] = True
-        out = {}
-        for cat in set(self.dt_cat.tolist()) | set(self.gt_cat.tolist()):
-            d, g = self.dt_cat == cat, self.gt_cat == cat
-            out[cat] = (
-                int(np.count_nonzero(tp & d)),
-                int(np.count_nonzero(~matched & d)),
-                int(np.count_nonzero(~gt_hit & ~self.ignore & g)),
-            )
-        return out
-
-    def precision_curve(self) -> np.ndarray | None:
-        """COCOeval.accumulate's interpolated precision [T, R] of this pair alone (area "all",
-        built with limit=maxDets 100); its mean is the pair's AP@[.5:.95]. None without a non-crowd box."""
-        npig = int(np.count_nonzero(~self.ignore))
-        if npig == 0:
-            return None
-        q = np.zeros((len(IOU_THRS), len(REC_THRS)))
-        d = len(self.scores)
-        if d == 0:
-            return q
-        dtm = self._matches(IOU_THRS)
-        matched = dtm > -1
-        dt_ig = matched & self.ignore[np.maximum(dtm, 0)]  # on a crowd box
-        dt_ig |= ~matched & ((self.dt_area < AREA_ALL[0]) | (self.dt_area > AREA_ALL[1]))[None, :]
-        tp = np.cumsum(matched & ~dt_ig, axis=1).astype(float)
-        fp = np.cumsum(~matched & ~dt_ig, axis=1).astype(float)
-        rc = tp / npig
-        pr = np.maximum.accumulate((tp / (fp + tp + np.spacing(1)))[:, ::-1], axis=1)[:, ::-1]  # precision envelope
-        for t in range(len(IOU_THRS)):
-            inds = np.searchsorted(rc[t], REC_THRS, side="left")
-            ok = inds < d
-            q[t, ok] = pr[t, inds[ok]]
-        return q
-
 
 # --- accumulator -------------------------------------------------------------------------
 
@@ -372,29 +64,47 @@ def _prf(tp: int, fp: int, fn: int) -> dict[str, float]:
     return {"precision": _ratio(tp, tp + fp), "recall": _ratio(tp, tp + fn), "f1": _ratio(2 * tp, 2 * tp + fp + fn)}
 
 
-class GroundTruth:
-    """COCO ground truth checked and indexed once (`validate_coco`, `_normalise`), to be shared by
-    the accumulators of several models evaluated on the same images. Read-only once built."""
+class CategoryMetrics(Record):
+    category_id: int
+    name: str
+    ap: float = Field(description="AP@[.5:.95]; NaN: nothing to measure")
+    ap50: float
+    precision: float
+    recall: float
+    f1: float
+    tp: int
+    fp: int
+    fn: int
 
-    def __init__(self, gt: dict[str, Any], source: str = "ground truth") -> None:
-        validate_coco(gt, source)
-        self.gt = _normalise(gt)
-        self.cat_ids = sorted(c["id"] for c in self.gt["categories"])
-        self.cat_names = {c["id"]: c["name"] for c in self.gt["categories"]}
-        self.image_set = {img["id"] for img in self.gt["images"]}
-        self.key = hash(
-            (
-                tuple(sorted(self.image_set)),
-                tuple(self.cat_ids),
-                tuple(
-                    (a["image_id"], a["category_id"], *a["bbox"], a["area"], a["iscrowd"])
-                    for a in self.gt["annotations"]
-                ),
-            )
-        )
-        self.by_image: dict[int, list[dict[str, Any]]] = {}
-        for a in self.gt["annotations"]:
-            self.by_image.setdefault(a["image_id"], []).append(a)
+
+class DetectionMetrics(TaskMetrics):
+    """The 12 COCO box stats, and P/R/F1 at one IoU and score threshold (NaN: nothing to measure)."""
+
+    map: float
+    ap50: float
+    ap75: float
+    ap_small: float
+    ap_medium: float
+    ap_large: float
+    ar1: float
+    ar10: float
+    ar100: float
+    ar_small: float
+    ar_medium: float
+    ar_large: float
+    precision: float
+    recall: float
+    f1: float
+    tp: int
+    fp: int
+    fn: int
+    per_class: list[CategoryMetrics]
+    iou: float
+    score_threshold: float
+    images: int
+    detections: int
+    nonfinite_detections: int
+    backend: str = Field(description="the COCO implementation: faster-coco-eval or pycocotools")
 
 
 class DetectionAccumulator:
@@ -425,7 +135,7 @@ class DetectionAccumulator:
         arrays: list[np.ndarray] = []
         problem: str | None = None  # what is wrong with image len(ids), the first invalid one
         for image_id, det in zip(image_ids, detections):
-            if not _is_int(image_id):
+            if not is_int(image_id):
                 problem = f"image ids must be integers, got {image_id!r}"
                 break
             i = int(image_id)
@@ -490,7 +200,7 @@ class DetectionAccumulator:
         """Ids of the images added so far, sorted."""
         return sorted(self._dets)
 
-    def compute(self, backend: str = "faster-coco-eval") -> dict[str, Any]:
+    def compute(self, backend: str = "faster-coco-eval") -> DetectionMetrics:
         """COCO stats, per-class AP and P/R/F1 over every image added so far."""
         if backend not in BACKENDS:
             raise ValueError(f"unknown COCO backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -500,27 +210,27 @@ class DetectionAccumulator:
             for i in ids
             for r in self._dets[i].tolist()
         ]
-        precision, recall = _coco_arrays(self._truth.gt, ids, results, backend)
+        precision, recall = coco_arrays(self._truth.gt, ids, results, backend)
         out: dict[str, Any] = coco_stats(precision, recall)
         by_cat: dict[int, list[int]] = {cat: [0, 0, 0] for cat in self._truth.cat_ids}
         for counts in self._counts().values():
             for cat, c in counts.items():
                 by_cat[cat] = [a + b for a, b in zip(by_cat[cat], c)]
         per_class = []
-        t50 = _iou_index(0.5)
+        t50 = iou_index(0.5)
         for k, cat in enumerate(self._truth.cat_ids):
             tp, fp, fn = by_cat[cat]
             per_class.append(
-                {
-                    "category_id": cat,
-                    "name": self._truth.cat_names[cat],
-                    "ap": _mean_valid(precision[:, :, k, 0, 2]),
-                    "ap50": _mean_valid(precision[t50, :, k, 0, 2]),
+                CategoryMetrics(
+                    category_id=cat,
+                    name=self._truth.cat_names[cat],
+                    ap=mean_valid(precision[:, :, k, 0, 2]),
+                    ap50=mean_valid(precision[t50, :, k, 0, 2]),
                     **_prf(tp, fp, fn),
-                    "tp": tp,
-                    "fp": fp,
-                    "fn": fn,
-                }
+                    tp=tp,
+                    fp=fp,
+                    fn=fn,
+                )
             )
         totals = [sum(c[j] for c in by_cat.values()) for j in range(3)]
         tp, fp, fn = (int(v) for v in totals)
@@ -533,7 +243,29 @@ class DetectionAccumulator:
         out["detections"] = sum(len(self._dets[i]) for i in ids)
         out["nonfinite_detections"] = self._nonfinite
         out["backend"] = backend
-        return out
+        return DetectionMetrics(**out)
+
+    def state(self) -> State:
+        """Everything added so far as plain arrays (no pickle), for a shard to hand to `merge`."""
+        ids = self.images
+        dets = [self._dets[i] for i in ids]
+        return {
+            "ids": np.asarray(ids, dtype=np.int64),
+            "offsets": np.cumsum([0] + [len(d) for d in dets]).astype(np.int64),
+            "dets": np.concatenate(dets) if dets else np.zeros((0, 6)),  # x, y, w, h, score, category
+            "nonfinite": np.array(self._nonfinite),
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: State, truth: GroundTruth, *, iou: float = 0.5, score_threshold: float = 0.3
+    ) -> DetectionAccumulator:
+        """An accumulator holding what `state()` of another held."""
+        acc = cls(truth, iou=iou, score_threshold=score_threshold)
+        offsets, dets = state["offsets"], state["dets"]
+        acc._dets = {int(i): dets[offsets[k] : offsets[k + 1]] for k, i in enumerate(state["ids"])}
+        acc._nonfinite = int(state["nonfinite"])
+        return acc
 
     def per_image(self) -> dict[int, float]:
         """Per-image AP@[.5:.95] (see the module docstring), for finding the images that got worse."""
@@ -558,18 +290,126 @@ class DetectionAccumulator:
             )
         return self.images
 
-    def _pairs(self, image_id: int) -> dict[int, _Pair]:
-        """(category -> _Pair, at most maxDets detections) of one image, for the categories with
+    def _pairs(self, image_id: int) -> dict[int, ImagePair]:
+        """(category -> ImagePair, at most maxDets detections) of one image, for the categories with
         ground truth or detections."""
         gts = self._truth.by_image.get(image_id, [])
         det = self._dets[image_id]
         cats = sorted({a["category_id"] for a in gts} | set(det[:, 5].astype(np.int64).tolist()))
-        return {c: _Pair([a for a in gts if a["category_id"] == c], det[det[:, 5] == c], MAX_DETS) for c in cats}
+        return {c: ImagePair([a for a in gts if a["category_id"] == c], det[det[:, 5] == c], MAX_DETS) for c in cats}
 
     def _counts(self) -> dict[int, dict[int, tuple[int, int, int]]]:
         """image -> category -> (tp, fp, fn) at the accumulator's IoU and score threshold."""
         out = {}
         for i in self._need_images():
             det = self._dets[i]
-            out[i] = _Pair(self._truth.by_image.get(i, []), det[det[:, 4] >= self.score_threshold]).counts(self.iou)
+            out[i] = ImagePair(self._truth.by_image.get(i, []), det[det[:, 4] >= self.score_threshold]).counts(self.iou)
+        return out
+
+
+# ----------------------------------------------------------------------------- the e2e task
+
+
+class CategoryDelta(Record):
+    """One category: the reference's AP@[.5:.95], the candidate's and the difference."""
+
+    category_id: int
+    name: str | None
+    reference_ap: float | None
+    candidate_ap: float | None
+    delta_ap: float | None = optional("candidate - reference")
+
+
+class DetectionWorst(Record):
+    """An image whose AP dropped, largest drop first."""
+
+    index: int = Field(description="position in the dataset")
+    id: int = Field(description="COCO image id")
+    reference_ap: float
+    candidate_ap: float
+    ap_drop: float
+    reference_fp: int | None
+    candidate_fp: int | None
+
+
+class DetectionTask(Task):
+    name = "detection"
+    metrics_type = DetectionMetrics
+    per_class_type = CategoryDelta
+    worst_type = DetectionWorst
+
+    def accumulator(self) -> DetectionAccumulator:
+        return DetectionAccumulator(self.reader.truth, iou=self.cfg.iou, score_threshold=self.cfg.score_threshold)
+
+    def restore(self, state: State) -> DetectionAccumulator:
+        return DetectionAccumulator.from_state(
+            state, self.reader.truth, iou=self.cfg.iou, score_threshold=self.cfg.score_threshold
+        )
+
+    def postprocess(self, outputs: dict[str, np.ndarray], batch: Batch, model: str) -> list[np.ndarray]:
+        size = input_size(batch, self.cfg.preprocess.layout)
+        if self.hook is not None:
+            dets = call_hook(self.hook, outputs, image_sizes=batch.sizes, input_size=size)
+        else:
+            raw = select_output(outputs, self.cfg.postprocess.output, model)
+            if raw.ndim != 3 or raw.shape[-1] != 6:
+                raise UsageError(
+                    f"{model}: detection output of shape {list(raw.shape)} is not the raw layout [B, K, 6] "
+                    "(x1, y1, x2, y2, score, class); name the right output or give a postprocess.hook"
+                )
+            dets = []
+            for b, (h, w) in enumerate(batch.sizes):
+                d = raw[b].astype(np.float64).copy()
+                d[:, [0, 2]] *= w / size[1]
+                d[:, [1, 3]] *= h / size[0]
+                dets.append(d)
+        if len(dets) != len(batch.index):
+            raise UsageError(
+                f"{model}: postprocessing returned {len(dets)} detection arrays for a batch of {len(batch.index)}"
+            )
+        return [np.asarray(d, dtype=np.float64).reshape(-1, 6) for d in dets]
+
+    def update(self, acc: Any, positions: Sequence[int], predictions: Any, labels: Sequence[Any]) -> None:
+        acc.update([self.reader.ids[i] for i in positions], predictions)
+
+    def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
+        ra, ca = reference.per_image(), candidate.per_image()
+        rc, cc = reference.per_image_counts(), candidate.per_image_counts()
+        index = {img_id: i for i, img_id in enumerate(self.reader.ids)}
+        rows = []
+        for k, r in ra.items():
+            c = ca.get(k, math.nan)
+            if r != r or c != c or r - c <= 0:  # undefined (no ground-truth box) or not worse
+                continue
+            rows.append((r - c, k))
+        rows.sort(key=lambda row: (-row[0], index.get(row[1], 0)))
+        return [
+            DetectionWorst(
+                index=index[k],
+                id=k,
+                reference_ap=ra[k],
+                candidate_ap=ca[k],
+                ap_drop=d,
+                reference_fp=rc.get(k, {}).get("fp"),
+                candidate_fp=cc.get(k, {}).get("fp"),
+            )
+            for d, k in rows[:n]
+        ]
+
+    def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
+        assert isinstance(reference, DetectionMetrics) and isinstance(candidate, DetectionMetrics)
+        by = {row.category_id: row for row in candidate.per_class}
+        out: list[Record] = []
+        for row in reference.per_class:
+            c = by.get(row.category_id)
+            ca = c.ap if c is not None else None
+            out.append(
+                CategoryDelta(
+                    category_id=row.category_id,
+                    name=row.name,
+                    reference_ap=row.ap,
+                    candidate_ap=ca,
+                    delta_ap=ca - row.ap if ca is not None else None,
+                )
+            )
         return out

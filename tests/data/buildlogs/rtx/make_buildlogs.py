@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from trtverify.backends.tensorrt import TensorRTRTXBackend  # noqa: E402
-from trtverify.backends.tensorrt_options import TensorRTOptions  # noqa: E402
+from trtverify.config.backends import TensorRTOptions  # noqa: E402
 
 DEMO = ROOT / "demo" / "fashion_mnist"
 RESNET_EXPORT = """

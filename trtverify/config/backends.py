@@ -1,4 +1,6 @@
-"""Suite options of the `tensorrt` and `tensorrt-rtx` backends (pydantic only; imports no TensorRT).
+"""Suite options of every backend (pydantic only; imports no backend library).
+
+`backends.onnxruntime` and `backends.torch` are small. `backends.tensorrt` / `tensorrt_rtx`:
 
 Two build modes, chosen by `strongly_typed` (None = automatic, see `resolve_strongly_typed`):
 
@@ -11,8 +13,8 @@ Two build modes, chosen by `strongly_typed` (None = automatic, see `resolve_stro
   calibration, no layer precisions; only `tf32` (a math mode for FP32 tensors, not a type)
   is still accepted.
 
-Everything that needs the installed TensorRT version is checked in `resolve_strongly_typed`,
-which the backend calls at build time; the rest is checked here, when the suite is loaded.
+Everything that needs the installed TensorRT version is checked by the backend at build time
+(`trtverify.backends.tensorrt`); the rest is checked here, when the suite is loaded.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from trtverify.config.paths import resolve_path
+from trtverify.config.types import Strict, resolve_path
 
 Precision = Literal["fp16", "bf16", "int8", "fp8", "tf32"]
 LayerPrecision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
@@ -48,13 +50,8 @@ BUILD_OPTIONS = (
 )
 
 
-_resolve = resolve_path
-
-
-class ShapeRange(BaseModel):
+class ShapeRange(Strict):
     """min / opt / max shape of one input in an optimisation profile."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     min: list[Dim] = Field(description="smallest shape the engine accepts")
     opt: list[Dim] = Field(description="shape TensorRT tunes kernels for (and calibrates with)")
@@ -70,10 +67,8 @@ class ShapeRange(BaseModel):
         return self
 
 
-class TensorRTOptions(BaseModel):
+class TensorRTOptions(Strict):
     """How the candidate engine is built (or which prebuilt engine is loaded), and what it exposes."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     precisions: list[Precision] = Field(
         default_factory=list,
@@ -148,12 +143,12 @@ class TensorRTOptions(BaseModel):
     @field_validator("calibration_cache", "timing_cache", "save_engine", "build_log")
     @classmethod
     def _relative_to_suite(cls, v: Path | None, info: ValidationInfo) -> Path | None:
-        return _resolve(v, info)
+        return resolve_path(v, info)
 
     @field_validator("engine")
     @classmethod
     def _existing_engine(cls, v: Path | None, info: ValidationInfo) -> Path | None:
-        p = _resolve(v, info)
+        p = resolve_path(v, info)
         if p is not None and (info.context or {}).get("check_files", True):
             if not p.is_file():
                 raise ValueError(f"engine file not found: {p}")
@@ -214,42 +209,42 @@ class TensorRTOptions(BaseModel):
         return self
 
 
-def resolve_strongly_typed(options: TensorRTOptions, *, rtx: bool, version: str) -> bool:
-    """The build mode for the installed library; ValueError with the fix when options and version clash.
+class OnnxRuntimeOptions(Strict):
+    """ONNX Runtime session options, for the reference and ONNX Runtime candidates."""
 
-    `version` is `tensorrt.__version__` (or `tensorrt_rtx.__version__` when `rtx`).
-    """
-    major_minor = tuple(int(x) for x in (version.split(".") + ["0"])[:2] if x.isdigit())
-    lib = f"TensorRT-RTX {version}" if rtx else f"TensorRT {version}"
-    only_strong = rtx or major_minor >= (11, 0)
-    strong = only_strong if options.strongly_typed is None else options.strongly_typed
-    if only_strong and not strong:
-        raise ValueError(f"{lib} builds only strongly typed networks; remove strongly_typed: false")
-    if strong:
-        type_flags = [p for p in options.precisions if p in TYPE_FLAGS]
-        if type_flags:
-            raise ValueError(
-                f"{lib} builds strongly typed networks: precision comes from the ONNX graph (FP16 tensors, "
-                f"Q/DQ nodes), so precisions {type_flags} cannot be used; convert the model instead"
-            )
-        if options.layer_precisions or options.precision_constraints != "none":
-            raise ValueError(
-                f"{lib} builds strongly typed networks: layer_precisions/precision_constraints cannot be used"
-            )
-    else:
-        if "fp8" in options.precisions and major_minor < (8, 6):
-            raise ValueError(f"precisions: fp8 needs TensorRT >= 8.6 (installed: {version})")
-        if "bf16" in options.precisions and major_minor < (9, 0):
-            raise ValueError(f"precisions: bf16 needs TensorRT >= 9.0 (installed: {version})")
-    return strong
+    providers: list[str] = Field(
+        default_factory=lambda: ["CPUExecutionProvider"], min_length=1, description="execution providers, in order"
+    )
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] = Field(
+        default="all", description="ONNX Runtime graph optimisation (the layerwise stage always runs graphs as written)"
+    )
+    intra_op_num_threads: int = Field(
+        default=0, ge=0, description="threads within an operator; 0 = ONNX Runtime's default"
+    )
+    inter_op_num_threads: int = Field(
+        default=0, ge=0, description="threads across operators; 0 = ONNX Runtime's default"
+    )
+    allow_spinning: bool = Field(
+        default=True,
+        description="intra-op threads spin-wait between runs; the e2e stage turns this off for its first model, "
+        "which runs while the data is read (spinning threads take the cores the reading needs)",
+    )
 
 
-__all__ = [
-    "BUILD_OPTIONS",
-    "LayerPrecision",
-    "Precision",
-    "ShapeRange",
-    "TYPE_FLAGS",
-    "TensorRTOptions",
-    "resolve_strongly_typed",
-]
+class TorchOptions(Strict):
+    """Where the PyTorch model runs (stage framework)."""
+
+    device: Annotated[str, Field(pattern=r"^(cpu|cuda(:\d+)?)$")] = Field(
+        default="cpu", description="cpu, cuda or cuda:N (exit 3 when no CUDA GPU is visible)"
+    )
+
+
+class Backends(Strict):
+    """Options per backend; each applies wherever that backend runs a model."""
+
+    onnxruntime: OnnxRuntimeOptions = Field(default_factory=OnnxRuntimeOptions, description="ONNX Runtime options")
+    torch: TorchOptions = Field(default_factory=TorchOptions, description="PyTorch options")
+    tensorrt: TensorRTOptions = Field(
+        default_factory=TensorRTOptions, description="TensorRT (<= 10: flags and calibration; 11: strongly typed)"
+    )
+    tensorrt_rtx: TensorRTOptions = Field(default_factory=TensorRTOptions, description="TensorRT-RTX (strongly typed)")

@@ -1,0 +1,133 @@
+"""Pure-Python analysis of TensorRT build logs (no TensorRT import).
+
+`parse(text)` tokenizes a log of any supported dialect (trtexec / C++ samples, Python API
+loggers, Polygraphy, DeepStream, Torch-TensorRT, TF-TRT, ONNX Runtime's TensorRT EP,
+TensorRT-RTX) and returns the accuracy-relevant findings, the TensorRT version and build
+options the log states, and the engine layer table where layer information is present.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from trtverify.buildlog.findings import Finding, collect, precision_fallback
+from trtverify.buildlog.layers import EngineLayer, layer_table
+from trtverify.buildlog.lines import LogRecord, split_records
+from trtverify.record import Record
+
+__all__ = ["BuildLog", "Finding", "parse", "parse_file"]
+
+_VERSIONS = [
+    re.compile(r"TensorRT(?:-RTX)? [Vv]ersion:? (?P<v>\d+\.\d+(?:\.\d+)*)"),
+    re.compile(r"\[TensorRT v(?P<n>\d{4,6})\]"),
+    re.compile(r"libnvinfer(?:_builder_resource)?\.so\.(?P<v>\d+\.\d+\.\d+)"),
+    re.compile(r"\bTRT-(?P<n>\d{4,6})-\w*Calibrat"),
+    re.compile(r"TensorRT(?:-RTX)? (?P<v>\d+\.\d+\.\d+(?:\.\d+)?)\b"),
+]
+
+
+def _from_number(n: str) -> str:
+    """7000 -> 7.0.0, 8502 -> 8.5.2, 100400 -> 10.4.0 (TensorRT's NV_TENSORRT_VERSION)."""
+    if len(n) == 4:
+        return f"{n[0]}.{n[1]}.{int(n[2:])}"
+    return f"{int(n[:-4])}.{int(n[-4:-2])}.{int(n[-2:])}"
+
+
+def find_version(records: list[LogRecord]) -> str | None:
+    for rx in _VERSIONS:
+        for r in records:
+            m = rx.search(r.text)
+            if m:
+                return m.group("v") if "v" in m.groupdict() and m.group("v") else _from_number(m.group("n"))
+    return None
+
+
+_OPTION_RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("precision", re.compile(r"^Precision: (?P<v>\S+)")),
+    ("flags", re.compile(r"--(?P<v>fp16|int8|best|bf16|fp8|int4|stronglyTyped|noTF32)\b")),
+    (
+        "builder_optimization_level",
+        re.compile(r"(?:--builderOptimizationLevel=|Builder Optimization Level:? )(?P<v>\d+)"),
+    ),
+    (
+        "workspace",
+        re.compile(r"(?:--workspace=|--memPoolSize=workspace:|Memory Pools: workspace: |Workspace: )(?P<v>[^,\s]+)"),
+    ),
+    ("dla_core", re.compile(r"(?:--useDLACore=|^DLACore: )(?P<v>\d+)")),
+    ("dla", re.compile(r"(?P<v>Default DLA is enabled|setDefaultDeviceType)")),
+]
+
+
+def find_options(records: list[LogRecord]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for r in records:
+        for key, rx in _OPTION_RULES:
+            m = rx.search(r.text)
+            if not m:
+                continue
+            if key == "flags":
+                options.setdefault("flags", [])
+                if m.group("v") not in options["flags"]:
+                    options["flags"].append(m.group("v"))
+            elif key == "dla":
+                options["dla"] = True
+            else:
+                options.setdefault(key, m.group("v"))
+    return options
+
+
+def _requested_precision(options: dict[str, Any]) -> str | None:
+    words = " ".join([str(options.get("precision", ""))] + list(options.get("flags", []))).upper()
+    for p, keys in (("INT8", ("INT8", "BEST")), ("FP8", ("FP8",)), ("FP16", ("FP16",)), ("BF16", ("BF16",))):
+        if any(k in words for k in keys):
+            return p
+    return None
+
+
+_KNOWN_BARE = re.compile(r"^(?:Layer\(|Name: .*LayerType:|-{5,}\s*Timing|Tactic:? -?\w+|Fastest Tactic)")
+
+
+class BuildLog(Record):
+    """What a log says: TensorRT version, build options, findings and the engine layer table."""
+
+    version: str | None = Field(description="the TensorRT version the log states")
+    dialect: str | None = Field(description="the dialect of most lines (None: no line carries a known prefix)")
+    dialects: dict[str, int] = Field(description="lines per dialect")
+    options: dict[str, Any] = Field(description="build options the log states")
+    findings: list[Finding] = Field(default_factory=list)
+    layers: list[EngineLayer] = Field(default_factory=list)
+    unknown_lines: int = 0
+    lines: int = 0
+
+
+def parse(text: str) -> BuildLog:
+    records = split_records(text)
+    dialects: dict[str, int] = {}
+    unknown = 0
+    for r in records:
+        if r.dialect == "unknown":
+            if not _KNOWN_BARE.match(r.text):
+                unknown += 1
+        elif r.dialect not in ("blank", "elision"):
+            dialects[r.dialect] = dialects.get(r.dialect, 0) + 1
+    options = find_options(records)
+    layers = layer_table(records)
+    findings = collect(records, precision_fallback(layers, _requested_precision(options)))
+    return BuildLog(
+        version=find_version(records),
+        dialect=max(dialects, key=lambda k: dialects[k]) if dialects else None,
+        dialects=dialects,
+        options=options,
+        findings=findings,
+        layers=layers,
+        unknown_lines=unknown,
+        lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),
+    )
+
+
+def parse_file(path: str | Path) -> BuildLog:
+    return parse(Path(path).read_bytes().decode("utf-8", errors="replace"))

@@ -1,0 +1,110 @@
+"""What the suite can name: stages, backends and tasks, each registered as a 'module:attribute'
+target (imported only when used) with the facts the suite schema needs about it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trtverify.registry import Entry, Registry
+
+
+@dataclass(frozen=True)
+class StageEntry(Entry):
+    """A stage: `target` is its `run(context) -> result` function, `result` its result's record type."""
+
+    result: str
+
+    def result_type(self) -> Any:
+        return Entry(self.name, self.result).load()
+
+
+STAGES: Registry[StageEntry] = Registry(
+    "stage",
+    [  # in the order they run
+        StageEntry("framework", "trtverify.stages.framework:run", "trtverify.stages.framework:FrameworkResult"),
+        StageEntry(
+            "layerwise", "trtverify.stages.layerwise.stage:run", "trtverify.stages.layerwise.models:LayerwiseResult"
+        ),
+        StageEntry("e2e", "trtverify.stages.e2e.stage:run", "trtverify.stages.e2e.models:E2EResult"),
+        StageEntry("buildlog", "trtverify.stages.buildlog:run", "trtverify.stages.buildlog:BuildlogResult"),
+    ],
+)
+
+
+@dataclass(frozen=True)
+class BackendEntry(Entry):
+    """A backend class; `options` is its attribute in the suite's `backends:` section."""
+
+    options: str
+    runs_candidates: bool  # can run a candidate ONNX model (models.candidates.*.backend)
+
+
+BACKENDS: Registry[BackendEntry] = Registry(
+    "backend",
+    [
+        BackendEntry("onnxruntime", "trtverify.backends.onnxruntime:OnnxRuntimeBackend", "onnxruntime", True),
+        BackendEntry("torch", "trtverify.backends.torch:TorchBackend", "torch", False),
+        BackendEntry("tensorrt", "trtverify.backends.tensorrt:TensorRTBackend", "tensorrt", True),
+        BackendEntry("tensorrt-rtx", "trtverify.backends.tensorrt:TensorRTRTXBackend", "tensorrt_rtx", True),
+    ],
+)
+
+
+@dataclass(frozen=True)
+class TaskEntry(Entry):
+    """An e2e task: `target` is its `Task` class; `datasets` the dataset sources it reads."""
+
+    datasets: tuple[str, ...]
+    metrics: tuple[str, ...]  # metrics a gate may name, besides those `extra_metrics` adds
+    extra_metrics: Callable[[Sequence[int]], tuple[str, ...]] = lambda top_k: ()
+
+    def gate_metrics(self, top_k: Sequence[int] = ()) -> tuple[str, ...]:
+        return self.metrics + self.extra_metrics(top_k)
+
+
+def _top_k_metrics(top_k: Sequence[int]) -> tuple[str, ...]:
+    return tuple(f"top{k}_accuracy" for k in top_k)
+
+
+TASKS: Registry[TaskEntry] = Registry(
+    "task",
+    [
+        TaskEntry(
+            "classification",
+            "trtverify.tasks.classification:ClassificationTask",
+            datasets=("npz", "folder", "csv"),
+            metrics=("accuracy", "macro_f1", "micro_f1", "weighted_f1"),
+            extra_metrics=_top_k_metrics,
+        ),
+        TaskEntry(
+            "detection",
+            "trtverify.tasks.detection:DetectionTask",
+            datasets=("coco",),
+            metrics=(
+                "map",
+                "ap50",
+                "ap75",
+                "ap_small",
+                "ap_medium",
+                "ap_large",
+                "ar1",
+                "ar10",
+                "ar100",
+                "ar_small",
+                "ar_medium",
+                "ar_large",
+                "precision",
+                "recall",
+                "f1",
+            ),
+        ),
+        TaskEntry(
+            "segmentation",
+            "trtverify.tasks.segmentation:SegmentationTask",
+            datasets=("masks", "npz"),
+            metrics=("miou", "pixel_accuracy", "fw_iou", "mean_accuracy"),
+        ),
+    ],
+)

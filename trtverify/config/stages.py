@@ -1,0 +1,274 @@
+"""The `stages:` section of a suite: one model per stage, each optional."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from trtverify.config.checks import Check
+from trtverify.config.registry import TASKS
+from trtverify.config.types import DirPath, FilePath, HookSpec, Name, Strict, suffix
+
+TaskName = Literal[tuple(TASKS.names())]  # type: ignore[valid-type]
+
+
+class OutputOverride(Strict):
+    checks: list[Check] = Field(min_length=1, description="checks for this output, replacing the stage's")
+
+
+def _default_framework_checks() -> list[Check]:
+    return [Check(metric="rel_l2", max=1e-4), Check(metric="cosine", min=0.99999)]
+
+
+class FrameworkStage(Strict):
+    """Stage 1: the PyTorch model vs the reference ONNX under ONNX Runtime."""
+
+    checks: list[Check] = Field(
+        default_factory=_default_framework_checks,
+        min_length=1,
+        description="checks on every output (default: rel_l2 <= 1e-4 and cosine >= 0.99999)",
+    )
+    outputs: dict[str, OutputOverride] = Field(default_factory=dict, description="per-output checks replacing `checks`")
+    rename: dict[str, str] = Field(default_factory=dict, description="PyTorch output name -> ONNX output name")
+    ignore: list[str] = Field(
+        default_factory=list, description="outputs to leave out (listed as ignored in the results)"
+    )
+    samples: int | None = Field(default=None, ge=1, description="use only the first N input samples")
+
+
+def _default_layerwise_checks() -> list[Check]:
+    # rel_l2 catches scale errors that cosine cannot see; FP16 activations sit near 1e-3
+    return [Check(metric="rel_l2", max=0.01), Check(metric="cosine", min=0.999)]
+
+
+class TensorOverride(Strict):
+    checks: list[Check] = Field(min_length=1, description="checks for this tensor, replacing the candidate's")
+
+
+class LayerwiseStage(Strict):
+    """Stage 2: every intermediate tensor of the reference vs each candidate; first divergence and root causes."""
+
+    candidates: list[Name] | None = Field(
+        default=None, description="names from models.candidates (default: all of them)"
+    )
+    checks: list[Check] = Field(
+        default_factory=_default_layerwise_checks,
+        min_length=1,
+        description="applied to every compared tensor (default: rel_l2 <= 0.01 and cosine >= 0.999)",
+    )
+    candidate_checks: dict[Name, list[Check]] = Field(
+        default_factory=dict, description="per-candidate checks replacing `checks`"
+    )
+    tensors: dict[str, TensorOverride] = Field(
+        default_factory=dict, description="per-tensor checks replacing the candidate's checks"
+    )
+    rename: dict[str, str] = Field(default_factory=dict, description="reference tensor name -> candidate tensor name")
+    ignore: list[str] = Field(default_factory=list, description="tensors left out (listed as ignored)")
+    samples: int | None = Field(default=None, ge=1, description="use only the first N input samples (default: all)")
+    root_causes: int = Field(default=5, ge=1, description="how many root-cause suspects to report")
+    root_cause_method: Literal["auto", "isolate", "amplification"] = Field(
+        default="auto",
+        description="isolate: run each candidate node on the reference's inputs (ONNX candidates); "
+        "amplification: rank by error added at each layer (any backend); auto: isolate where possible",
+    )
+    confirm_top: int = Field(
+        default=0,
+        ge=0,
+        description="with amplification ranking: run the top N suspects in isolation on the candidate's own backend "
+        "(for TensorRT one sub-engine build) and re-rank them by their confirmed own error",
+    )
+    memory_budget_mb: float = Field(
+        default=2048, gt=0, description="bound on intermediate tensors held in memory at once"
+    )
+
+
+class Gate(Strict):
+    """A gate on a task metric: allowed drop from the reference (absolute or relative) and/or a floor."""
+
+    metric: str = Field(description="a metric of the task, e.g. accuracy, macro_f1, map, ap50, f1, miou")
+    max_drop: float | None = Field(default=None, ge=0, description="reference - candidate may not exceed this")
+    max_rel_drop: float | None = Field(
+        default=None, ge=0, le=1, description="(reference - candidate) / reference may not exceed this"
+    )
+    min: float | None = Field(default=None, description="the candidate's value may not fall below this")
+
+    @model_validator(mode="after")
+    def _some(self) -> Gate:
+        if self.max_drop is None and self.max_rel_drop is None and self.min is None:
+            raise ValueError(f"gate on '{self.metric}' needs max_drop, max_rel_drop or min")
+        return self
+
+
+DATASET_SOURCES = ("npz", "folder", "csv", "coco", "masks")
+
+
+class Dataset(Strict):
+    """Where the validation set is: exactly one of npz, folder, csv, coco, masks.
+
+    Classification: npz arrays, an image-folder tree (one folder per class) or a CSV of file,label.
+    Detection: COCO instances JSON plus its image folder. Segmentation: an image folder and a folder
+    of label images (masks), or npz arrays of images and masks."""
+
+    npz: Annotated[FilePath, AfterValidator(suffix(".npz"))] | None = Field(
+        default=None, description="npz file of images (NCHW or NHWC uint8) and labels or masks"
+    )
+    images_key: str = Field(default="images", description="npz: the array of images")
+    labels_key: str = Field(default="labels", description="npz, classification: the array of class indices")
+    masks_key: str = Field(default="masks", description="npz, segmentation: the array of label masks [N, H, W]")
+    layout: Literal["NCHW", "NHWC"] | None = Field(
+        default=None, description="layout of npz images (default: guessed from the channel axis)"
+    )
+    folder: DirPath | None = Field(default=None, description="image-folder tree: FOLDER/<class name>/<image>")
+    csv: Annotated[FilePath, AfterValidator(suffix(".csv"))] | None = Field(
+        default=None, description="CSV with columns file,label (a header row is allowed)"
+    )
+    image_root: DirPath | None = Field(
+        default=None, description="folder the CSV's files are relative to (default: the CSV's folder)"
+    )
+    coco: Annotated[FilePath, AfterValidator(suffix(".json"))] | None = Field(
+        default=None, description="COCO instances JSON"
+    )
+    masks: DirPath | None = Field(
+        default=None,
+        description="segmentation: folder of single-channel label images (PNG), one per image in `images` with the "
+        "same file stem; pixel value = class index",
+    )
+    images: DirPath | None = Field(
+        default=None,
+        description="image folder: COCO images (default: 'images' beside the JSON), or the images of `masks`",
+    )
+    class_names: list[str] | None = Field(default=None, description="class names, in class-index order")
+    limit: int | None = Field(default=None, ge=1, description="use only the first N samples")
+
+    @model_validator(mode="after")
+    def _one(self) -> Dataset:
+        given = [k for k in DATASET_SOURCES if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(DATASET_SOURCES)} (got {', '.join(given) or 'none'})")
+        if self.masks is not None and self.images is None:
+            raise ValueError("masks: give the folder of the images as well (images: FOLDER)")
+        return self
+
+    @property
+    def source(self) -> str:
+        """Which of DATASET_SOURCES is given."""
+        return next(k for k in DATASET_SOURCES if getattr(self, k) is not None)
+
+
+class Preprocess(Strict):
+    """Image (uint8 HWC) -> one sample of model input."""
+
+    hook: HookSpec | None = Field(
+        default=None,
+        description="'module:callable'(image uint8 HWC) -> array for one sample; replaces the built-ins",
+    )
+    input: str | None = Field(default=None, description="model input to feed (default: the only input)")
+    resize: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, description="[height, width]"
+    )
+    grayscale: bool = Field(default=False, description="convert to one channel")
+    scale: float = Field(default=1 / 255, description="multiply pixels by this")
+    mean: list[float] | None = Field(default=None, description="subtracted per channel, after scaling")
+    std: list[float] | None = Field(default=None, description="divided per channel, after the mean")
+    layout: Literal["NCHW", "NHWC"] = Field(default="NCHW", description="layout of the model input")
+    dtype: Literal["float32", "float16"] = Field(default="float32", description="type of the model input")
+
+
+class Postprocess(Strict):
+    """Model outputs -> the task's predictions."""
+
+    hook: HookSpec | None = Field(
+        default=None,
+        description="'module:callable'(outputs: dict, image_sizes: list[(h, w)], input_size: (h, w)) -> "
+        "classification: scores [B, C]; detection: list of [K, 6] arrays (x1, y1, x2, y2, score, class) in image "
+        "pixels; segmentation: list of [H, W] class-index masks at the image's size",
+    )
+    output: str | None = Field(
+        default=None,
+        description="model output to read (default: the first); detection: raw [B, K, 6] rows in input pixels; "
+        "segmentation: logits [B, C, H, W] (or class indices [B, H, W])",
+    )
+
+
+class E2EStage(Strict):
+    """Stage 3: task metrics of the reference and each candidate on a validation set, gated on the drop."""
+
+    task: TaskName = Field(description=f"one of: {', '.join(TASKS.names())}")
+    dataset: Dataset = Field(description="the validation set")
+    preprocess: Preprocess = Field(default_factory=Preprocess, description="image -> model input")
+    postprocess: Postprocess = Field(default_factory=Postprocess, description="model outputs -> predictions")
+    candidates: list[Name] | None = Field(default=None, description="default: every candidate")
+    gates: list[Gate] = Field(min_length=1, description="the metrics gated, and how far each may drop")
+    batch_size: int = Field(default=32, ge=1, description="samples per inference call")
+    workers: int | None = Field(
+        default=None,
+        ge=0,
+        description="background threads reading and preprocessing (0: inline); default: a quarter of the usable "
+        "cores, at least 2 and at most 4",
+    )
+    chunk_mb: float = Field(
+        default=1024,
+        gt=0,
+        description="preprocessed inputs kept in memory at once: every model runs over a chunk before the next "
+        "model does (a larger set is done in several chunks)",
+    )
+    top_k: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1, 5], description="classification: top-k accuracies to compute"
+    )
+    iou: float = Field(default=0.5, gt=0, le=1, description="detection: IoU for precision / recall / F1")
+    score_threshold: float = Field(
+        default=0.3, ge=0, le=1, description="detection: score threshold for precision / recall / F1"
+    )
+    ignore_index: int | None = Field(
+        default=255, ge=0, description="segmentation: label value of pixels that count for nothing (null: none)"
+    )
+    worst: int = Field(default=20, ge=0, description="how many most-disagreeing samples to list")
+
+    def gate_metrics(self) -> tuple[str, ...]:
+        """The metrics a gate may name for this task."""
+        return TASKS.get(self.task).gate_metrics(self.top_k)
+
+
+class BuildlogStage(Strict):
+    """Audit: TensorRT build logs (fallbacks, calibration, tactics, FP16 risks), gated on findings."""
+
+    logs: list[Annotated[FilePath, AfterValidator(suffix(".log", ".txt"))]] = Field(
+        default_factory=list,
+        description="build logs to read (default: the build_log files of backends.tensorrt / tensorrt_rtx, "
+        "when they exist)",
+    )
+    against: Annotated[FilePath, AfterValidator(suffix(".log", ".txt"))] | None = Field(
+        default=None,
+        description="an older build log: list layers whose precision/tactic/fusion changed and new warnings",
+    )
+    fail_on: list[str] = Field(
+        default_factory=list,
+        description="categories (fallback, calibration, tactics, accuracy, build), kinds or kind globs that fail "
+        "the stage",
+    )
+    fail_severity: list[Literal["high", "medium", "info"]] = Field(
+        default_factory=lambda: ["high", "medium"], description="severities that fail_on counts"
+    )
+    max: dict[str, int] = Field(
+        default_factory=dict, description="category / kind / glob -> largest allowed count, e.g. {'fp16_weights_*': 0}"
+    )
+
+
+class Stages(Strict):
+    """The stages to run (at least one); they run in this order."""
+
+    framework: FrameworkStage | None = Field(default=None, description="PyTorch against ONNX Runtime")
+    layerwise: LayerwiseStage | None = Field(default=None, description="every intermediate tensor, each candidate")
+    e2e: E2EStage | None = Field(default=None, description="task metrics on a validation set")
+    buildlog: BuildlogStage | None = Field(default=None, description="TensorRT build-log audit")
+
+    @model_validator(mode="after")
+    def _some(self) -> Stages:
+        if not any(getattr(self, n) is not None for n in type(self).model_fields):
+            raise ValueError(f"no stage configured; add one of: {', '.join(type(self).model_fields)}")
+        return self
+
+    def configured(self) -> list[str]:
+        """Names of the configured stages, in running order."""
+        return [n for n in type(self).model_fields if getattr(self, n) is not None]

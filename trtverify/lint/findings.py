@@ -1,0 +1,27 @@
+"""What the precision lint reports: one finding per place where a build is likely to change the numbers."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from trtverify.record import Record
+
+SEVERITY_RANK = {"high": 0, "medium": 1, "info": 2}
+
+
+class LintFinding(Record):
+    """One place where the build is likely to change the numbers, said so a user can act on it."""
+
+    kind: str
+    severity: Literal["high", "medium", "info"]
+    node: str | None = Field(description="consuming (constants) or producing (activations) ONNX node")
+    op_type: str | None
+    tensor: str | None
+    message: str = Field(description="one sentence with the numbers")
+    count: int = Field(default=1, description="elements affected (constants), or 1")
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+Found = list[tuple[int, LintFinding]]  # (graph position, finding)

@@ -1,0 +1,103 @@
+"""Static precision lint of a candidate ONNX model, before any engine is built.
+
+A TensorRT build changes numbers the ONNX file does not show: `--fp16` (TensorRT <= 10)
+converts FP32 weights to FP16, activations run in a narrower type, and a Q/DQ model runs
+in INT8/FP8 only where a layer's inputs carry Q/DQ. This module finds, from the file
+alone (and optionally the largest |activation| seen on the FP32 reference), the places
+where that conversion overflows, underflows, loses precision or silently does not happen.
+
+Pure onnx + numpy; findings are data, sorted high -> medium -> info, then graph order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trtverify.errors import UsageError, unknown
+from trtverify.lint.findings import SEVERITY_RANK, LintFinding
+from trtverify.lint.graph_rules import activation_findings, coverage_findings, structure_findings
+from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types
+from trtverify.lint.weights import initializer_findings, qdq_param_findings, quantized_weight_findings
+from trtverify.onnxgraph import QDQ_OPS, GraphIndex
+from trtverify.onnxinfo import load_onnx
+
+if TYPE_CHECKING:
+    import onnx
+
+    ModelLike = onnx.ModelProto | Path | str
+
+
+def _as_model(model: ModelLike, weights: bool) -> onnx.ModelProto:
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        if weights:
+            try:
+                return load_onnx(path, with_weights=True)
+            except UsageError:  # external data files missing: lint what the file itself holds
+                pass
+        return load_onnx(path)
+    return model
+
+
+def target_precision(model: ModelLike) -> str:
+    """The precision a model is meant for, read from its types: fp8 > int8 > fp16 > bf16 > fp32."""
+    import onnx
+
+    m = _as_model(model, weights=False)
+    g = m.graph
+    types: set[int] = {t.data_type for t in g.initializer}
+    for vi in [*g.input, *g.output, *g.value_info]:
+        types.add(vi.type.tensor_type.elem_type)
+    quantised = False
+    for node in g.node:
+        if node.op_type in QDQ_OPS or node.op_type in QLINEAR_OPS:
+            quantised = True
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                types.add(a.t.data_type)
+            elif a.name in ("to", "output_dtype") and a.type == onnx.AttributeProto.INT:
+                types.add(int(a.i))
+    if types & fp8_types():
+        return "fp8"
+    if quantised:
+        return "int8"  # Q/DQ without a float8 type: int8/uint8 (uint8 is QuantizeLinear's default)
+    if onnx.TensorProto.FLOAT16 in types:
+        return "fp16"
+    if onnx.TensorProto.BFLOAT16 in types:
+        return "bf16"
+    return "fp32"
+
+
+# --- graph index --------------------------------------------------------------------------
+
+
+def lint_candidate(
+    model: ModelLike,
+    *,
+    target: str | None = None,
+    activation_max: Mapping[str, float] | None = None,
+) -> list[LintFinding]:
+    """Precision findings of `model` (an onnx.ModelProto or a path) built for `target` (auto-detected when None).
+
+    `activation_max`: tensor name -> largest |x| seen when running the FP32 reference.
+    Only the main graph is inspected; If/Loop/Scan bodies are reported once as skipped.
+    """
+    m = _as_model(model, weights=True)
+    if target is None:
+        target = target_precision(m)
+    elif target not in TARGETS:
+        raise UsageError(unknown("lint target", target, list(TARGETS)))
+    g = GraphIndex.from_model(m)
+    found, unread = initializer_findings(g, target)
+    qdq, unread_q = qdq_param_findings(g)
+    found += qdq
+    found += quantized_weight_findings(g)
+    if target in ("int8", "fp8"):
+        found += coverage_findings(g, target)
+    if activation_max:
+        found += activation_findings(g, target, activation_max)
+    found += structure_findings(g, unread + unread_q)
+    found.sort(key=lambda pf: (SEVERITY_RANK[pf[1].severity], pf[0], pf[1].kind, pf[1].tensor or ""))
+    return [f for _, f in found]

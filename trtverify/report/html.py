@@ -1,0 +1,227 @@
+"""The HTML view of results.json (jinja2, autoescaped, self-contained: no network needed).
+
+Charts are drawn by Chart.js (vendor/, inlined at render time); their data travels as JSON in
+<script type="application/json"> blocks and is only ever put into the page as text.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+
+from trtverify.fsutil import atomic_write_text
+from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
+from trtverify.report.links import Link, build_links, layer_id, row_id
+from trtverify.results.models import Results
+from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row, SuspectHistogram
+
+_HERE = Path(__file__).parent
+_TEMPLATES = _HERE / "templates"
+CHART_JS = _HERE / "vendor" / "chart.umd.min.js"
+
+# the metrics shown for a layerwise row in tooltips and the table
+ROW_METRICS = ("rel_l2", "cosine", "max_abs", "sqnr")
+# what the layer-divergence chart can plot, and the axis label of each
+PLOTTED = {"cosine": "1 − cosine", "rel_l2": "rel_l2"}
+
+
+def _per_tensor_checks(stage: LayerwiseResult, cand: str) -> dict[str, tuple[float, str]]:
+    """{metric: (threshold on the plotted scale, check name)} of the candidate's per-tensor checks on
+    cosine and rel_l2 (the stage's checks of the candidate on those metrics are its every-tensor checks)."""
+    out: dict[str, tuple[float, str]] = {}
+    for c in stage.checks:
+        thr = num(c.threshold)
+        if c.candidate == cand and c.metric in PLOTTED and thr is not None and math.isfinite(thr):
+            out.setdefault(c.metric, (1.0 - thr if c.metric == "cosine" else thr, c.name))
+    return out
+
+
+def _series(rows: list[Row], metric: str, check: tuple[float, str] | None) -> dict[str, Any]:
+    """One plottable metric of every row on a log axis: exact (zero) errors sit on a floor a decade below
+    the smallest error, non-finite ones on a ceiling a decade above the largest."""
+    values: list[float | None] = []
+    for row in rows:
+        v = num(row.metrics.get(metric))
+        values.append(1.0 - v if v is not None and metric == "cosine" else v)
+    threshold = check[0] if check else None
+    known = [v for v in values if v is not None and math.isfinite(v) and v > 0] + (
+        [threshold] if threshold and threshold > 0 else []
+    )
+    ymin = 10.0 ** (math.floor(math.log10(min(known))) - 1) if known else 1e-12
+    ymax = max(10.0 ** (math.ceil(math.log10(max(known))) + 1) if known else 1.0, ymin * 1e3)
+    ys, notes = [], []
+    for v in values:
+        if v is None:
+            y, note = ymax, "not computed, plotted at the top"
+        elif math.isnan(v) or math.isinf(v):
+            y, note = ymax, f"non-finite ({fmt(v)}), plotted at the top"
+        elif v == 0:
+            y, note = ymin, "exact (0), plotted at the floor"
+        elif v < ymin:  # 1 - cosine below zero: cosine rounded above 1
+            y, note = ymin, "≤ 0 (rounding), plotted at the floor"
+        else:
+            y, note = v, ""
+        ys.append(y)
+        notes.append(note)
+    label = PLOTTED[metric]
+    return {
+        "label": label,
+        "threshold": threshold,
+        "threshold_label": f"{label} = {fmt(threshold)}" if threshold is not None else None,
+        "check": check[1] if check else None,
+        "ymin": ymin,
+        "ymax": ymax,
+        "ceiling_used": any(v is None or not math.isfinite(v) for v in values),
+        "y": ys,
+        "value": [fmt(v) for v in values],
+        "note": notes,
+    }
+
+
+def _histogram(h: SuspectHistogram) -> dict[str, Any]:
+    """One suspect's error histogram as bars: exact zeros, then the log10 bins, then non-finite differences."""
+    labels, ranges, kinds, values = [], [], [], []
+    if h.exact:
+        labels.append("0")
+        ranges.append("exactly 0")
+        kinds.append("exact")
+        values.append(h.exact)
+    for lo, hi, n in zip(h.log10_edges, h.log10_edges[1:], h.counts):
+        labels.append(pow10(lo))
+        ranges.append(f"{pow10(lo)} – {pow10(hi)}")
+        kinds.append("bin")
+        values.append(n)
+    if h.nonfinite:
+        labels.append("nan/inf")
+        ranges.append("not finite")
+        kinds.append("nonfinite")
+        values.append(h.nonfinite)
+    return {"labels": labels, "ranges": ranges, "kinds": kinds, "counts": values}
+
+
+def _layerwise_view(
+    stage: LayerwiseResult, ci: int, cand: LayerwiseCandidate, to_layers: dict[str, list[Link]]
+) -> dict[str, Any]:
+    """What the template and the chart need for one layerwise candidate."""
+    rows = cand.rows
+    checks = _per_tensor_checks(stage, cand.name)
+    # plotted first: the metric of a per-tensor check, cosine before rel_l2; rel_l2 (no line) without one
+    default = next((m for m in ("cosine", "rel_l2") if m in checks), "rel_l2")
+    series = {m: _series(rows, m, checks.get(m)) for m in PLOTTED if m == default or any(m in r.metrics for r in rows)}
+    fd = cand.first_divergence
+    rank_of = {(rc.topo_index, rc.tensor): rc.rank for rc in cand.root_causes}
+    marks: dict[int, list[str]] = {}
+    points, first, roots = [], None, []
+    for i, row in enumerate(rows):
+        topo = row.topo_index
+        points.append(
+            {
+                "x": topo,
+                "id": row_id(ci, topo),
+                "tensor": row.tensor,
+                "node": str(row.node),
+                "op": str(row.op_type),
+                "passed": row.passed,
+                "m": {k: fmt_metric(k, row.metrics.get(k)) for k in ROW_METRICS},
+            }
+        )
+        if fd is not None and topo == fd.topo_index and row.tensor == fd.tensor:
+            first = i
+            marks.setdefault(topo, []).append("first divergence")
+        rank = rank_of.get((topo, row.tensor))
+        if rank is not None:
+            roots.append({"i": i, "rank": rank})
+            marks.setdefault(topo, []).append(f"root cause #{rank}")
+    hists = [
+        {
+            "reason": h.reason,
+            "tensor": h.tensor,
+            "op_type": h.op_type,
+            "row": row_id(ci, h.topo_index),
+            "exact": h.exact,
+            "nonfinite": h.nonfinite,
+            "sampled": h.sampled,
+            "total": h.total,
+            "chart": _histogram(h),
+        }
+        for h in cand.histograms
+    ]
+    roots.sort(key=lambda r: r["rank"])
+    chart = {
+        "default": default,
+        "series": series,
+        "points": points,
+        "first": first,
+        "roots": roots,
+        "hists": [h["chart"] for h in hists],
+    }
+    ids = [row_id(ci, row.topo_index) for row in rows]
+    return {
+        "chart": chart,
+        "series": series[default],
+        "hists": hists,
+        "ids": ids,
+        "marks": marks,
+        "layers": [to_layers.get(rid, []) for rid in ids],
+        "any_layers": any(rid in to_layers for rid in ids),
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def chart_js() -> str:
+    """The bundled Chart.js, ready to sit inside <script>: nothing in it may end or re-open the element."""
+    text = CHART_JS.read_text(encoding="utf-8")
+    text = re.sub(r"\n//# sourceMappingURL=\S+\s*$", "\n", text)  # the map is not shipped
+    bad = [s for s in ("</script", "<!--", "<script") if s in text.lower()]
+    if bad:
+        raise RuntimeError(f"{CHART_JS} contains {bad}: it cannot be inlined in a <script> element")
+    return text
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A record's fields as the JSON shows them (for tables whose columns are the fields)."""
+    return record.model_dump(by_alias=True)
+
+
+def render(results: Results) -> str:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
+        autoescape=True,  # tensor and node names are user data: always escaped
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["fmt"] = fmt
+    env.filters["margin"] = margin
+    env.filters["sortv"] = sort_value
+    env.filters["brk"] = breakable
+    env.filters["metric"] = lambda value, name: fmt_metric(name, value)
+    env.filters["fields"] = _fields
+    stages = results.stages
+    to_rows, to_layers = build_links(stages)
+    layerwise = {
+        (si, ci): _layerwise_view(s, ci, c, to_layers)
+        for si, s in enumerate(stages)
+        if isinstance(s, LayerwiseResult)
+        for ci, c in enumerate(s.candidates or [])
+    }
+    return env.get_template("report.html.j2").render(
+        r=results,
+        lw=layerwise,
+        to_rows=to_rows,
+        layer_id=layer_id,
+        row_id=row_id,
+        chart_js=Markup(chart_js()),
+    )
+
+
+def write_report(results: Results, path: Path) -> Path:
+    atomic_write_text(path, render(results))
+    return path

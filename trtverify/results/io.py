@@ -1,0 +1,44 @@
+"""Reading results.json back into the typed document, with errors that say what is wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from trtverify.errors import UsageError
+from trtverify.results.models import SCHEMA_VERSION, Results
+
+
+def parse_results(data: Any, source: str) -> Results:
+    """`data` (parsed JSON) as Results; UsageError naming `source` when it is not one this version reads."""
+    if not isinstance(data, dict) or "stages" not in data or "suite" not in data:
+        raise UsageError(f"{source}: not a trtverify results.json (no 'suite' and 'stages')")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise UsageError(
+            f"{source}: results of schema version {version!r}; this trtverify reads version {SCHEMA_VERSION} "
+            "(rerun the suite with this trtverify, or use the trtverify that wrote it)"
+        )
+    try:
+        return Results.model_validate(data)
+    except ValidationError as exc:
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)[:5]
+        )
+        raise UsageError(f"{source}: not a valid results.json ({exc.error_count()} problem(s): {where})") from None
+
+
+def load_results(path: Path) -> Results:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: not found") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a folder, expected a results.json") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    return parse_results(data, str(path))

@@ -1,0 +1,135 @@
+"""`trtverify merge DIR...`: one results.json from the folders of every shard of a run.
+
+Layerwise candidates are concatenated in the suite's order; e2e metrics are recomputed from the
+shards' accumulator states merged (`Accumulator.merge`), so COCO metrics cover the union of all
+detections instead of averaging shards, and equal the unsharded run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from trtverify.config.loader import LoadedSuite, load_suite
+from trtverify.config.registry import STAGES
+from trtverify.errors import UsageError
+from trtverify.fsutil import sha256_file
+from trtverify.results.io import load_results
+from trtverify.results.models import Merged, Results
+from trtverify.results.record import build_results
+from trtverify.stages.base import StageResult, status_of
+from trtverify.stages.e2e.models import E2EResult
+from trtverify.stages.e2e.stage import merge_shards
+from trtverify.stages.layerwise.models import LayerwiseResult
+
+
+def check_shards(results: Sequence[tuple[Path, Results]]) -> int:
+    """Every shard of one run of one suite, each once; returns N."""
+    if not results:
+        raise UsageError("merge: no shard directories given")
+    first_dir, first = results[0]
+    seen: dict[int, Path] = {}
+    count = None
+    for d, r in results:
+        info = r.shard
+        if info is None:
+            raise UsageError(f"{d / 'results.json'}: not a shard (run with --shard I/N)")
+        if r.suite.sha256 != first.suite.sha256:
+            raise UsageError(
+                f"{d}: ran a different suite file than {first_dir} "
+                f"(sha256 {r.suite.sha256[:12]} vs {first.suite.sha256[:12]})"
+            )
+        if count is None:
+            count = info.count
+        elif info.count != count:
+            raise UsageError(f"{d}: shard {info}, but {first_dir} is one of {count}")
+        if info.index in seen:
+            raise UsageError(f"{d}: shard {info.index}/{count} given twice (also {seen[info.index]})")
+        if not r.complete:
+            raise UsageError(
+                f"{d}: shard {info.index}/{count} did not finish (results.json is incomplete); run it again"
+            )
+        seen[info.index] = d
+    assert count is not None
+    missing = sorted(set(range(1, count + 1)) - set(seen))
+    if missing:
+        raise UsageError(
+            f"merge: shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing; give every shard's directory"
+        )
+    return count
+
+
+def _suite(first: Results, suite_path: Path | None) -> LoadedSuite:
+    path = Path(suite_path or first.suite.path)
+    if not path.is_file():
+        raise UsageError(f"merge: the suite file {path} is not here; pass --suite PATH (the same file the shards ran)")
+    if sha256_file(path) != first.suite.sha256:
+        raise UsageError(f"merge: {path} differs from the suite file the shards ran (sha256 {first.suite.sha256[:12]})")
+    return load_suite(path)
+
+
+def _timings(parts: Sequence[StageResult]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for p in parts:
+        for k, v in p.timings.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def _layerwise(parts: Sequence[LayerwiseResult], order: Sequence[str]) -> LayerwiseResult:
+    """The layerwise stages of several shards (disjoint candidates) as one stage."""
+    rank = {n: i for i, n in enumerate(order)}
+    cands = sorted((c for p in parts for c in p.candidates or []), key=lambda c: rank.get(c.name, len(rank)))
+    # checks in the unsharded run's order: by candidate, then as each shard wrote them
+    checks = sorted((c for p in parts for c in p.checks), key=lambda c: rank.get(c.candidate or "", -1))
+    first = parts[0]
+    return LayerwiseResult(
+        status=status_of(checks),
+        duration_s=sum(p.duration_s for p in parts),
+        checks=checks,
+        notes=list(dict.fromkeys(n for p in parts for n in p.notes)),
+        timings=_timings(parts),
+        samples=first.samples,
+        reference=first.reference,
+        candidates=cands,
+    )
+
+
+def merge_runs(dirs: Sequence[Path], suite_path: Path | None = None) -> Results:
+    """One results document from the directories of every shard of a run."""
+    shards = [(Path(d), load_results(Path(d) / "results.json")) for d in dirs]
+    count = check_shards(shards)
+    shards.sort(key=lambda s: s[1].shard.index)  # type: ignore[union-attr]
+    first = shards[0][1]
+    loaded: LoadedSuite | None = None
+    stages: list[StageResult] = []
+    for name in [n for n in STAGES if any(r.stage(n) is not None for _, r in shards)]:
+        ran = [(d, r.stage(name)) for d, r in shards if r.stage(name) is not None and not r.stage(name).sharded_away]
+        errors = [(d, s) for d, s in ran if s.status == "error"]
+        if not ran:
+            stages.append(STAGES.get(name).result_type()(status="skipped", notes=["no shard ran this stage"]))
+        elif errors:
+            d, s = errors[0]
+            stages.append(
+                s.model_copy(update={"notes": [f"shard directory {d}: this stage failed to run there", *s.notes]})
+            )
+        elif name == "layerwise":
+            loaded = loaded or _suite(first, suite_path)
+            cfg = loaded.suite.stages.layerwise
+            order = loaded.suite.candidates_of(cfg) if cfg is not None else list(loaded.suite.models.candidates)
+            stages.append(_layerwise([s for _, s in ran], order))
+        elif name == "e2e":
+            loaded = loaded or _suite(first, suite_path)
+            merged_e2e: E2EResult = merge_shards(loaded, ran)
+            stages.append(merged_e2e.model_copy(update={"duration_s": sum(s.duration_s for _, s in ran)}))
+        else:
+            stages.append(ran[0][1])
+    return build_results(
+        first.suite,
+        stages,
+        (),
+        started=min(r.started for _, r in shards),
+        duration_s=max(r.duration_s for _, r in shards),
+        env=first.environment,
+        merged=Merged(shards=count, dirs=[str(d) for d, _ in shards]),
+    )

@@ -1,0 +1,78 @@
+"""The typed results.json. Every stage's result type is registered with the stage
+(`trtverify.config.registry.STAGES`); the committed JSON Schema is generated from `Results`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, field_serializer
+
+from trtverify.config.registry import STAGES
+from trtverify.record import Record, optional
+from trtverify.runner import Shard
+from trtverify.stages.base import StageResult
+
+SCHEMA_VERSION = 2
+
+StageRecord = Annotated[
+    Union[tuple(entry.result_type() for entry in STAGES.entries())],  # type: ignore[valid-type]  # noqa: UP007
+    Field(discriminator="name"),
+]
+
+
+class SuiteInfo(Record):
+    name: str
+    path: str = Field(description="the suite file, as given")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    description: str | None
+
+
+class Gpu(Record):
+    name: str
+    driver: str
+    memory: str
+
+
+class Environment(Record):
+    trtverify: str
+    python: str
+    platform: str
+    cpu: str
+    cpu_count: int | None
+    gpus: list[Gpu]
+    libraries: dict[str, str] = Field(description="installed versions of the libraries that matter")
+
+
+class Merged(Record):
+    shards: int = Field(ge=1)
+    dirs: list[str]
+
+
+class Results(Record):
+    """Written by `trtverify run` (after every stage) and `trtverify merge`. Non-finite numbers are the
+    strings "nan", "inf", "-inf"."""
+
+    schema_version: Literal[2] = SCHEMA_VERSION
+    trtverify_version: str
+    suite: SuiteInfo
+    started: str = Field(description="ISO 8601, UTC")
+    duration_s: float
+    complete: bool = Field(description="every planned stage ran (false: the run was interrupted)")
+    passed: bool = Field(description="complete, and every stage passed (or ran in another shard)")
+    exit_code: int | None = Field(description="the exit code of the run; null while incomplete")
+    stages: list[StageRecord]  # type: ignore[valid-type]
+    environment: Environment
+    shard: Shard | None = optional("the part of a run this was (`run --shard I/N`)")
+    merged: Merged | None = optional("`trtverify merge` combined the shards' results")
+
+    @field_serializer("duration_s")
+    def _round(self, v: float) -> float:
+        return round(v, 3)
+
+    def stage(self, name: str) -> Any:
+        """The result of stage `name`, or None."""
+        return next((s for s in self.stages if s.name == name), None)
+
+
+def passed(stages: list[StageResult], complete: bool) -> bool:
+    return bool(stages) and complete and all(s.done for s in stages)

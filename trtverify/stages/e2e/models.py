@@ -1,0 +1,51 @@
+"""The typed result of the e2e stage. Its task-specific parts (metrics, per-class rows, most
+changed samples) are the record types each registered task declares."""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import Field
+
+from trtverify.config.registry import TASKS
+from trtverify.record import Record, optional
+from trtverify.stages.base import StageResult
+
+_TASKS = [entry.load() for entry in TASKS.entries()]
+# each task's records have their own required fields, so a value validates as exactly one of them
+TaskMetricsRecord = Union[tuple(t.metrics_type for t in _TASKS)]  # type: ignore[valid-type]  # noqa: UP007
+PerClassRecord = Union[tuple(t.per_class_type for t in _TASKS)]  # type: ignore[valid-type]  # noqa: UP007
+WorstRecord = Union[tuple(t.worst_type for t in _TASKS)]  # type: ignore[valid-type]  # noqa: UP007
+
+
+class DatasetInfo(Record):
+    source: str = Field(description="the file or folder the samples come from")
+    layout: str | None = optional("npz: the images' layout")
+    images: str | None = optional("the image folder")
+    samples: int = Field(description="samples in the dataset (all of them, not only this shard's)")
+
+
+class E2ECandidate(Record):
+    name: str
+    metrics: TaskMetricsRecord  # type: ignore[valid-type]
+    deltas: dict[str, int | float] = Field(description="candidate - reference, per scalar metric")
+    per_class: list[PerClassRecord]  # type: ignore[valid-type]
+    worst: list[WorstRecord] = Field(description="the samples that changed most, worst first")  # type: ignore[valid-type]
+    passed: bool = Field(description="every gate of this candidate passed")
+
+
+class E2EResult(StageResult):
+    """Stage e2e: task metrics of the reference and each candidate, gated on the drop."""
+
+    name: Literal["e2e"] = "e2e"
+    workers: int | None = optional("background threads that read and preprocessed the data")
+    chunks: int | None = optional("passes over the data (each model runs over a chunk before the next model)")
+    overhead_vs_inference: float | None = optional("stage wall time over the models' inference time, minus 1")
+    task: str | None = optional()
+    dataset: DatasetInfo | None = optional()
+    samples: int | None = optional("samples evaluated")
+    gated: list[str] | None = optional("the metrics the gates name, in the suite's order")
+    reference: TaskMetricsRecord | None = optional("the reference's metrics")  # type: ignore[valid-type]
+    candidates: list[E2ECandidate] | None = optional()
+    shard_slice: list[int] | None = optional("[start, stop) of the dataset positions this shard evaluated")
+    shard_states: dict[str, str] | None = optional("model -> its accumulator state file, for `trtverify merge`")

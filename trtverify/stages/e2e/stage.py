@@ -1,0 +1,338 @@
+"""Stage `e2e`: task metrics of the reference and each candidate on a validation set.
+
+The data is read and preprocessed once, in background threads, while the first model runs
+over it; it is kept (in chunks of `chunk_mb`), and the other models run over it in turn. Gates
+compare each candidate with the reference: `max_drop` (absolute), `max_rel_drop`, `min`. The
+samples where candidate and reference disagree most are listed for drill-down
+(`trtverify run --stage layerwise --samples worst`). Everything task-specific goes through the
+task's contract (`trtverify.tasks.base.Task`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtverify.backends.base import Backend, candidate_backend
+from trtverify.backends.onnxruntime import OnnxRuntimeBackend
+from trtverify.compare.checks import CheckResult, failed_check, limit_check
+from trtverify.config.loader import LoadedSuite
+from trtverify.config.registry import TASKS
+from trtverify.config.stages import E2EStage
+from trtverify.errors import UsageError
+from trtverify.fsutil import atomic_write
+from trtverify.stages.base import StageContext, status_of
+from trtverify.stages.e2e.models import DatasetInfo, E2ECandidate, E2EResult
+from trtverify.tasks.base import Task, TaskMetrics
+from trtverify.tasks.batches import Batch, batches, default_workers, make_preprocess
+
+NAME = "e2e"
+SHARD_DIR = "shard"
+
+
+class _Model:
+    """One model's backend and accumulator."""
+
+    def __init__(self, name: str, backend: Backend | None, acc: Any):
+        self.name = name
+        self.backend = backend
+        self.acc = acc
+        self.infer_s = 0.0
+
+
+def open_task(loaded: LoadedSuite) -> Task:
+    """The suite's e2e task over its validation set (checked now, before any model runs)."""
+    cfg = loaded.suite.stages.e2e
+    if cfg is None:
+        raise UsageError(f"{loaded.path}: has no stage e2e")
+    task_class: type[Task] = TASKS.load(cfg.task)
+    return task_class.open(cfg, loaded.search_path)
+
+
+def _run_models(
+    ctx: StageContext, task: Task, models: list[_Model], indices: range, timings: dict[str, float]
+) -> dict[str, Any]:
+    """Model by model over chunks of the data (all of it when it fits in `chunk_mb`).
+
+    The first model runs while its chunk is read and preprocessed in background threads; the
+    chunk is kept, and every other model then runs over it. Post-processing and metric updates
+    run in one background thread, in order, at most a few batches behind. A model's backend is
+    prepared before its first pass and closed after its last, so that with ONNX Runtime one
+    intra-op thread pool is busy at a time: its threads can spin-wait between runs without
+    stealing the cores of another model's pool. Creating and freeing sessions count as load time,
+    not loop time (the raw-inference baseline in `bench/` leaves both out too).
+    """
+    cfg = task.cfg
+    pre = make_preprocess(cfg.preprocess, ctx.loaded.search_path)
+    input_name = cfg.preprocess.input
+    limit = cfg.chunk_mb * 2**20
+    n_batches = len(range(0, len(indices), cfg.batch_size))
+    wait = sessions = 0.0  # sessions: creating and freeing them, counted as load time, not loop time
+    read = 0  # batches taken from the reader so far
+    done = [0] * len(models)
+    chunks = 0
+
+    def post(m: _Model, outputs: dict[str, np.ndarray], batch: Batch) -> None:
+        task.update(m.acc, batch.index, task.postprocess(outputs, batch, m.name), batch.labels)
+
+    pending: list[Future[None]] = []
+    t_start = time.perf_counter()
+    workers = default_workers(cfg.workers)
+    source = iter(batches(task.reader, indices, cfg.batch_size, pre, workers))
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trtverify-post") as poster:
+
+        def infer(k: int, batch: Batch) -> None:
+            # a post-processing error stops the run here, not at the end; and a slow hook cannot
+            # pile up model outputs in memory
+            while pending and (pending[0].done() or len(pending) > 4):
+                pending.pop(0).result()
+            m = models[k]
+            assert m.backend is not None
+            name = input_name or m.backend.inputs()[0].name
+            t0 = time.perf_counter()
+            outputs = m.backend.infer({name: batch.inputs})
+            m.infer_s += time.perf_counter() - t0
+            pending.append(poster.submit(post, m, outputs, batch))
+            done[k] += len(batch.index)
+            ctx.progress(NAME, done[k], len(indices), m.name)
+
+        while read < n_batches:
+            chunk: list[Batch] = []
+            held = 0
+            chunks += 1
+            for k, m in enumerate(models):
+                assert m.backend is not None
+                if chunks == 1:  # session creation: not part of inference
+                    t0 = time.perf_counter()
+                    m.backend.prepare()
+                    sessions += time.perf_counter() - t0
+                if k == 0:
+                    while read < n_batches and (not chunk or held < limit):
+                        t0 = time.perf_counter()
+                        batch = next(source)
+                        wait += time.perf_counter() - t0
+                        read += 1
+                        chunk.append(batch)
+                        held += batch.inputs.nbytes
+                        infer(0, batch)
+                else:
+                    for batch in chunk:
+                        infer(k, batch)
+                if read == n_batches:  # its last pass: free the session (and its threads) now
+                    t0 = time.perf_counter()
+                    m.backend.close()
+                    sessions += time.perf_counter() - t0
+        for f in pending:
+            f.result()
+    timings["wall_s"] = time.perf_counter() - t_start - sessions
+    timings["load_s"] = timings.get("load_s", 0.0) + sessions
+    timings["data_wait_s"] = wait
+    for m in models:
+        timings[f"{m.name}.infer_s"] = m.infer_s
+    timings["inference_s"] = sum(m.infer_s for m in models)
+    return {"workers": workers, "chunks": chunks, "overhead_vs_inference": overhead(timings)}
+
+
+def overhead(timings: dict[str, float]) -> float | None:
+    """Stage wall time over the models' inference time, minus 1."""
+    raw = timings.get("inference_s", 0.0)
+    return timings["wall_s"] / raw - 1.0 if raw > 0 and "wall_s" in timings else None
+
+
+def run(ctx: StageContext) -> E2EResult:
+    suite = ctx.loaded.suite
+    cfg = suite.stages.e2e
+    assert cfg is not None
+    task = open_task(ctx.loaded)
+    total = len(task.reader)
+    data = ctx.work.data
+    indices = data.positions(total, cfg.batch_size) if data is not None else range(total)
+    sliced = {"shard_slice": [indices.start, indices.stop]} if data is not None else {}
+    if data is not None and not indices:
+        note = f"shard {data.index}/{data.count}: no batches of the dataset's {total} samples fall to this shard"
+        return E2EResult(status="skipped", sharded_away=True, notes=[note], **sliced)
+    # The first model runs while the data is read and preprocessed, so its ONNX Runtime threads do
+    # not spin-wait (spinning threads would take the cores the reading needs); the others run over
+    # the kept data with the configured setting (ONNX Runtime's default: spin).
+    quiet = suite.backends.onnxruntime.model_copy(update={"allow_spinning": False})
+    models = [_Model("reference", OnnxRuntimeBackend(Path(suite.models.reference), quiet), task.accumulator())]
+    for n in ctx.candidates(suite.candidates_of(cfg)):
+        spec = suite.models.candidates[n]
+        backend = candidate_backend(spec.backend, Path(spec.path), suite.backends, ctx.samples)
+        models.append(_Model(n, backend, task.accumulator()))
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    try:
+        for m in models:  # inputs and outputs of every model first: a broken candidate fails before any inference
+            assert m.backend is not None
+            m.backend.load()
+        timings["load_s"] = time.perf_counter() - t0
+        loop = _run_models(ctx, task, models, indices, timings)
+    finally:
+        for m in models:
+            assert m.backend is not None
+            m.backend.close()
+    states = _save_states(ctx.out_dir, models) if data is not None and ctx.out_dir is not None else {}
+    return finalize(task, models, len(indices), timings=timings, **loop, **sliced, **states)
+
+
+def _save_states(out_dir: Path, models: list[_Model]) -> dict[str, Any]:
+    """Each model's accumulator state, for `trtverify merge` (plain arrays, no pickle)."""
+    files = {}
+    for k, m in enumerate(models):
+        rel = f"{SHARD_DIR}/e2e-{k}.npz"
+        state = m.acc.state()
+        atomic_write(out_dir / rel, lambda f, state=state: np.savez(f, **state))
+        files[m.name] = rel
+    return {"shard_states": files}
+
+
+def gate_checks(cfg: E2EStage, name: str, ref: TaskMetrics, cand: TaskMetrics) -> list[CheckResult]:
+    """The suite's gates on one candidate's metrics against the reference's."""
+    checks = []
+    ref_s, cand_s = ref.scalars(), cand.scalars()
+    where = {"candidate": name}
+    for g in cfg.gates:
+        r, c = ref_s.get(g.metric), cand_s.get(g.metric)
+        if (
+            r is None
+            or c is None
+            or (isinstance(r, float) and math.isnan(r))
+            or (isinstance(c, float) and math.isnan(c))
+        ):
+            why = {"reason": f"metric '{g.metric}' not computed", "available": sorted(ref_s)}
+            checks.append(failed_check(f"{name}: {g.metric}", NAME, g.metric, why, **where))
+            continue
+        detail = {"reference": r, "candidate": c}
+        if g.max_drop is not None:
+            checks.append(
+                limit_check(
+                    f"{name}: {g.metric} drop <= {g.max_drop:g}",
+                    NAME,
+                    f"{g.metric}_drop",
+                    r - c,
+                    g.max_drop,
+                    "<=",
+                    detail=detail,
+                    **where,
+                )
+            )
+        if g.max_rel_drop is not None:
+            rel = (r - c) / r if r else (0.0 if r == c else math.inf)
+            checks.append(
+                limit_check(
+                    f"{name}: {g.metric} relative drop <= {g.max_rel_drop:g}",
+                    NAME,
+                    f"{g.metric}_rel_drop",
+                    rel,
+                    g.max_rel_drop,
+                    "<=",
+                    detail=detail,
+                    **where,
+                )
+            )
+        if g.min is not None:
+            checks.append(
+                limit_check(f"{name}: {g.metric} >= {g.min:g}", NAME, g.metric, c, g.min, ">=", detail=detail, **where)
+            )
+    return checks
+
+
+def finalize(task: Task, models: Sequence[_Model], evaluated: int, **fields: Any) -> E2EResult:
+    """Metrics, deltas, worst samples and gates from the models' accumulators."""
+    cfg = task.cfg
+    metrics = {m.name: m.acc.compute() for m in models}
+    ref = metrics[models[0].name]
+    checks = [limit_check("samples evaluated", NAME, "samples", evaluated, 1, ">=")]
+    cands = []
+    for m in models[1:]:
+        cm = metrics[m.name]
+        gates = gate_checks(cfg, m.name, ref, cm)
+        checks += gates
+        cand_s = cm.scalars()
+        cands.append(
+            E2ECandidate(
+                name=m.name,
+                metrics=cm,
+                deltas={k: cand_s[k] - v for k, v in ref.scalars().items() if k in cand_s},
+                per_class=task.per_class(ref, cm),
+                worst=task.worst(models[0].acc, m.acc, cfg.worst),
+                passed=all(c.passed for c in gates),
+            )
+        )
+    return E2EResult(
+        status=status_of(checks),
+        checks=checks,
+        task=cfg.task,
+        dataset=DatasetInfo(**task.reader.info, samples=len(task.reader)),
+        samples=evaluated,
+        gated=list(dict.fromkeys(g.metric for g in cfg.gates)),
+        reference=ref,
+        candidates=cands,
+        **fields,
+    )
+
+
+def merge_shards(loaded: LoadedSuite, shards: Sequence[tuple[Path, E2EResult]]) -> E2EResult:
+    """One e2e result from the shards' accumulator states: each model's accumulators merged, then the
+    metrics computed over the union of the samples (COCO over all detections, not an average)."""
+    task = open_task(loaded)
+    models: list[_Model] = []
+    timings: dict[str, float] = {}
+    evaluated = 0
+    for d, stage in shards:
+        files = stage.shard_states or {}
+        if models and list(files) != [m.name for m in models]:
+            raise UsageError(
+                f"{d}: its e2e stage evaluated {', '.join(files)}, another shard {', '.join(m.name for m in models)}"
+            )
+        for k, (name, rel) in enumerate(files.items()):
+            part = task.restore(_load_state(d / rel))
+            if len(models) <= k:
+                models.append(_Model(name, None, part))
+                continue
+            try:
+                models[k].acc.merge(part)
+            except ValueError as exc:
+                raise UsageError(f"{d}: {exc}") from exc
+        if stage.shard_slice:
+            evaluated += stage.shard_slice[1] - stage.shard_slice[0]
+        for key, value in stage.timings.items():
+            timings[key] = timings.get(key, 0.0) + value
+    if not models:
+        raise UsageError("merge: no shard wrote e2e accumulator states")
+    note = f"merged from {len(shards)} shard(s): {evaluated} of {len(task.reader)} samples"
+    return finalize(task, models, evaluated, timings=timings, notes=[note], overhead_vs_inference=overhead(timings))
+
+
+def _load_state(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise UsageError(f"{path}: missing (the shard's folder must hold what `trtverify run --shard` wrote)") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not a shard's accumulator state ({exc})") from exc
+
+
+def worst_feeds(loaded: LoadedSuite, positions: Sequence[int]) -> list[dict[str, np.ndarray]]:
+    """Feeds for the layerwise stage: the samples at `positions` of the e2e dataset, preprocessed."""
+    cfg = loaded.suite.stages.e2e
+    if cfg is None:
+        raise UsageError(
+            "--samples worst reads the samples from stage e2e's dataset: configure stages.e2e in the suite"
+        )
+    task = open_task(loaded)
+    pre = make_preprocess(cfg.preprocess, loaded.search_path)
+    name = cfg.preprocess.input
+    if name is None:
+        from trtverify.onnxinfo import graph_io, load_io
+
+        name = graph_io(load_io(Path(loaded.suite.models.reference)))[0][0].name
+    return [{name: pre(task.reader.image(i))[None]} for i in positions if i < len(task.reader)]

@@ -1,0 +1,1 @@
+"""Stage `layerwise`: every intermediate tensor of the reference against each candidate (`stage.run`)."""

@@ -1,0 +1,268 @@
+"""Root-cause strategies: which candidate node caused the divergence.
+
+- `isolate` (ONNX candidates run as written): every candidate node group (the node plus the
+  Q/DQ/Cast nodes lowering put before it) runs on the *reference's* input values, so the error
+  that remains is the node's own, separated from what it inherited;
+- `amplification` (any backend): each layer scores the error it *adds*, its output rel_l2 minus
+  the largest rel_l2 of its inputs (the ratio is reported too; alone it is undefined where the
+  inputs are exact);
+- `confirm`: the top amplification suspects isolated on the candidate's own backend (for
+  TensorRT one sub-engine build holding every suspect) and re-ranked by that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtverify.backends.base import Backend, candidate_backend
+from trtverify.compare.metrics import CompareError, compare
+from trtverify.config.checks import Check
+from trtverify.config.models import Candidate
+from trtverify.lightmodel import LightModel
+from trtverify.stages.base import StageContext, timed
+from trtverify.stages.layerwise.isolation import build_isolation_model, isolation_groups
+from trtverify.stages.layerwise.models import RootCause, Row
+from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written, budget_bytes
+from trtverify.stages.layerwise.stream import Outputs, chunks_for, stream, worst_of
+
+KEY_METRICS = ("rel_l2", "cosine", "max_abs", "sqnr", "mean_abs", "max_rel")
+# runs an isolation model (path) whose sample i is feed_for(i)
+BackendFor = Callable[[Path, Callable[[int], dict[str, np.ndarray]]], Backend]
+
+
+@dataclass
+class Evidence:
+    """What the candidate's comparison found, for the strategies to rank."""
+
+    ref: ReferencePass
+    samples: list[dict[str, np.ndarray]]
+    pairs: list[tuple[str, str]]  # (reference tensor, candidate tensor)
+    rows: list[Row]
+    errors: dict[str, float]  # reference tensor -> worst rel_l2
+    observed: dict[str, np.dtype]  # candidate tensor -> dtype it came back in
+    checks_for: Callable[[str], Sequence[Check]]
+
+
+def _graph_dtypes(light: LightModel) -> dict[str, int]:
+    """Element types the candidate graph declares or infers for its tensors (no weights needed)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light.model, strict_mode=False)
+    except Exception:  # only a fallback for dtypes; failures leave the map partial
+        inferred = light.model
+    vis = list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
+    return {v.name: v.type.tensor_type.elem_type for v in vis if v.type.tensor_type.elem_type}
+
+
+def isolate(
+    ctx: StageContext,
+    budget: int,
+    light: LightModel,
+    make_backend: BackendFor,
+    ev: Evidence,
+    timings: dict[str, float],
+    label: str,
+    only: set[str] | None = None,
+) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+    """Run candidate node groups on the reference's inputs: {reference tensor: local worst metrics},
+    and the tensors that could not be isolated, with why.
+
+    `make_backend(path, feed_for)` runs the generated isolation model: ONNX Runtime for ONNX
+    candidates, or the candidate's own backend when confirming suspects (`feed_for(i)` gives the
+    isolation model's inputs of sample i, also its calibration data).
+    """
+    import onnx
+
+    ref, samples = ev.ref, ev.samples
+    cand_info = light.info
+    ref_tensors = set(ref.order) | set(ref.graph.inputs)
+    # rename maps reference names to candidate names; isolation works in candidate names
+    cand_to_ref = {c: r for r, c in ev.pairs}
+    wanted = [c for r, c in ev.pairs if only is None or r in only]
+    known = {cand_to_ref.get(t, t) for t in ref_tensors} | set(cand_to_ref)
+    groups, skipped = isolation_groups(cand_info, known, wanted)
+    declared = _graph_dtypes(light)
+    sizes = {g.key: sum(ref.nbytes.get(cand_to_ref.get(o, o), 0) for o in g.outputs) for g in groups}
+    by_key = {g.key: g for g in groups}
+    out_map: dict[str, str] = {}  # of the open chunk: isolated output -> candidate tensor
+
+    def dtype_of(b: str) -> int:
+        if b in ev.observed:
+            return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(ev.observed[b]))
+        if b in declared:
+            return declared[b]
+        return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(ref.dtype.get(cand_to_ref.get(b, b), "float32")))
+
+    @contextlib.contextmanager
+    def open_chunk(keys: list[str]) -> Iterator[Callable[[int], Outputs]]:
+        chunk_groups = [by_key[k] for k in keys]
+        boundary = sorted({b for g in chunk_groups for b in g.boundary})
+        dtypes = {b: dtype_of(b) for b in boundary}
+        model, mapping = build_isolation_model(light.model, cand_info, chunk_groups, dtypes)
+        out_map.clear()
+        out_map.update(mapping)
+
+        def feed_for(si: int) -> dict[str, np.ndarray]:
+            out = {}
+            for b in boundary:
+                rname = cand_to_ref.get(b, b)
+                value = samples[si][rname] if rname in samples[si] else ref.store.get(si, rname)
+                out[b] = np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(dtypes[b]), copy=False)
+            return out
+
+        with make_backend(light.save_variant(model), feed_for) as iso:
+            yield lambda si: iso.infer(feed_for(si))
+
+    def progress(done: int, steps: int) -> None:
+        ctx.progress(NAME, done, steps, f"{label}: isolate")
+
+    local: dict[str, list[dict[str, float]]] = {}
+    t0 = time.perf_counter()
+    chunks = chunks_for([g.key for g in groups], sizes, budget)
+    for _chunk, si, outs in stream(chunks, len(samples), open_chunk, progress):
+        for iso_name, cand_name in out_map.items():
+            rname = cand_to_ref.get(cand_name, cand_name)
+            if iso_name not in outs:
+                continue
+            try:
+                c = compare(ref.store.get(si, rname), outs[iso_name])
+            except CompareError:
+                continue
+            local.setdefault(rname, []).append(c.metrics)
+    timed(timings, f"{label}.isolate_s", time.perf_counter() - t0)
+    return {rname: worst_of(per_sample) for rname, per_sample in local.items()}, skipped
+
+
+def isolate_ranking(local: dict[str, dict[str, float]], ev: Evidence) -> list[RootCause]:
+    """Suspects by their own (local) error."""
+    by_tensor = {row.tensor: row for row in ev.rows}
+    out = []
+    for r, m in local.items():
+        row = by_tensor.get(r)
+        if row is None:
+            continue
+        checks = ev.checks_for(row.candidate_tensor or r)
+        exceeds = any(not ch.passes(m.get(ch.metric, math.nan)) for ch in checks if ch.metric in m)
+        out.append(
+            RootCause(
+                node=row.node,
+                op_type=row.op_type,
+                tensor=r,
+                topo_index=row.topo_index,
+                score=m.get("rel_l2", math.nan),
+                local={k: m[k] for k in KEY_METRICS if k in m},
+                inherited_rel_l2=ev.ref.inputs_error(r, ev.errors),
+                output_rel_l2=ev.errors.get(r),
+                exceeds_checks=exceeds,
+            )
+        )
+    return out
+
+
+def amplification_ranking(ev: Evidence) -> list[RootCause]:
+    """Suspects by the error each layer adds to the largest error of its inputs."""
+    out = []
+    for row in ev.rows:
+        out_err = ev.errors.get(row.tensor, math.nan)
+        in_err = ev.ref.inputs_error(row.tensor, ev.errors)
+        if out_err != out_err:
+            continue
+        out.append(
+            RootCause(
+                node=row.node,
+                op_type=row.op_type,
+                tensor=row.tensor,
+                topo_index=row.topo_index,
+                score=out_err - in_err,
+                added_rel_l2=out_err - in_err,
+                amplification=(out_err / in_err) if in_err > 0 else (math.inf if out_err > 0 else 1.0),
+                inherited_rel_l2=in_err,
+                output_rel_l2=out_err,
+                exceeds_checks=not row.passed,
+            )
+        )
+    return out
+
+
+def ranked(causes: list[RootCause]) -> list[RootCause]:
+    """Worst first (a NaN score first of all), then in topological order."""
+    return sorted(causes, key=lambda rc: (-(rc.score if rc.score == rc.score else math.inf), rc.topo_index))
+
+
+def confirm(
+    ctx: StageContext,
+    budget: int,
+    top: int,
+    spec: Candidate,
+    ev: Evidence,
+    causes: list[RootCause],
+    workdir: Path,
+    timings: dict[str, float],
+    label: str,
+) -> list[RootCause]:
+    """Run the top suspects in isolation on the candidate's own backend and re-rank them by that.
+
+    For TensorRT this is one extra engine build holding every suspect side by side, each fed
+    with the reference's inputs; suspects whose own error stays small drop down.
+    """
+    light = LightModel(Path(spec.path), workdir)
+    backends = as_written(ctx.loaded.suite.backends)
+
+    def make(path: Path, feed_for: Callable[[int], dict[str, np.ndarray]]) -> Backend:
+        feeds = [feed_for(i) for i in range(len(ev.samples))]  # calibration data for weakly typed INT8 builds
+        return candidate_backend(spec.backend, path, backends, feeds)
+
+    suspects = causes[:top]
+    only = {rc.tensor for rc in suspects}
+    local, skipped = isolate(ctx, budget, light, make, ev, timings, f"{label}.confirm", only=only)
+    checked = []
+    for rc in suspects:
+        m = local.get(rc.tensor)
+        if m is not None:
+            rc = rc.model_copy(update={"confirmed_local": {k: m[k] for k in KEY_METRICS if k in m}})
+        elif rc.tensor in skipped:
+            rc = rc.model_copy(update={"not_confirmed": skipped[rc.tensor]})
+        checked.append(rc)
+    checked.sort(key=lambda rc: -((rc.confirmed_local or {}).get("rel_l2", -1.0)))
+    return checked + causes[top:]
+
+
+def root_causes(
+    ctx: StageContext,
+    method: str,
+    backend: Backend,
+    spec: Candidate,
+    ev: Evidence,
+    workdir: Path,
+    timings: dict[str, float],
+    label: str,
+) -> tuple[str, list[RootCause], dict[str, str]]:
+    """(the method used, every suspect ranked, tensors that could not be isolated)."""
+    cfg = ctx.loaded.suite.stages.layerwise
+    assert cfg is not None
+    budget = budget_bytes(cfg)
+    if method == "auto":
+        method = "isolate" if backend.capabilities.onnx_graph else "amplification"
+    if method == "isolate" and backend.capabilities.onnx_graph:
+        options = as_written(ctx.loaded.suite.backends).onnxruntime
+
+        def make(path: Path, feed_for: Any) -> Backend:
+            from trtverify.backends.onnxruntime import OnnxRuntimeBackend
+
+            return OnnxRuntimeBackend(path, options)
+
+        local, not_isolated = isolate(ctx, budget, backend.graph(), make, ev, timings, label)
+        return "isolate", ranked(isolate_ranking(local, ev)), not_isolated
+    causes = ranked(amplification_ranking(ev))
+    if cfg.confirm_top and causes:
+        causes = confirm(ctx, budget, cfg.confirm_top, spec, ev, causes, workdir, timings, label)
+    return "amplification", causes, {}

@@ -1,0 +1,124 @@
+"""The typed result of the layerwise stage."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from trtverify.compare.checks import Histogram
+from trtverify.lint.findings import LintFinding
+from trtverify.record import Record, optional
+from trtverify.stages.base import StageResult
+
+
+class Row(Record):
+    """One compared tensor, in the reference's topological order."""
+
+    tensor: str = Field(description="the reference tensor")
+    candidate_tensor: str | None = optional("the candidate's tensor, when it is named differently")
+    node: str | None = Field(description="the reference node that produces it")
+    op_type: str | None
+    topo_index: int = Field(description="the node's position in the reference's topological order")
+    shape: list[int] | None
+    dtype: str | None
+    candidate_dtype: str | None
+    samples: int
+    metrics: dict[str, float] = Field(description="the worst value of each metric across samples")
+    ref_nan: int | None = optional()
+    ref_inf: int | None = optional()
+    cand_nan: int | None = optional()
+    cand_inf: int | None = optional()
+    nonfinite_mismatch: int | None = optional("positions where reference and candidate disagree about finiteness")
+    errors: list[str] | None = optional("why samples could not be compared")
+    passed: bool
+    failed: list[str] | None = optional("the checks it fails, e.g. 'rel_l2 <= 0.01'")
+    lint: list[str] | None = optional("kinds of the lint findings about this tensor or its node")
+
+
+class FirstDivergence(Record):
+    tensor: str
+    node: str | None
+    op_type: str | None
+    topo_index: int
+    metrics: dict[str, float]
+    failed: list[str]
+
+
+class RootCause(Record):
+    """A suspect: a node ranked by its own error (isolate) or the error it adds (amplification)."""
+
+    rank: int = 0
+    node: str | None
+    op_type: str | None
+    tensor: str
+    topo_index: int
+    score: float = Field(description="local rel_l2 (isolate) or added rel_l2 (amplification); higher is worse")
+    local: dict[str, float] | None = optional("isolate: the node's own error on the reference's inputs")
+    added_rel_l2: float | None = optional("amplification: output rel_l2 minus the largest input rel_l2")
+    amplification: float | None = optional("amplification: output rel_l2 / largest input rel_l2")
+    inherited_rel_l2: float = Field(description="the largest rel_l2 of its inputs")
+    output_rel_l2: float | None = Field(description="rel_l2 of its output in the full candidate")
+    exceeds_checks: bool
+    confirmed_local: dict[str, float] | None = optional("confirm_top: its own error on the candidate's backend")
+    not_confirmed: str | None = optional("confirm_top: why it could not be confirmed")
+
+
+class SuspectHistogram(Histogram):
+    """The error histogram of a suspect tensor (the first divergence, the top root causes)."""
+
+    tensor: str
+    node: str | None
+    op_type: str | None
+    topo_index: int
+    reason: str = Field(description="why it is a suspect, e.g. 'first divergence, root cause #1'")
+
+
+class CandidateOnly(Record):
+    """Tensors the candidate alone has, by why they exist."""
+
+    qdq: list[str] = Field(description="outputs of QuantizeLinear / DequantizeLinear")
+    cast: list[str] = Field(description="casts inserted by FP16 converters")
+    renamed: list[str] = Field(description="outputs of a node the reference also has, renamed by a converter")
+    other: list[str]
+
+
+class Unmatched(Record):
+    reference_only: list[str]
+    reference_only_reason: str
+    candidate_only: CandidateOnly
+    ignored: list[str]
+    bad_renames: list[str] = Field(description="rename sources the reference does not have")
+
+
+class LayerwiseCandidate(Record):
+    name: str
+    backend: str
+    model: str
+    samples: int
+    chunks: int = Field(description="passes over the samples (tensors exposed in chunks that fit the memory budget)")
+    first_divergence: FirstDivergence | None = Field(description="the first row that breaks the checks")
+    root_cause_method: Literal["isolate", "amplification"]
+    root_causes: list[RootCause]
+    histograms: list[SuspectHistogram]
+    not_isolated: dict[str, str] = Field(description="tensor -> why its node could not be isolated")
+    rows: list[Row]
+    unmatched: Unmatched
+    lint: list[LintFinding] = Field(description="static precision lint of the candidate model")
+    passed: bool
+
+
+class LayerwiseReference(Record):
+    model: str
+    tensors: int
+    chunks: int
+    store: str = Field(description="where the reference's intermediates were kept: memory, or disk (memory-mapped)")
+
+
+class LayerwiseResult(StageResult):
+    """Stage layerwise: every intermediate tensor of the reference against each candidate."""
+
+    name: Literal["layerwise"] = "layerwise"
+    samples: int | None = optional()
+    reference: LayerwiseReference | None = optional()
+    candidates: list[LayerwiseCandidate] | None = optional()

@@ -1,0 +1,329 @@
+"""Stage `layerwise`: every intermediate tensor of the reference against each candidate.
+
+Reference: the reference ONNX in ONNX Runtime with every value tensor exposed. Candidate:
+any backend that can expose intermediates. Tensors pair by exact name (or explicit rename);
+what one side alone has is listed, classified, never silently dropped.
+
+Localisation: `first_divergence` is the first tensor, in the reference's topological order,
+that breaks the checks; `root_causes` rank each candidate node by its own error
+(`trtverify.stages.layerwise.localize`).
+
+Memory: tensors are exposed in chunks that fit `memory_budget_mb`; when the reference's
+intermediates do not fit, they are kept on disk and read back memory-mapped.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from trtverify.backends.base import Backend, candidate_backend
+from trtverify.compare.checks import CheckResult, TensorSeries, evaluate, extras_for, limit_check
+from trtverify.compare.pairing import Pairing, pair_names
+from trtverify.config.checks import Check
+from trtverify.config.stages import LayerwiseStage
+from trtverify.lint.findings import LintFinding
+from trtverify.lint.linter import lint_candidate
+from trtverify.onnxgraph import GraphIndex
+from trtverify.stages.base import StageContext, status_of
+from trtverify.stages.layerwise.localize import Evidence, root_causes
+from trtverify.stages.layerwise.models import (
+    CandidateOnly,
+    FirstDivergence,
+    LayerwiseCandidate,
+    LayerwiseReference,
+    LayerwiseResult,
+    RootCause,
+    Row,
+    SuspectHistogram,
+    Unmatched,
+)
+from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written, budget_bytes, reference_pass
+from trtverify.stages.layerwise.stream import chunks_for, exposing, stream
+
+HISTOGRAM_SUSPECTS = 3  # root causes that get an error histogram, besides the first divergence
+
+
+def _checks_for(cfg: LayerwiseStage, candidate: str) -> Callable[[str], Sequence[Check]]:
+    base = cfg.candidate_checks.get(candidate, cfg.checks)
+    return lambda tensor: cfg.tensors[tensor].checks if tensor in cfg.tensors else base
+
+
+def _candidate_only(pairing: Pairing, cand: GraphIndex | None, ref: ReferencePass) -> CandidateOnly:
+    """Why each tensor only the candidate has exists."""
+    kinds: dict[str, list[str]] = {"qdq": [], "cast": [], "renamed": [], "other": []}
+    ref_nodes = {p.node for p in ref.graph.producers.values()}
+    for t in pairing.candidate_only:
+        kind = cand.inserted_kind(t) if cand else "other"
+        if kind == "other" and cand and t in cand.producers and cand.producers[t].node in ref_nodes:
+            kind = "renamed"  # a reference node whose output a converter renamed (e.g. before an inserted cast)
+        kinds[kind].append(t)
+    return CandidateOnly(**kinds)
+
+
+def _compare(
+    ctx: StageContext,
+    backend: Backend,
+    name: str,
+    ref: ReferencePass,
+    samples: list[dict[str, np.ndarray]],
+    pairing: Pairing,
+    checks_for: Callable[[str], Sequence[Check]],
+    timings: dict[str, float],
+) -> tuple[dict[str, TensorSeries], dict[str, np.dtype], int]:
+    """Every paired tensor of every sample against the reference's; (series by reference tensor,
+    candidate dtypes seen, chunks)."""
+    series = {r: TensorSeries(r, c, histogram=True) for r, c in pairing.pairs}
+    cand_dtypes: dict[str, np.dtype] = {}
+    cfg = ctx.loaded.suite.stages.layerwise
+    assert cfg is not None
+    chunks = chunks_for(
+        [c for _, c in pairing.pairs], {c: ref.nbytes.get(r, 0) for r, c in pairing.pairs}, budget_bytes(cfg)
+    )
+    cand_to_ref = {c: r for r, c in pairing.pairs}
+
+    def progress(done: int, steps: int) -> None:
+        ctx.progress(NAME, done, steps, f"{name}: compare")
+
+    t0 = time.perf_counter()
+    for chunk, si, out in stream(chunks, len(samples), exposing(backend, samples), progress):
+        for cname in chunk:
+            if cname not in out:
+                continue
+            rname = cand_to_ref[cname]
+            cand_dtypes.setdefault(cname, out[cname].dtype)
+            series[rname].add(ref.store.get(si, rname), out[cname], extras_for(checks_for(cname)))
+    timings[f"{name}.candidate_s"] = time.perf_counter() - t0
+    return series, cand_dtypes, len(chunks)
+
+
+def _rows_and_checks(
+    name: str,
+    ref: ReferencePass,
+    pairing: Pairing,
+    series: dict[str, TensorSeries],
+    checks_for: Callable[[str], Sequence[Check]],
+) -> tuple[list[Row], list[CheckResult]]:
+    """One row per tensor pair (reference topological order), and the candidate's stage checks:
+    one per check definition, aggregated over tensors."""
+    rows: list[Row] = []
+    aggregated: dict[tuple[str, str, float], dict[str, object]] = {}
+    nonfinite = 0
+    for r, c in pairing.pairs:
+        s = series[r]
+        p = ref.graph.producers.get(r)
+        evaluated = evaluate(s, checks_for(c), stage=NAME, candidate=name)
+        nonfinite += s.nonfinite["nonfinite_mismatch"]
+        counts = {k: v for k, v in s.nonfinite.items() if v}
+        rows.append(
+            Row(
+                tensor=r,
+                candidate_tensor=c if c != r else None,
+                node=p.node if p else None,
+                op_type=p.op_type if p else None,
+                topo_index=p.index if p else -1,
+                shape=s.shape,
+                dtype=s.dtype,
+                candidate_dtype=s.cand_dtype,
+                samples=s.samples,
+                metrics=s.worst(),
+                **counts,
+                errors=s.errors[:3] or None,
+                passed=not evaluated.failed,
+                failed=evaluated.failed or None,
+            )
+        )
+        for ch in evaluated.checks:
+            if ch.metric in ("nonfinite_mismatch", "comparable"):
+                continue
+            key = (ch.metric, ch.op, float(ch.threshold or 0.0))
+            agg = aggregated.setdefault(
+                key, {"worst": None, "worst_tensor": None, "tensors": 0, "failed": 0, "first_failed": None}
+            )
+            agg["tensors"] += 1  # type: ignore[operator]
+            v = ch.value
+            if v is not None:
+                w = agg["worst"]
+                if w is None or (v > w if ch.op == "<=" else v < w) or v != v:  # type: ignore[operator]
+                    agg["worst"], agg["worst_tensor"] = v, r
+            if not ch.passed:
+                agg["failed"] += 1  # type: ignore[operator]
+                agg["first_failed"] = agg["first_failed"] or r
+    rows.sort(key=lambda row: row.topo_index)
+    where = {"candidate": name}
+    n = len(pairing.pairs)
+    checks = [
+        limit_check(f"{name}: tensors compared", NAME, "pairs", n, 1, ">=", **where),
+        limit_check(f"{name}: nonfinite_mismatch <= 0", NAME, "nonfinite_mismatch", nonfinite, 0, "<=", **where),
+    ]
+    for (metric, op, thr), agg in aggregated.items():
+        detail = {"tensors": agg["tensors"], "tensors_failed": agg["failed"]}
+        if agg["first_failed"]:
+            detail["first_failed"] = agg["first_failed"]
+        checks.append(
+            CheckResult(
+                name=f"{name}: {metric} {op} {thr:g} (every tensor)",
+                stage=NAME,
+                metric=metric,
+                value=agg["worst"],  # type: ignore[arg-type]
+                threshold=thr,
+                op=op,  # type: ignore[arg-type]
+                passed=agg["failed"] == 0,
+                tensor=agg["worst_tensor"],  # type: ignore[arg-type]
+                detail=detail,
+                **where,
+            )
+        )
+    return rows, checks
+
+
+def _histograms(
+    first: FirstDivergence | None, causes: list[RootCause], series: dict[str, TensorSeries], rows: list[Row]
+) -> list[SuspectHistogram]:
+    """Error histograms of the suspects: the first divergence and the top root causes."""
+    reasons: dict[str, list[str]] = {}
+    if first is not None:
+        reasons.setdefault(first.tensor, []).append("first divergence")
+    for rc in causes[:HISTOGRAM_SUSPECTS]:
+        reasons.setdefault(rc.tensor, []).append(f"root cause #{rc.rank}")
+    by_tensor = {row.tensor: row for row in rows}
+    out = []
+    for tensor, why in reasons.items():
+        h = series[tensor].histogram_record() if tensor in series else None
+        if h is None:
+            continue
+        row = by_tensor[tensor]
+        out.append(
+            SuspectHistogram(
+                **dict(h),
+                tensor=tensor,
+                node=row.node,
+                op_type=row.op_type,
+                topo_index=row.topo_index,
+                reason=", ".join(why),
+            )
+        )
+    return out
+
+
+def _with_lint(rows: list[Row], findings: list[LintFinding]) -> list[Row]:
+    """Each row lists the kinds of the lint findings about its tensor, then about its node."""
+    by_node: dict[str, list[str]] = {}
+    by_tensor: dict[str, list[str]] = {}
+    for f in findings:
+        by_node.setdefault(f.node or "", []).append(f.kind)
+        if f.tensor is not None:
+            by_tensor.setdefault(f.tensor, []).append(f.kind)
+    out = []
+    for row in rows:
+        kinds = list(by_tensor.get(row.tensor, []))
+        for kind in by_node.get(row.node or "\0", []):
+            if kind not in kinds:
+                kinds.append(kind)
+        out.append(row.model_copy(update={"lint": kinds}) if kinds else row)
+    return out
+
+
+def _candidate(
+    ctx: StageContext,
+    cfg: LayerwiseStage,
+    name: str,
+    ref: ReferencePass,
+    samples: list[dict[str, np.ndarray]],
+    workdir: Path,
+    timings: dict[str, float],
+) -> tuple[LayerwiseCandidate, list[CheckResult]]:
+    suite = ctx.loaded.suite
+    spec = suite.models.candidates[name]
+    backend = candidate_backend(spec.backend, Path(spec.path), as_written(suite.backends), samples)
+    with backend:
+        cand_names = list(dict.fromkeys(list(backend.intermediates()) + [m.name for m in backend.outputs()]))
+        pairing = pair_names(ref.order, cand_names, cfg.rename, cfg.ignore)
+        onnx_graph = backend.capabilities.onnx_graph
+        cand_graph = backend.graph().info if onnx_graph else None
+        checks_for = _checks_for(cfg, name)
+        series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings)
+        backend.release()  # its weights are not needed while the isolation model runs
+        rows, checks = _rows_and_checks(name, ref, pairing, series, checks_for)
+        first = next((row for row in rows if not row.passed), None)
+        first_divergence = (
+            FirstDivergence(**{k: getattr(first, k) for k in FirstDivergence.model_fields}) if first else None
+        )
+        errors = {row.tensor: row.metrics.get("rel_l2", float("nan")) for row in rows}
+        ev = Evidence(ref, samples, pairing.pairs, rows, errors, observed, checks_for)
+        method, causes, not_isolated = root_causes(
+            ctx, cfg.root_cause_method, backend, spec, ev, workdir, timings, name
+        )
+        causes = [rc.model_copy(update={"rank": i + 1}) for i, rc in enumerate(causes)][: cfg.root_causes]
+        lint = lint_candidate(Path(spec.path), activation_max=ref.max_abs) if onnx_graph else []
+    reason = "not in the candidate graph" if onnx_graph else "not exposed by the candidate (fused or optimised away)"
+    result = LayerwiseCandidate(
+        name=name,
+        backend=spec.backend,
+        model=str(spec.path),
+        samples=len(samples),
+        chunks=chunks,
+        first_divergence=first_divergence,
+        root_cause_method=method,  # type: ignore[arg-type]
+        root_causes=causes,
+        histograms=_histograms(first_divergence, causes, series, rows),
+        not_isolated=not_isolated,
+        rows=_with_lint(rows, lint),
+        unmatched=Unmatched(
+            reference_only=pairing.reference_only,
+            reference_only_reason=reason,
+            candidate_only=_candidate_only(pairing, cand_graph, ref),
+            ignored=pairing.ignored,
+            bad_renames=pairing.bad_renames,
+        ),
+        lint=lint,
+        passed=all(ch.passed for ch in checks),
+    )
+    return result, checks
+
+
+def run(ctx: StageContext) -> LayerwiseResult:
+    suite = ctx.loaded.suite
+    cfg = suite.stages.layerwise
+    assert cfg is not None
+    samples = ctx.samples[: cfg.samples] if cfg.samples else ctx.samples
+    names = ctx.candidates(suite.candidates_of(cfg))
+    if not samples or not names:
+        check = limit_check("samples and candidates", NAME, "count", 0, 1, ">=")
+        return LayerwiseResult(status="failed", checks=[check], samples=len(samples))
+    notes = []
+    if suite.backends.onnxruntime.graph_optimization_level != "disable":
+        notes.append(
+            "ONNX models run as written in this stage (ONNX Runtime graph optimisation disabled): "
+            "its rewrites of Q/DQ patterns depend on which tensors are exposed, which would make the numbers depend "
+            "on what is compared"
+        )
+    timings: dict[str, float] = {}
+    checks: list[CheckResult] = []
+    candidates = []
+    with tempfile.TemporaryDirectory(prefix="trtverify-layerwise-") as tmp:
+        workdir = Path(tmp)
+        ref = reference_pass(ctx, cfg, samples, workdir, timings)
+        reference = LayerwiseReference(
+            model=str(suite.models.reference),
+            tensors=len(ref.order),
+            chunks=ref.chunks,
+            store="disk (memory-mapped)" if ref.store.on_disk else "memory",
+        )
+        for n in names:
+            cand, cand_checks = _candidate(ctx, cfg, n, ref, samples, workdir, timings)
+            candidates.append(cand)
+            checks += cand_checks
+    return LayerwiseResult(
+        status=status_of(checks),
+        checks=checks,
+        notes=notes,
+        timings=timings,
+        samples=len(samples),
+        reference=reference,
+        candidates=candidates,
+    )

@@ -1,0 +1,128 @@
+"""The contract every e2e task keeps, so the e2e stage has no task branches.
+
+A task (classification, detection, segmentation) says:
+- how a model's raw outputs become predictions (`postprocess`, or the suite's hook);
+- how predictions are accumulated: an `Accumulator` with `update` (through `Task.update`, which
+  maps dataset positions to what the accumulator wants), `compute`, `merge` and `state`
+  (torchmetrics style: the math in the accumulator, the class holds only state);
+- which samples changed most between the reference and a candidate (`worst`), and the per-class
+  comparison (`per_class`);
+- the typed records it returns: `metrics_type`, `per_class_type`, `worst_type`.
+
+Tasks are registered in `trtverify.config.registry.TASKS` and imported when used.
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+from pydantic import ConfigDict
+
+from trtverify.config.stages import E2EStage
+from trtverify.errors import UsageError
+from trtverify.hooks import load_hook
+from trtverify.record import Record
+from trtverify.tasks.batches import Batch
+from trtverify.tasks.datasets import Reader, open_dataset
+
+State = dict[str, np.ndarray]
+
+
+class TaskMetrics(Record):
+    """A task's metrics of one model: scalar metrics by name, per-class rows and task extras."""
+
+    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
+
+    def scalars(self) -> dict[str, int | float]:
+        """Every numeric metric (not the booleans, lists or strings), by name."""
+        out: dict[str, int | float] = {}
+        for k, v in self.model_dump(by_alias=True).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = v
+        return out
+
+
+class Accumulator(Protocol):
+    """Predictions of one model on (part of) a validation set."""
+
+    def compute(self) -> TaskMetrics: ...
+
+    def merge(self, other: Any) -> None: ...
+
+    def state(self) -> State: ...
+
+
+def call_hook(hook: Any, outputs: dict[str, np.ndarray], **context: Any) -> Any:
+    """Call a user hook with the context keywords it declares (all of them if it takes **kwargs)."""
+    try:
+        params = inspect.signature(hook).parameters
+    except (TypeError, ValueError):
+        return hook(outputs, **context)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return hook(outputs, **context)
+    return hook(outputs, **{k: v for k, v in context.items() if k in params})
+
+
+def select_output(outputs: dict[str, np.ndarray], wanted: str | None, model: str) -> np.ndarray:
+    """The output the suite names (postprocess.output), or the first one."""
+    if wanted is None:
+        return next(iter(outputs.values()))
+    if wanted not in outputs:
+        raise UsageError(f"postprocess.output '{wanted}' is not an output of {model} (outputs: {', '.join(outputs)})")
+    return outputs[wanted]
+
+
+def input_size(batch: Batch, layout: str) -> tuple[int, int]:
+    """(height, width) of the model input of a batch."""
+    shape = batch.inputs.shape
+    return (int(shape[2]), int(shape[3])) if layout == "NCHW" else (int(shape[1]), int(shape[2]))
+
+
+class Task(ABC):
+    """One task over one validation set (`reader`), configured by the suite's e2e stage."""
+
+    name: ClassVar[str]
+    metrics_type: ClassVar[type[TaskMetrics]]
+    per_class_type: ClassVar[type[Record]]
+    worst_type: ClassVar[type[Record]]
+    reads_masks: ClassVar[bool] = False  # its labels are label images (masks), not class indices
+
+    def __init__(self, cfg: E2EStage, reader: Reader, search_path: Sequence[Path] = ()):
+        self.cfg = cfg
+        self.reader = reader
+        hook = cfg.postprocess.hook
+        self.hook = load_hook(hook, search_path, what="postprocess.hook") if hook else None
+
+    @classmethod
+    def open(cls, cfg: E2EStage, search_path: Sequence[Path] = ()) -> Task:
+        """The task over the validation set the suite names (opened and checked now)."""
+        return cls(cfg, open_dataset(cfg.dataset, masks=cls.reads_masks), search_path)
+
+    @abstractmethod
+    def accumulator(self) -> Accumulator:
+        """An empty accumulator for one model."""
+
+    @abstractmethod
+    def restore(self, state: State) -> Accumulator:
+        """An accumulator from `state()` of another (a shard's)."""
+
+    @abstractmethod
+    def postprocess(self, outputs: dict[str, np.ndarray], batch: Batch, model: str) -> Any:
+        """A batch of raw model outputs -> the task's predictions (the hook's, or the built-in)."""
+
+    @abstractmethod
+    def update(self, acc: Any, positions: Sequence[int], predictions: Any, labels: Sequence[Any]) -> None:
+        """Add a batch of predictions of the samples at `positions` (their labels beside them)."""
+
+    @abstractmethod
+    def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
+        """The `n` samples whose result changed most from the reference to the candidate."""
+
+    @abstractmethod
+    def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
+        """Per class: the reference's value, the candidate's and the difference."""
