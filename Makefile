@@ -1,6 +1,7 @@
 # Two entry points a fresh machine needs (python3, pip and make; nothing else):
 #   make demo   install trtverify into .venv and run the bundled demo suites
-#   make test   install trtverify[torch,dev] (CPU torch pinned in constraints/ci.txt) and run every test
+#   make test   install trtverify[torch,dev] (CPU torch pinned in constraints/ci.txt), lint (ruff, import
+#               contracts) and run every test
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -21,6 +22,9 @@ demo: $(BIN)/python
 
 test: $(BIN)/python
 	$(PIP) install -c constraints/ci.txt -e '.[torch,dev]'
+	$(BIN)/ruff check trtverify tests bench demo
+	$(BIN)/ruff format --check trtverify tests bench demo
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 clean:

@@ -128,7 +128,8 @@ def run_polygraphy(ref: Path, cand: Path, work: Path, threads: int | None, outpu
     m1 = measure(cmd1, work / "1_ref", threads, work)
     if m1["rc"] != 0 or not (work / "ref.json").exists():
         return {
-            "error": f"polygraphy reference run failed (rc {m1['rc']}):\n{_tail(work / '1_ref.stdout.log')}\n{_tail(work / '1_ref.stderr.log')}",
+            "error": f"polygraphy reference run failed (rc {m1['rc']}):\n{_tail(work / '1_ref.stdout.log')}\n"
+            f"{_tail(work / '1_ref.stderr.log')}",
             "steps": [m1],
         }
     m2 = measure(cmd2, work / "2_cand", threads, work)
@@ -149,7 +150,8 @@ def run_polygraphy(ref: Path, cand: Path, work: Path, threads: int | None, outpu
     }
     if not compared:
         row["error"] = (
-            f"polygraphy candidate run compared nothing (rc {m2['rc']}):\n{_tail(work / '2_cand.stdout.log')}\n{_tail(work / '2_cand.stderr.log')}"
+            f"polygraphy candidate run compared nothing (rc {m2['rc']}):\n{_tail(work / '2_cand.stdout.log')}\n"
+            f"{_tail(work / '2_cand.stderr.log')}"
         )
     return row
 
@@ -379,7 +381,8 @@ def render(report: dict) -> tuple[str, str]:
                     _fmt(entry.get("memory_ratio_same_tensors"), ".3f"),
                     err.splitlines()[0]
                     if err
-                    else "the same commands marking exactly the tensors trtverify compared; ratios = trtverify / this row",
+                    else "the same commands marking exactly the tensors trtverify compared; "
+                    "ratios = trtverify / this row",
                 ]
             )
     widths = [max(len(h), *(len(r[i]) for r in lines)) for i, h in enumerate(head)] if lines else [len(h) for h in head]
@@ -404,7 +407,8 @@ def render(report: dict) -> tuple[str, str]:
                 else str(fd)
             )
             rc_lines.append(
-                f"- {model}: first divergence {fd_txt}; top suspect ({rc.get('method')}) `{top.get('node')}` ({top.get('op_type')}), score {_fmt(top.get('score'), '.3g')}"
+                f"- {model}: first divergence {fd_txt}; top suspect ({rc.get('method')}) `{top.get('node')}` "
+                f"({top.get('op_type')}), score {_fmt(top.get('score'), '.3g')}"
             )
     if rc_lines:
         rc_lines = ["trtverify's root-cause analysis (part of its measured run):", "", *rc_lines, ""]
@@ -419,23 +423,28 @@ def render(report: dict) -> tuple[str, str]:
             "",
             *md,
             "",
-            "Models (bench/make_models.py; tensors = outputs of non-Constant nodes, what `--onnx-outputs mark all` marks): "
+            "Models (bench/make_models.py; tensors = outputs of non-Constant nodes, "
+            "what `--onnx-outputs mark all` marks): "
             + "; ".join(
                 f"{m} {e['model']['tensors']['ref']} (FP32) / {e['model']['tensors']['cand']} (FP16, +2 Casts)"
                 for m, e in report["models"].items()
             )
-            + ". Polygraphy's default tolerance (abs = rel = 1e-5) flags FP16, so its second command exits 1; that is expected and still a complete run.",
+            + ". Polygraphy's default tolerance (abs = rel = 1e-5) flags FP16, so its second command exits 1; "
+            "that is expected and still a complete run.",
             "",
             *rc_lines,
-            "Ratios are trtverify / Polygraphy (target: time ≤ 0.333, memory ≤ 0.5). Polygraphy's wall time is the sum of its"
-            " two commands, its peak the larger of the two. Peak = peak RSS of the command's process tree, MB = 2^20 bytes;"
+            "Ratios are trtverify / Polygraphy (target: time ≤ 0.333, memory ≤ 0.5). "
+            "Polygraphy's wall time is the sum of its two commands, its peak the larger of the two. "
+            "Peak = peak RSS of the command's process tree, MB = 2^20 bytes;"
             " cpu s = user+system CPU seconds of the tree (less sensitive than wall time to other work on the machine)."
             f" Highest 1-minute load average seen around the measured commands: {report.get('max_loadavg_1m')}"
             f" on {report['machine']['cores']} cores.",
             "",
-            f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gb']} GB; {mach['os']}; Python {v.get('python')},"
+            f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['memory_gb']} GB; {mach['os']}; "
+            f"Python {v.get('python')},"
             f" onnxruntime {v.get('onnxruntime')}, polygraphy {v.get('polygraphy')}, numpy {v.get('numpy')};"
-            f" trtverify {v.get('trtverify')} ({mach['trtverify_commit']}, sources {mach['trtverify_sources_sha256']}).",
+            f" trtverify {v.get('trtverify')} ({mach['trtverify_commit']}, "
+            f"sources {mach['trtverify_sources_sha256']}).",
             "",
         ]
     )
@@ -459,7 +468,8 @@ def bench_model(name: str, repeat: int, threads: int | None, log) -> dict:
             log(f"[{name}]   polygraphy: {p['error'].splitlines()[0]}")
         else:
             log(
-                f"[{name}]   polygraphy: {p['wall_s']:.2f} s, {p['peak_mb']:.0f} MB, {p['tensors_compared']} tensors compared ({p['verdict']})"
+                f"[{name}]   polygraphy: {p['wall_s']:.2f} s, {p['peak_mb']:.0f} MB, "
+                f"{p['tensors_compared']} tensors compared ({p['verdict']})"
             )
         if saved is None and (work / "polygraphy" / "ref.json").exists():
             saved = polygraphy_saved(work / "polygraphy")
@@ -476,7 +486,8 @@ def bench_model(name: str, repeat: int, threads: int | None, log) -> dict:
                 tv_samples = [t]
         else:
             log(
-                f"[{name}]   trtverify: {t['wall_s']:.2f} s, {t['peak_mb']:.0f} MB, {t['tensors_compared']} tensors compared ({t['verdict']})"
+                f"[{name}]   trtverify: {t['wall_s']:.2f} s, {t['peak_mb']:.0f} MB, "
+                f"{t['tensors_compared']} tensors compared ({t['verdict']})"
             )
     poly, tv = _median_row(poly_samples), _median_row(tv_samples)
     entry: dict = {
@@ -593,7 +604,8 @@ def main(argv=None) -> int:
     report["max_loadavg_1m"] = round(max(loads), 2) if loads else None
     if loads and max(loads) > (os.cpu_count() or 1) + 0.5:
         log(
-            f"warning: load average reached {max(loads):.2f} on {os.cpu_count()} cores: other work competed for the CPUs; wall times are inflated"
+            f"warning: load average reached {max(loads):.2f} on {os.cpu_count()} cores: "
+            "other work competed for the CPUs; wall times are inflated"
         )
     text, md = render(report)
     print(text)

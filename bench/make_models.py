@@ -322,7 +322,8 @@ def build(out: Path, force: bool = False, names=tuple(MODELS)) -> dict[str, dict
             ops = ", ".join(f"{k} {v}" for k, v in c["ops"].items())
             state = "built" if tag in did else "cached"
             print(
-                f"{path.name:<20} {state:<6} {path.stat().st_size / 2**20:7.1f} MB  nodes {c['nodes']:4d}  tensors {c['tensors']:4d}  [{ops}]"
+                f"{path.name:<20} {state:<6} {path.stat().st_size / 2**20:7.1f} MB  nodes {c['nodes']:4d}  tensors "
+                f"{c['tensors']:4d}  [{ops}]"
             )
         if did:
             print(f"  {name}: {dt:.1f} s")

@@ -5,7 +5,8 @@
 This wrapper is started fresh for every measured command, so getrusage(RUSAGE_CHILDREN) sees only
 that command's process tree: its ru_maxrss is the high-water mark of the largest single process in
 the tree (exact, from the kernel). In case the command runs several processes at once, the tree's
-summed RSS is also sampled from /proc every 100 ms (about 1.6 ms of one core per sample); the reported peak is the larger of the two.
+summed RSS is also sampled from /proc every 100 ms (about 1.6 ms of one core per sample); the
+reported peak is the larger of the two.
 Also reported: user+system CPU seconds of the tree, and the 1-minute load average before and
 after (to spot runs disturbed by other work on the machine). The command's stdout/stderr are
 this wrapper's own (the caller redirects them). Exit code: the command's.

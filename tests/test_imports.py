@@ -22,6 +22,20 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
 
 
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    """Importing every module in one interpreter (in sorted order) hides import cycles: a module
+    imported first by a sibling loads fine, and alone it fails ('partially initialized module')."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def alone(module: str) -> tuple[str, int, str]:
+        p = _python(f"import {module}")
+        return module, p.returncode, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+
+    with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 2))) as pool:
+        failed = [(m, err) for m, code, err in pool.map(alone, MODULES) if code != 0]
+    assert not failed, failed
+
+
 def test_every_module_imports_with_heavy_libraries_unimportable():
     assert len(MODULES) > 15
     block = "".join(f"sys.modules[{m!r}] = None\n" for m in HEAVY)
@@ -39,7 +53,8 @@ def test_help_imports_neither_torch_nor_tensorrt_and_is_fast():
     code = (
         "import sys, time\nt = time.perf_counter()\nfrom trtverify.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'tensorrt', 'tensorrt_rtx', 'polygraphy', 'onnxruntime')]\n"
+        "heavy = [m for m in sys.modules\n"
+        "         if m.split('.')[0] in ('torch', 'tensorrt', 'tensorrt_rtx', 'polygraphy', 'onnxruntime')]\n"
         "print('HEAVY', heavy, 'T', time.perf_counter() - t)\n"
     )
     p = _python(code)
@@ -58,6 +73,8 @@ def test_help_subprocess_wall_time():
 
 def test_import_trtverify_is_light():
     p = _python(
-        "import sys, trtverify\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('torch','tensorrt','onnxruntime','onnx','pydantic')))"
+        "import sys, trtverify\n"
+        "heavy = ('torch', 'tensorrt', 'onnxruntime', 'onnx', 'pydantic')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
     )
     assert p.stdout.strip() == "[]", p.stdout

@@ -104,7 +104,10 @@ def cli() -> None:
     "--shard",
     "shard_text",
     metavar="I/N",
-    help="Run shard I of N (from 1): whole cases of the tensor stages, a dataset slice of e2e; combine with `trtverify merge`.",
+    help=(
+        "Run shard I of N (from 1): whole cases of the tensor stages, a dataset slice of e2e; combine "
+        "with `trtverify merge`."
+    ),
 )
 def run(
     suite: Path,

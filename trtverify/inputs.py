@@ -93,10 +93,9 @@ def _from_file(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
                         f"{path}: array '{key}' cannot be read without pickle ({exc}); store plain numeric arrays"
                     ) from exc
     rows = {len(arr) if arr.ndim else 0 for arr, _ in columns.values()}
+    rows_per_array = {n: (a.shape[0] if a.ndim else 0) for n, (a, _) in columns.items()}
     if len(rows) != 1 or 0 in rows:
-        raise UsageError(
-            f"{path}: the arrays must share a non-empty first axis (rows per array: { {n: (a.shape[0] if a.ndim else 0) for n, (a, _) in columns.items()} })"
-        )
+        raise UsageError(f"{path}: the arrays must share a non-empty first axis (rows per array: {rows_per_array})")
     total = rows.pop()
     batch = cfg.batch_size or 1
     n = total // batch
@@ -136,7 +135,8 @@ def _from_hook(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
                 break
             if not isinstance(feed, dict):
                 raise HookError(
-                    f"inputs.hook '{cfg.hook}' yielded a {type(feed).__name__} as sample {i}; yield dicts of input name -> array"
+                    f"inputs.hook '{cfg.hook}' yielded a {type(feed).__name__} as sample {i}; "
+                    "yield dicts of input name -> array"
                 )
             out.append({str(k): np.asarray(v) for k, v in feed.items()})
     except HookError:

@@ -101,12 +101,12 @@ def draw_gaussian(heat: np.ndarray, cx: int, cy: int, radius: int) -> None:
     g = np.exp(-(xs * xs + ys * ys) / (2 * sigma * sigma)).astype(np.float32)
     g[g < np.finfo(np.float32).eps * g.max()] = 0
     hh, ww = heat.shape
-    l, r = min(cx, radius), min(ww - cx, radius + 1)
+    left, r = min(cx, radius), min(ww - cx, radius + 1)
     t, b = min(cy, radius), min(hh - cy, radius + 1)
     np.maximum(
-        heat[cy - t : cy + b, cx - l : cx + r],
-        g[radius - t : radius + b, radius - l : radius + r],
-        out=heat[cy - t : cy + b, cx - l : cx + r],
+        heat[cy - t : cy + b, cx - left : cx + r],
+        g[radius - t : radius + b, radius - left : radius + r],
+        out=heat[cy - t : cy + b, cx - left : cx + r],
     )
 
 

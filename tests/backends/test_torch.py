@@ -4,7 +4,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.conftest import TINY  # noqa: E402
-from trtverify.config.backends import TorchOptions
+from trtverify.config.backends import TorchOptions  # noqa: E402
 from trtverify.config.models import PyTorchModel  # noqa: E402
 from trtverify.config.registry import BACKENDS  # noqa: E402
 from trtverify.errors import MissingDependency, UsageError  # noqa: E402

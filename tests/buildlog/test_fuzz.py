@@ -75,7 +75,7 @@ def test_paste_damage(i: int, seed: int) -> None:
     for line in REAL[i].split("\n")[:400]:
         r = rng.random()
         if r < 0.1:
-            line = "\x1b[%dm" % rng.randint(0, 99) + line + "\x1b[0m"
+            line = f"\x1b[{rng.randint(0, 99)}m" + line + "\x1b[0m"
         elif r < 0.2 and len(line) > 2:
             k = rng.randrange(len(line))
             out.append(line[:k])

@@ -60,7 +60,8 @@ def test_dialect_prefixes() -> None:
             "tftrt",
             "error",
         ),
-        "2023-01-01 10:00:00.123 [W:onnxruntime:Default, tensorrt_execution_provider.h:83 log] [2023-01-01 10:00:00 WARNING] msg": (
+        "2023-01-01 10:00:00.123 [W:onnxruntime:Default, tensorrt_execution_provider.h:83 log] [2023-01-01 "
+        "10:00:00 WARNING] msg": (
             "onnxruntime",
             "warning",
         ),
@@ -73,7 +74,10 @@ def test_dialect_prefixes() -> None:
 
 
 def test_repeats_fold_and_ansi_damage() -> None:
-    line = "\x1b[33m[TRT] [W] onnx2trt_utils.cpp:369: Your ONNX model has been generated with INT64 weights, while TensorRT does not natively support INT64. Attempting to cast down to INT32.\x1b[0m\r\n"
+    line = (
+        "\x1b[33m[TRT] [W] onnx2trt_utils.cpp:369: Your ONNX model has been generated with INT64 "
+        "weights, while TensorRT does not natively support INT64. Attempting to cast down to INT32.\x1b[0m\r\n"
+    )
     log = parse(line * 3)
     (f,) = log.findings
     assert (f.kind, f.count, f.lines) == ("int64_cast", 3, (1, 2, 3))

@@ -99,7 +99,8 @@ def chart_state(driver: Any, canvas_id: str) -> dict[str, Any]:
         const px = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
         let ink = 0;
         for (let i = 3; i < px.length; i += 4) if (px[i] > 0) ink++;
-        return {kinds: kinds, ink: ink, pixels: px.length / 4, rows: +canvas.dataset.rows, ytitle: chart.options.scales.y.title.text};
+        return {kinds: kinds, ink: ink, pixels: px.length / 4, rows: +canvas.dataset.rows,
+                ytitle: chart.options.scales.y.title.text};
         """,
         canvas_id,
     )
@@ -243,7 +244,8 @@ def test_failing_run_marks_first_divergence_and_root_causes(browser: Any, failin
     tip = tooltip_of(browser, "lw-chart-0-0", "root", 0)
     assert "◆ root cause #1" in tip["body"]
     hist = browser.execute_script(
-        "return Array.from(document.querySelectorAll('canvas.hist-chart')).map(c => Chart.getChart(c).data.datasets[0].data.length)"
+        "return Array.from(document.querySelectorAll('canvas.hist-chart'))"
+        ".map(c => Chart.getChart(c).data.datasets[0].data.length)"
     )
     assert len(hist) == len(cand["histograms"]) and all(n > 0 for n in hist)
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from tests.conftest import DATA, ROOT, run_cli, write_suite
-from trtverify.buildlog.catalog import CATEGORIES, KINDS
 from trtverify.buildlog.parser import parse_file
+from trtverify.config.findings import CATEGORIES, KINDS
 
 LOGS = DATA / "buildlogs"
 RTX = LOGS / "rtx"
@@ -39,7 +39,10 @@ def test_demo_suite_buildlog_stage(tmp_path: Path):
 
 def test_gates_fail_on_and_max(tmp_path: Path):
     log = LOGS / "trt8_4_fp16_subnormal_per_weight_frigate5268.log"
-    base = f"name: g\nmodels: {{reference: {ROOT / 'demo/fashion_mnist/fashion_cnn_fp32.onnx'}}}\ninputs: {{generate: {{input: {{shape: [1, 1, 28, 28]}}}}}}\nstages:\n  buildlog:\n    logs: [{log}]\n"
+    base = (
+        f"name: g\nmodels: {{reference: {ROOT / 'demo/fashion_mnist/fashion_cnn_fp32.onnx'}}}\ninputs: "
+        f"{{generate: {{input: {{shape: [1, 1, 28, 28]}}}}}}\nstages:\n  buildlog:\n    logs: [{log}]\n"
+    )
     r = run_cli(
         "run", str(write_suite(tmp_path, base + "    max: {'fp16_weights_*': 0}\n")), "--out", str(tmp_path / "a")
     )

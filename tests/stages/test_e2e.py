@@ -116,9 +116,11 @@ def test_image_files_give_the_same_metrics_as_the_arrays(tmp_path: Path, source:
     images, labels = _png_dataset(tmp_path)
     np.savez(tmp_path / "same.npz", images=images, labels=labels)
     base = (
-        f"name: files\nmodels:\n  reference: {DEMO / 'fashion_cnn_fp32.onnx'}\n  candidates: {{int8: {DEMO / 'fashion_cnn_int8_qdq.onnx'}}}\n"
+        f"name: files\nmodels:\n  reference: {DEMO / 'fashion_cnn_fp32.onnx'}\n"
+        f"  candidates: {{int8: {DEMO / 'fashion_cnn_int8_qdq.onnx'}}}\n"
         "inputs: {generate: {input: {shape: [1, 1, 28, 28]}}}\n"
-        "stages:\n  e2e:\n    task: classification\n    preprocess: {grayscale: true}\n    gates: [{metric: accuracy, max_drop: 0.5}]\n    batch_size: 16\n"
+        "stages:\n  e2e:\n    task: classification\n    preprocess: {grayscale: true}\n"
+        "    gates: [{metric: accuracy, max_drop: 0.5}]\n    batch_size: 16\n"
     )
     dataset = {
         "folder": "    dataset: {folder: tree, class_names: [c0, c1, c2, c3, c4, c5, c6, c7, c8, c9]}\n",

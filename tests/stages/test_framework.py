@@ -126,7 +126,8 @@ def test_per_output_override_and_stage_samples(tiny_dir: Path, tmp_path: Path):
     scale_first_conv(tiny_dir / "tiny.onnx", tiny_dir / "tiny.onnx", 1.01)
     text = TINY_SUITE.format(samples=4).replace(
         "    checks:\n      - {metric: cosine, min: 0.99999}\n      - {metric: rel_l2, max: 1.0e-4}\n",
-        "    samples: 2\n    checks:\n      - {metric: rel_l2, max: 0.1}\n    outputs:\n      logits:\n        checks: [{metric: sqnr, min: 60}]\n",
+        "    samples: 2\n    checks:\n      - {metric: rel_l2, max: 0.1}\n"
+        "    outputs:\n      logits:\n        checks: [{metric: sqnr, min: 60}]\n",
     )
     r = run_cli("run", str(write_suite(tiny_dir, text)), "--out", str(tmp_path / "o"))
     assert r.code == 1, r.out + r.err

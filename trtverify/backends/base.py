@@ -62,10 +62,10 @@ class Backend(ABC):
     def load(self) -> None:
         """Read the model's declarations (inputs, outputs); nothing is run."""
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027 - optional: a backend without set-up cost keeps this
         """Get ready to run now (create the session, build or load the engine)."""
 
-    def release(self) -> None:
+    def release(self) -> None:  # noqa: B027 - optional: a backend holding nothing to free keeps this
         """Free what running needs (a session and its weights); keep what `load` and `expose` set up."""
 
     @abstractmethod

@@ -62,7 +62,8 @@ class TorchBackend(Backend):
                 model = factory(**spec.kwargs)
                 if not isinstance(model, torch.nn.Module):
                     raise UsageError(
-                        f"models.pytorch.factory '{spec.factory}' returned {type(model).__name__}, expected a torch.nn.Module"
+                        f"models.pytorch.factory '{spec.factory}' returned {type(model).__name__}, expected a "
+                        "torch.nn.Module"
                     )
                 if spec.weights is not None:
                     state = torch.load(str(spec.weights), map_location="cpu", weights_only=True)

@@ -157,7 +157,8 @@ rule_tactic_skipped = _simple(
     "tactic_skipped_workspace",
     "tactics",
     "medium",
-    r"(?:Skipping tactic (?P<layer>-?\w+) due to insuf+icient memory|^Tactic (?P<t>-?\w+) scratch requested: \d+, available: \d+"
+    r"(?:Skipping tactic (?P<layer>-?\w+) due to insuf+icient memory"
+    r"|^Tactic (?P<t>-?\w+) scratch requested: \d+, available: \d+"
     r"|Some tactics do not have sufficient workspace memory)",
 )
 rule_timing_cache = _simple("timing_cache", "tactics", "info", r"timing cache|TimingCache")
@@ -167,7 +168,8 @@ _TACTIC_TIME = re.compile(
     r"^(?:Tactic Name: (?P<name>\S+) )?Tactic:? (?P<t>-?(?:0x)?[0-9a-fA-F]+):? [Tt]ime:? (?P<time>[\d.eE+-]+|inf)"
 )
 _FASTEST = re.compile(
-    r"(?:^|profiling completed in [\d.]+ seconds\. )Fastest Tactic: (?P<t>-?(?:0x)?[0-9a-fA-F]+) Time: (?P<time>[\d.eE+-]+|inf)"
+    r"(?:^|profiling completed in [\d.]+ seconds\. )"
+    r"Fastest Tactic: (?P<t>-?(?:0x)?[0-9a-fA-F]+) Time: (?P<time>[\d.eE+-]+|inf)"
 )
 _PROFILED = re.compile(r"^(?P<layer>.+?) \((?P<runner>[^()]*)\) profiling completed in")
 

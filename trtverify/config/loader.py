@@ -136,7 +136,7 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
                 add(("stages", "e2e", "gates", i, "metric"), unknown(f"{e2e.task} metric", g.metric, known))
     bl = suite.stages.buildlog
     if bl is not None:
-        from trtverify.buildlog.catalog import CATEGORIES, KINDS, known
+        from trtverify.config.findings import CATEGORIES, KINDS, known
 
         names = list(CATEGORIES) + list(KINDS)
         for i, name in enumerate(bl.fail_on):

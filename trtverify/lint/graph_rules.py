@@ -43,7 +43,10 @@ def coverage_findings(g: GraphIndex, target: str) -> Found:
             continue
         label = g.label(idx)
         if len(missing) == 2:
-            message = f"{node.op_type} '{label}' has no Q/DQ on its {labels[0]} or its {labels[1]}; TensorRT runs it in FP16/FP32, not {q}."
+            message = (
+                f"{node.op_type} '{label}' has no Q/DQ on its {labels[0]} or its {labels[1]}; "
+                f"TensorRT runs it in FP16/FP32, not {q}."
+            )
         else:
             has, lacks = labels[1 - missing[0]], labels[missing[0]]
             message = (
@@ -149,7 +152,10 @@ def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str,
                     )
                 )
             elif v > rng.max:
-                msg = f"{where} reaches |x| = {v:.4g} on the FP32 reference, above the {rng.name} maximum {rng.max:g}; it overflows to inf{when}."
+                msg = (
+                    f"{where} reaches |x| = {v:.4g} on the FP32 reference, above the {rng.name} maximum "
+                    f"{rng.max:g}; it overflows to inf{when}."
+                )
                 found.append(
                     (
                         pos,
@@ -167,8 +173,8 @@ def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str,
                 )
             elif v > CLOSE_TO_MAX * rng.max:
                 msg = (
-                    f"{where} reaches |x| = {v:.4g} on the FP32 reference, {v / rng.max:.0%} of the {rng.name} maximum {rng.max:g}; "
-                    f"other inputs may overflow it{when}."
+                    f"{where} reaches |x| = {v:.4g} on the FP32 reference, {v / rng.max:.0%} of the {rng.name} "
+                    f"maximum {rng.max:g}; other inputs may overflow it{when}."
                 )
                 found.append(
                     (
@@ -186,7 +192,10 @@ def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str,
                     )
                 )
     if unknown_names:
-        msg = f"{len(unknown_names)} tensor(s) in activation_max are not activations of this graph and were not checked (e.g. '{unknown_names[0]}')."
+        msg = (
+            f"{len(unknown_names)} tensor(s) in activation_max are not activations of this graph and "
+            f"were not checked (e.g. '{unknown_names[0]}')."
+        )
         found.append(
             (
                 len(g.nodes),
@@ -214,7 +223,8 @@ def structure_findings(g: GraphIndex, unread: list[str]) -> Found:
         total = sum(g.subgraph_nodes.values())
         msg = (
             f"{len(holders)} control-flow node(s) ({g.nodes[first].op_type} '{holders[0]}'"
-            f"{' and others' if len(holders) > 1 else ''}) hold {total} subgraph node(s) that the lint does not inspect."
+            f"{' and others' if len(holders) > 1 else ''}) hold {total} subgraph node(s) "
+            "that the lint does not inspect."
         )
         detail = {"nodes": holders, "subgraph_nodes": total}
         found.append(
@@ -234,7 +244,10 @@ def structure_findings(g: GraphIndex, unread: list[str]) -> Found:
         )
     if unread:
         names = sorted(set(unread))
-        msg = f"{len(names)} constant(s) have no data here (external data not loaded, or unreadable), e.g. '{names[0]}'; their values were not checked."
+        msg = (
+            f"{len(names)} constant(s) have no data here (external data not loaded, or unreadable), "
+            f"e.g. '{names[0]}'; their values were not checked."
+        )
         found.append(
             (
                 len(g.nodes),

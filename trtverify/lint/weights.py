@@ -77,7 +77,8 @@ def _constant_findings(
             "nonfinite_initializer",
             "high",
             s.nan + s.inf,
-            f"{stored} constant '{name}' holds {s.nan} NaN and {s.inf} inf among {s.total} values; every output they reach is corrupted.",
+            f"{stored} constant '{name}' holds {s.nan} NaN and {s.inf} inf among {s.total} values; "
+            "every output they reach is corrupted.",
             nan=s.nan,
             inf=s.inf,
         )
@@ -89,8 +90,9 @@ def _constant_findings(
             "initializer_overflow",
             "high",
             s.over,
-            f"{s.over} of {s.total} values of '{name}' exceed the {rng.name} maximum {rng.max:g} (largest |x| = {s.max_abs:.4g}); "
-            f"converted to {rng.name}{when} they become inf or are clamped to ±{rng.max:g}.",
+            f"{s.over} of {s.total} values of '{name}' exceed the {rng.name} maximum {rng.max:g} "
+            f"(largest |x| = {s.max_abs:.4g}); converted to {rng.name}{when} they become inf or are clamped "
+            f"to ±{rng.max:g}.",
             max_abs=s.max_abs,
         )
     if converted and s.under:
@@ -102,8 +104,8 @@ def _constant_findings(
             "initializer_underflow",
             "medium" if whole or s.under / s.total >= SMALL_SHARE else "info",
             s.under,
-            f"{s.under} of {s.total} values of '{name}'{which} are at or below {rng.zero_limit:.3g}, too small for {rng.name}{when}: "
-            f"a cast makes them 0{clamp}.",
+            f"{s.under} of {s.total} values of '{name}'{which} are at or below {rng.zero_limit:.3g}, "
+            f"too small for {rng.name}{when}: a cast makes them 0{clamp}.",
             nonzero=nonzero,
             zero_limit=rng.zero_limit,
         )
@@ -174,8 +176,9 @@ def qdq_param_findings(g: GraphIndex) -> tuple[Found, list[str]]:
                 kind, message = (
                     "qdq_invalid_scale",
                     (
-                        f"{node.op_type} '{g.label(idx)}' uses scale '{name}' with {bad} of {v.size} values not finite and > 0 "
-                        f"({zero} zero, {negative} negative, {nonfinite} inf/NaN); TensorRT rejects it or produces inf/NaN."
+                        f"{node.op_type} '{g.label(idx)}' uses scale '{name}' with {bad} of {v.size} values "
+                        f"not finite and > 0 ({zero} zero, {negative} negative, {nonfinite} inf/NaN); "
+                        "TensorRT rejects it or produces inf/NaN."
                     ),
                 )
                 detail = {
@@ -192,7 +195,12 @@ def qdq_param_findings(g: GraphIndex) -> tuple[Found, list[str]]:
                 kind, message = (
                     "qdq_nonzero_zero_point",
                     (
-                        f"{node.op_type} '{g.label(idx)}' uses zero point '{name}' with {bad} of {v.size} values not 0; "
+                        f"{node.op_type} '{g.label(idx)}' uses zero point '{name}' with {bad} of {v.size} "
+                        "values not 0; "
+                        ""
+                        ""
+                        ""
+                        ""
                         "TensorRT supports only symmetric quantisation and refuses to build it."
                     ),
                 )
@@ -326,8 +334,9 @@ def quantized_weight_findings(g: GraphIndex) -> Found:
             if zero:
                 share = zero / total
                 msg = (
-                    f"{zero} of {total} values ({share:.2%}) of weight '{t.name}' are nonzero but have |w| / scale at or below "
-                    f"{fp8.zero_limit:.3g} for QuantizeLinear '{label}' and become 0 in {fp8.name}."
+                    f"{zero} of {total} values ({share:.2%}) of weight '{t.name}' are nonzero but have "
+                    f"|w| / scale at or below {fp8.zero_limit:.3g} for QuantizeLinear '{label}' "
+                    f"and become 0 in {fp8.name}."
                 )
                 sev = "medium" if share >= SMALL_SHARE else "info"
                 found.append(

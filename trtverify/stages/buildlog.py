@@ -12,10 +12,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from trtverify.buildlog.catalog import selects
 from trtverify.buildlog.diff import BuildDiff, diff
 from trtverify.buildlog.parser import BuildLog, parse_file
 from trtverify.compare.checks import CheckResult, limit_check
+from trtverify.config.findings import selects
 from trtverify.record import optional
 from trtverify.stages.base import StageContext, StageResult, status_of
 

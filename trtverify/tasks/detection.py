@@ -24,8 +24,8 @@ Definitions:
 Non-finite detection rows are dropped and counted (`nonfinite_detections`), so a candidate that
 emits NaN boxes loses recall instead of crashing the run; an inverted box (x2 < x1) has zero
 size. A category id missing from the ground truth is refused: it is a label-mapping bug (e.g.
-0-based indices against COCO's ids), not an accuracy drop. Detections are combinable: `merge` takes the union of two shards' images and the
-metrics are computed over the union, never averaged.
+0-based indices against COCO's ids), not an accuracy drop. Detections are combinable: `merge`
+takes the union of two shards' images and the metrics are computed over the union, never averaged.
 """
 
 from __future__ import annotations
@@ -149,7 +149,10 @@ class DetectionAccumulator:
             if det.size == 0:
                 det = det.reshape(0, 6)
             if det.ndim != 2 or det.shape[1] != 6:
-                problem = f"image {i}: detections must have shape [K, 6] (x1, y1, x2, y2, score, category_id), got {list(det.shape)}"
+                problem = (
+                    f"image {i}: detections must have shape [K, 6] (x1, y1, x2, y2, score, "
+                    f"category_id), got {list(det.shape)}"
+                )
                 break
             ids.append(i)
             arrays.append(det)
@@ -187,7 +190,8 @@ class DetectionAccumulator:
             raise ValueError("cannot merge detections evaluated against different ground truth")
         if (other.iou, other.score_threshold) != (self.iou, self.score_threshold):
             raise ValueError(
-                f"cannot merge iou={other.iou}, score_threshold={other.score_threshold} into iou={self.iou}, score_threshold={self.score_threshold}"
+                f"cannot merge iou={other.iou}, score_threshold={other.score_threshold} into iou={self.iou}, "
+                f"score_threshold={self.score_threshold}"
             )
         both = self._dets.keys() & other._dets.keys()
         if both:
