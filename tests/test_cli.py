@@ -123,3 +123,28 @@ def test_layerwise_command_with_tensorrt_where_it_is_missing(tmp_path: Path):
     assert suite["backends"] == {"tensorrt": {"precisions": ["fp16"]}}
     assert suite["models"]["candidates"]["fashion_cnn_fp32"]["backend"] == "tensorrt"
     assert run_cli("validate", str(out / "suite.yaml")).code == 0
+
+
+def test_a_model_under_test_that_cannot_be_loaded_fails_the_run(tmp_path: Path, tiny_dir: Path):
+    """Exit 1 (the model under test is broken), while a path that does not exist is a suite error (exit 2)."""
+    (tiny_dir / "broken.onnx").write_bytes(b"\x08\x07 not a protobuf model")
+    text = (
+        "name: t\nmodels:\n  reference: tiny.onnx\n  candidates: {cand: CAND}\n"
+        "inputs: {generate: {input: {shape: [1, 1, 8, 8]}}}\nstages: {layerwise: {}}\n"
+    )
+    suite = tiny_dir / "s.yaml"
+    suite.write_text(text.replace("CAND", "broken.onnx"))
+    r = run_cli("run", str(suite), "--out", str(tmp_path / "o"))
+    assert r.code == 1 and "ONNX Runtime cannot load" in r.out and "Traceback" not in r.out + r.err
+    stage = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
+    assert stage["status"] == "error" and stage["error"]["exit_code"] == 1
+    suite.write_text(text.replace("CAND", "missing.onnx"))
+    r = run_cli("run", str(suite), "--out", str(tmp_path / "p"))
+    assert r.code == 2 and "s.yaml:4: models.candidates.cand.path: file not found" in r.err
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_suite_file_with_a_nul_byte_is_a_located_usage_error(tmp_path: Path):
+    (tmp_path / "s.yaml").write_bytes(b"name: x\nmodels:\n  reference: a\x00.onnx\n")
+    r = run_cli("validate", str(tmp_path / "s.yaml"))
+    assert r.code == 2 and "s.yaml:3: control character U+0000 at column 15" in r.err and "Traceback" not in r.err
