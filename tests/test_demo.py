@@ -86,3 +86,13 @@ def test_shipped_models_keep_their_measured_accuracy(model: str, key: str):
     )
     expected = json.loads((DEMO / "metrics.json").read_text())["results"][key]["accuracy"]
     assert abs(float((preds == labels).mean()) - expected) < 0.002
+
+
+@pytest.mark.parametrize("suite", sorted(p.name for p in (ROOT / "suites").glob("*.yaml")))
+def test_every_demo_reference_store_is_valid_so_the_gate_runs_without_torch(suite: str, tmp_path: Path):
+    """The stored PyTorch outputs hash the model source, weights, inputs and config: reformatting a demo
+    model's source, or changing its inputs, makes them stale, and `make demo` (no torch) would then fail."""
+    r = run_cli("run", str(ROOT / "suites" / suite), "--stage", "framework", "--out", str(tmp_path), block=("torch",))
+    assert r.code == 0, r.out + r.err
+    stage = json.loads((tmp_path / "results.json").read_text())["stages"][0]
+    assert stage["reference"]["source"] == "stored" and stage["reference"]["state"] == "valid"

@@ -384,16 +384,17 @@ def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
 
 
 @cli.command()
-def schema() -> None:
-    """Print the JSON Schema of suite files (for editor completion)."""
+@click.option(
+    "--markdown", is_flag=True, help="The suite reference (every key, type, default, description) as Markdown."
+)
+def schema(markdown: bool) -> None:
+    """Print the JSON Schema of suite files (for editor completion), or the suite reference."""
     import json
 
-    from trtverify.config.models import Suite
+    from trtverify.config.reference import markdown as reference
+    from trtverify.config.reference import suite_schema
 
-    s = Suite.model_json_schema()
-    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    s["title"] = "trtverify suite"
-    click.echo(json.dumps(s, indent=2))
+    click.echo(reference() if markdown else json.dumps(suite_schema(), indent=2), nl=not markdown)
 
 
 @cli.command()

@@ -71,6 +71,7 @@ def unknown(what: str, value: str, known: list[str] | dict[str, object]) -> str:
     import difflib
 
     names = list(known)
-    close = difflib.get_close_matches(value, names, n=1)
+    by_lower = {n.lower(): n for n in names}  # 'mIoU' is close to 'miou'
+    close = [by_lower[c] for c in difflib.get_close_matches(value.lower(), list(by_lower), n=1)]
     hint = f"; did you mean '{close[0]}'?" if close else ""
     return f"unknown {what} '{value}'{hint} (known: {', '.join(names)})"

@@ -13,6 +13,9 @@ COCO bboxes are [x1, y1, x2 - x1, y2 - y1].
 
 Classes (COCO category ids): 1 = circle, 2 = square, 3 = triangle.
 
+`make_sample` additionally returns the per-pixel class map (uint8, 0 = background,
+else the class id of the shape painted there); `make_image` returns its first two items.
+
 Only numpy and Pillow are needed.
 """
 
@@ -45,9 +48,7 @@ def _background(rng: np.random.Generator, size: int) -> np.ndarray:
     grad = g[..., None] * rng.uniform(-40, 40, size=3).astype(np.float32)
     # low-frequency texture: 8x8 random grid, bilinearly upsampled
     coarse = rng.normal(0.0, 1.0, size=(9, 9)).astype(np.float32)
-    tex = np.asarray(
-        Image.fromarray(coarse, mode="F").resize((size, size), Image.BILINEAR), dtype=np.float32
-    )
+    tex = np.asarray(Image.fromarray(coarse, mode="F").resize((size, size), Image.BILINEAR), dtype=np.float32)
     tex = tex[..., None] * (rng.uniform(4, 12) * (0.6 + 0.4 * rng.random(3))).astype(np.float32)
     # weak pixel noise, 2x2 blocks (keeps the PNGs small)
     noise = rng.normal(0.0, rng.uniform(1.5, 4.0), size=(size // 2, size // 2, 1)).astype(np.float32)
@@ -74,8 +75,10 @@ def _draw_mask(cls: int, cx: float, cy: float, size: float, rng: np.random.Gener
     elif cls == 2:  # square, axis-aligned or slightly rotated (|angle| <= 15 deg)
         a = rng.uniform(-15, 15) * math.pi / 180 if rng.random() < 0.5 else 0.0
         hr = r / max(abs(math.cos(a)) + abs(math.sin(a)), 1e-6)  # keep the extent ~ size
-        pts = [(cx + hr * (math.cos(a) * sx - math.sin(a) * sy), cy + hr * (math.sin(a) * sx + math.cos(a) * sy))
-               for sx, sy in ((-1, -1), (1, -1), (1, 1), (-1, 1))]
+        pts = [
+            (cx + hr * (math.cos(a) * sx - math.sin(a) * sy), cy + hr * (math.sin(a) * sx + math.cos(a) * sy))
+            for sx, sy in ((-1, -1), (1, -1), (1, 1), (-1, 1))
+        ]
         d.polygon(pts, fill=255)
     else:  # triangle: roughly equilateral, random rotation
         a0 = rng.uniform(0, 2 * math.pi)
@@ -96,13 +99,17 @@ def _overlaps(box, boxes, margin: float = 2.0) -> bool:
     return False
 
 
-def make_image(rng: np.random.Generator, size: int = IMAGE_SIZE):
-    """One image and its boxes.
+def make_sample(rng: np.random.Generator, size: int = IMAGE_SIZE):
+    """One image, its boxes and its per-pixel class map.
 
-    Returns (image uint8 [size, size, 3], [(class_id, x1, y1, x2, y2), ...]) with
-    class ids 1..3 and integer pixel-edge box coordinates (see module docstring).
+    Returns (image uint8 [size, size, 3], [(class_id, x1, y1, x2, y2), ...],
+    labels uint8 [size, size]) with class ids 1..3, integer pixel-edge box
+    coordinates (see module docstring) and labels = 0 for background and the
+    shape's class id on exactly the pixels painted with that shape's colour.
+    Consumes `rng` exactly like `make_image` (which returns the first two items).
     """
     img = _background(rng, size)
+    labels = np.zeros((size, size), dtype=np.uint8)
     n = int(rng.integers(1, MAX_SHAPES + 1))
     boxes: list[tuple[int, int, int, int, int]] = []
     for _ in range(n):
@@ -118,7 +125,7 @@ def make_image(rng: np.random.Generator, size: int = IMAGE_SIZE):
             box = (int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1)
             if _overlaps(box, [b[1:] for b in boxes]):
                 continue
-            local_bg = img[box[1]:box[3], box[0]:box[2]].reshape(-1, 3).mean(axis=0)
+            local_bg = img[box[1] : box[3], box[0] : box[2]].reshape(-1, 3).mean(axis=0)
             colour = _shape_colour(rng, local_bg)
             # slight shading across the shape so it is not perfectly flat (2x2 blocks)
             x1, y1, x2, y2 = box
@@ -127,9 +134,19 @@ def make_image(rng: np.random.Generator, size: int = IMAGE_SIZE):
             m = mask[y1:y2, x1:x2]
             region = img[y1:y2, x1:x2]
             region[m] = (colour.astype(np.float32) + shade[: y2 - y1, : x2 - x1])[m]
+            labels[y1:y2, x1:x2][m] = cls
             boxes.append((cls, *box))
             break
-    return np.clip(np.rint(img), 0, 255).astype(np.uint8), boxes
+    return np.clip(np.rint(img), 0, 255).astype(np.uint8), boxes, labels
+
+
+def make_image(rng: np.random.Generator, size: int = IMAGE_SIZE):
+    """One image and its boxes.
+
+    Returns (image uint8 [size, size, 3], [(class_id, x1, y1, x2, y2), ...]) with
+    class ids 1..3 and integer pixel-edge box coordinates (see module docstring).
+    """
+    return make_sample(rng, size)[:2]
 
 
 def write_coco(folder, n: int, seed: int) -> Path:
@@ -149,15 +166,23 @@ def write_coco(folder, n: int, seed: int) -> Path:
         images.append({"id": i, "file_name": name, "width": img.shape[1], "height": img.shape[0]})
         for cls, x1, y1, x2, y2 in boxes:
             w, h = x2 - x1, y2 - y1
-            annotations.append({
-                "id": ann_id, "image_id": i, "category_id": cls,
-                "bbox": [float(x1), float(y1), float(w), float(h)],
-                "area": float(w * h), "iscrowd": 0,
-            })
+            annotations.append(
+                {
+                    "id": ann_id,
+                    "image_id": i,
+                    "category_id": cls,
+                    "bbox": [float(x1), float(y1), float(w), float(h)],
+                    "area": float(w * h),
+                    "iscrowd": 0,
+                }
+            )
             ann_id += 1
     doc = {
-        "info": {"description": f"shapes detection demo, {n} generated images, seed {seed}",
-                 "version": "1.0", "contributor": "trtverify demo/shapes/make_demo.py"},
+        "info": {
+            "description": f"shapes detection demo, {n} generated images, seed {seed}",
+            "version": "1.0",
+            "contributor": "trtverify demo/shapes/make_demo.py",
+        },
         "licenses": [{"id": 1, "name": "CC0-1.0", "url": "https://creativecommons.org/publicdomain/zero/1.0/"}],
         "images": images,
         "annotations": annotations,

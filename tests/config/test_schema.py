@@ -22,3 +22,27 @@ def test_schema_command_matches_committed_file_and_accepts_the_demo():
 def test_validate_accepts_the_demo_suite():
     r = run_cli("validate", str(ROOT / "suites" / "fashion_mnist.yaml"))
     assert r.code == 0 and r.out.startswith("ok:")
+
+
+def test_the_suite_reference_is_generated_from_the_schema_and_describes_every_key():
+    from trtverify.config.reference import markdown, missing_descriptions
+
+    assert missing_descriptions() == []  # the reference would say nothing about such a key
+    committed = (ROOT / "docs" / "suite-reference.md").read_text()
+    assert committed == markdown(), "docs/suite-reference.md is out of date: trtverify schema --markdown > it"
+    r = run_cli("schema", "--markdown")
+    assert r.code == 0 and r.out == committed
+    # every key of every section is listed, with the dotted place it goes
+    for place in ("## `stages.e2e.dataset`", "## `stages.layerwise.checks[]`", "## `models.candidates.NAME`"):
+        assert place in committed
+    assert "| `masks` | path or null | `null` |" in committed and "| `ignore_index` |" in committed
+
+
+def test_all_suites_validate_against_the_schema_and_the_loader():
+    schema = json.loads((ROOT / "suites" / "suite.schema.json").read_text())
+    suites = sorted((ROOT / "suites").glob("*.yaml"))
+    assert len(suites) >= 3
+    for path in suites:
+        jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+    r = run_cli("validate", *map(str, suites))
+    assert r.code == 0 and r.out.count("ok:") == len(suites), r.err

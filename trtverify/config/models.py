@@ -53,7 +53,10 @@ class Candidate(Strict):
     """A model under test: an ONNX file and the backend that runs it."""
 
     path: OnnxPath = Field(description="the candidate ONNX model")
-    backend: str = Field(default="onnxruntime", description=f"one of: {', '.join(BACKENDS.names())}")
+    backend: str = Field(
+        default="onnxruntime",
+        description=f"one of: {', '.join(e.name for e in BACKENDS.entries() if e.runs_candidates)}",
+    )
     description: str | None = Field(default=None, description="free text, shown in the report")
 
     @field_validator("backend")

@@ -79,10 +79,10 @@ class SegmentationAccumulator:
         self.ignore_index = ignore_index
         self.class_names = [str(n) for n in class_names] if class_names is not None else None
         self.num_classes: int | None = None
-        if num_classes is not None:
-            self._set_classes(int(num_classes))
         self._confusion: np.ndarray | None = None
         self._support: np.ndarray | None = None
+        if num_classes is not None:
+            self._set_classes(int(num_classes))
         self._ids: list[int] = []
         self._inter: list[np.ndarray] = []  # per image: TP per class
         self._union: list[np.ndarray] = []  # per image: TP + FP + FN per class
