@@ -66,22 +66,32 @@ def cli() -> None:
     """
 
 
-@cli.command()
-@click.argument("suite", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--stage", "stages", multiple=True, metavar="NAME", help="Run only this stage (repeatable).")
-@click.option(
+# options several commands share, defined once
+OUT = click.option(
     "--out",
     "out_dir",
     type=click.Path(path_type=Path, file_okay=False),
     help="Output folder [default: reports/<suite name>].",
 )
+JUNIT = click.option(
+    "--junit",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write JUnit XML here: one test case per check.",
+)
+QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+
+
+@cli.command()
+@click.argument("suite", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--stage", "stages", multiple=True, metavar="NAME", help="Run only this stage (repeatable).")
+@OUT
 @click.option("--update-reference", is_flag=True, help="Recompute and rewrite the stored reference outputs.")
 @click.option(
     "--reference-dir",
     type=click.Path(path_type=Path, file_okay=False),
     help="Reference store root [default: the suite's reference_dir].",
 )
-@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+@QUIET
 @click.option(
     "--samples",
     "samples_mode",
@@ -95,11 +105,7 @@ def cli() -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="results.json of that e2e run [default: OUT/results.json].",
 )
-@click.option(
-    "--junit",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Also write JUnit XML here: one test case per check.",
-)
+@JUNIT
 @click.option(
     "--shard",
     "shard_text",
@@ -211,24 +217,15 @@ def _finish(results: Any, out: Path, quiet: bool, junit: Path | None) -> None:
 
 @cli.command()
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True))
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Output folder [default: reports/<suite name>].",
-)
+@OUT
 @click.option(
     "--suite",
     "suite_path",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="The suite file the shards ran [default: the path in their results.json].",
 )
-@click.option(
-    "--junit",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Also write JUnit XML here: one test case per check.",
-)
-@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+@JUNIT
+@QUIET
 def merge(
     dirs: tuple[Path, ...], out_dir: Path | None, suite_path: Path | None, junit: Path | None, quiet: bool
 ) -> None:
@@ -297,7 +294,7 @@ def merge(
     type=click.Path(path_type=Path, file_okay=False),
     help="Output folder [default: reports/layerwise-<reference name>].",
 )
-@click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+@QUIET
 def layerwise(
     reference: Path,
     candidates: tuple[Path, ...],

@@ -13,7 +13,7 @@ from trtverify.config.loader import LoadedSuite
 from trtverify.config.models import GeneratedInput
 from trtverify.errors import Problem, SuiteError, UsageError
 from trtverify.hooks import load_hook
-from trtverify.onnxinfo import TensorMeta, shape_matches
+from trtverify.onnxinfo import TensorMeta, feed_mismatch, shape_matches
 
 DEFAULT_GENERATED_SAMPLES = 4
 
@@ -211,15 +211,9 @@ def check_samples(samples: list[dict[str, np.ndarray]], model_inputs: Sequence[T
         raise UsageError(f"{source}: no input samples; comparing zero samples is never a pass")
     declared = {m.name: m for m in model_inputs}
     for i, feed in enumerate(samples):
-        missing = sorted(set(declared) - set(feed))
-        extra = sorted(set(feed) - set(declared))
-        if missing or extra:
-            raise UsageError(
-                f"{source}: sample {i} does not match the model inputs"
-                + (f"; missing {', '.join(missing)}" if missing else "")
-                + (f"; unknown {', '.join(extra)}" if extra else "")
-                + f" (model inputs: {', '.join(declared)})"
-            )
+        why = feed_mismatch(feed, declared)
+        if why:
+            raise UsageError(f"{source}: sample {i} {why}")
         for name, arr in feed.items():
             why = shape_matches(declared[name].shape, tuple(arr.shape))
             if why:

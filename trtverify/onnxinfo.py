@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,21 @@ def graph_io(model: Any) -> tuple[list[TensorMeta], list[TensorMeta]]:
     inputs = [_meta(v) for v in model.graph.input if v.name not in inits]
     outputs = [_meta(v) for v in model.graph.output]
     return inputs, outputs
+
+
+def feed_mismatch(fed: Iterable[str], declared: Iterable[str]) -> str | None:
+    """None when a feed names exactly the model's inputs (never matched by position), else what differs."""
+    fed, declared = list(fed), list(declared)
+    missing = sorted(set(declared) - set(fed))
+    unknown = sorted(set(fed) - set(declared))
+    if not missing and not unknown:
+        return None
+    return (
+        "does not match the model inputs"
+        + (f"; missing: {', '.join(missing)}" if missing else "")
+        + (f"; not inputs of the model: {', '.join(unknown)}" if unknown else "")
+        + f" (model inputs: {', '.join(declared)})"
+    )
 
 
 def shape_matches(expected: tuple[Dim, ...] | None, actual: tuple[int, ...]) -> str | None:

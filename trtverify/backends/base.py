@@ -22,7 +22,7 @@ import numpy as np
 
 from trtverify.config.registry import BACKENDS
 from trtverify.errors import BackendError, UsageError
-from trtverify.onnxinfo import TensorMeta
+from trtverify.onnxinfo import TensorMeta, feed_mismatch
 
 if TYPE_CHECKING:
     from trtverify.config.backends import Backends
@@ -114,15 +114,9 @@ def candidate_backend(name: str, model_path: Path, backends: Backends, samples: 
 
 def check_feed(feed: Feed, declared: dict[str, TensorMeta], model: str) -> None:
     """A feed must name exactly the model's inputs (never matched by position)."""
-    unknown = sorted(set(feed) - set(declared))
-    missing = sorted(set(declared) - set(feed))
-    if unknown or missing:
-        raise BackendError(
-            f"{model}: feed does not match the model inputs"
-            + (f"; missing: {', '.join(missing)}" if missing else "")
-            + (f"; not inputs of the model: {', '.join(unknown)}" if unknown else "")
-            + f" (model inputs: {', '.join(declared)})"
-        )
+    why = feed_mismatch(feed, declared)
+    if why:
+        raise BackendError(f"{model}: feed {why}")
 
 
 def cast_float(name: str, arr: np.ndarray, want: str, casts: dict[str, tuple[str, str]]) -> np.ndarray | None:

@@ -181,6 +181,11 @@ def _time(s: str) -> float:
         return float("inf")
 
 
+def _block(m: re.Match[str], line: int) -> dict[str, Any]:
+    """A layer's tactic timing block, opened at `line` by a match with groups layer and runner."""
+    return {"layer": m.group("layer"), "runner": m.group("runner"), "line": line, "timed": [], "fastest": None}
+
+
 def rule_tactic_choice(records: list[LogRecord]) -> Iterator[Hit]:
     """The chosen tactic of each timed layer: the `Fastest Tactic` line of its timing block,
     or, where a block has none (TensorRT 5 logs, cut logs), the fastest timed tactic."""
@@ -212,13 +217,7 @@ def rule_tactic_choice(records: list[LogRecord]) -> Iterator[Hit]:
         if m:
             if block:
                 yield from finish(block)
-            block = {
-                "layer": m.group("layer"),
-                "runner": m.group("runner"),
-                "line": r.first,
-                "timed": [],
-                "fastest": None,
-            }
+            block = _block(m, r.first)
             continue
         m = _TACTIC_TIME.match(text)
         if m and block is not None:
@@ -230,13 +229,7 @@ def rule_tactic_choice(records: list[LogRecord]) -> Iterator[Hit]:
             if p and (block is None or block["layer"] != p.group("layer") or block["fastest"] is not None):
                 if block:
                     yield from finish(block)
-                block = {
-                    "layer": p.group("layer"),
-                    "runner": p.group("runner"),
-                    "line": r.first,
-                    "timed": [],
-                    "fastest": None,
-                }
+                block = _block(p, r.first)
             if block is not None:
                 block["fastest"] = (m.group("t"), _time(m.group("time")))
                 yield from finish(block)

@@ -64,6 +64,23 @@ class TaskEntry(Entry):
         return self.metrics + self.extra_metrics(top_k)
 
 
+# the 12 numbers of COCOeval.summarize(), in its order
+COCO_STATS = (
+    "map",
+    "ap50",
+    "ap75",
+    "ap_small",
+    "ap_medium",
+    "ap_large",
+    "ar1",
+    "ar10",
+    "ar100",
+    "ar_small",
+    "ar_medium",
+    "ar_large",
+)
+
+
 def _top_k_metrics(top_k: Sequence[int]) -> tuple[str, ...]:
     return tuple(f"top{k}_accuracy" for k in top_k)
 
@@ -82,23 +99,7 @@ TASKS: Registry[TaskEntry] = Registry(
             "detection",
             "trtverify.tasks.detection:DetectionTask",
             datasets=("coco",),
-            metrics=(
-                "map",
-                "ap50",
-                "ap75",
-                "ap_small",
-                "ap_medium",
-                "ap_large",
-                "ar1",
-                "ar10",
-                "ar100",
-                "ar_small",
-                "ar_medium",
-                "ar_large",
-                "precision",
-                "recall",
-                "f1",
-            ),
+            metrics=(*COCO_STATS, "precision", "recall", "f1"),
         ),
         TaskEntry(
             "segmentation",

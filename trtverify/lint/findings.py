@@ -25,3 +25,9 @@ class LintFinding(Record):
 
 
 Found = list[tuple[int, LintFinding]]  # (graph position, finding)
+
+
+def at(position: int, kind: str, severity: str, message: str, **fields: Any) -> tuple[int, LintFinding]:
+    """A finding placed at a graph position (for sorting); `fields`: node, op_type, tensor, count, detail."""
+    full = {"node": None, "op_type": None, "tensor": None, **fields}
+    return position, LintFinding(kind=kind, severity=severity, message=message, **full)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from trtverify.lint.findings import Found, LintFinding
+from trtverify.lint.findings import Found, at
 from trtverify.lint.ranges import CLOSE_TO_MAX, COMPUTE_OPS, PASS_THROUGH_OPS, RANGES, SATURATION_MEDIUM
 from trtverify.lint.weights import q_limit
 from trtverify.onnxgraph import GraphIndex
@@ -55,18 +55,15 @@ def coverage_findings(g: GraphIndex, target: str) -> Found:
             )
         detail = {"missing": [labels[i] for i in missing], "inputs": [node.input[0], node.input[1]], "target": target}
         found.append(
-            (
+            at(
                 idx,
-                LintFinding(
-                    kind="qdq_uncovered",
-                    severity="medium",
-                    node=label,
-                    op_type=node.op_type,
-                    tensor=node.input[missing[0]],
-                    message=message,
-                    count=1,
-                    detail=detail,
-                ),
+                "qdq_uncovered",
+                "medium",
+                message,
+                node=label,
+                op_type=node.op_type,
+                tensor=node.input[missing[0]],
+                detail=detail,
             )
         )
     return found
@@ -111,19 +108,7 @@ def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str,
                     "target": target,
                 }
                 found.append(
-                    (
-                        pos,
-                        LintFinding(
-                            kind="activation_saturation",
-                            severity=sev,
-                            node=label,
-                            op_type=op,
-                            tensor=name,
-                            message=msg,
-                            count=1,
-                            detail=detail,
-                        ),
-                    )
+                    at(pos, "activation_saturation", sev, msg, node=label, op_type=op, tensor=name, detail=detail)
                 )
                 break
             if name in g.outputs or not uses or any(g.nodes[n].op_type != "QuantizeLinear" or i != 0 for n, i in uses):
@@ -137,19 +122,7 @@ def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str,
             if not math.isfinite(v):
                 msg = f"{where} is already inf/NaN on the FP32 reference; it stays non-finite in {rng.name}."
                 found.append(
-                    (
-                        pos,
-                        LintFinding(
-                            kind="activation_overflow",
-                            severity="high",
-                            node=label,
-                            op_type=op,
-                            tensor=name,
-                            message=msg,
-                            count=1,
-                            detail=detail,
-                        ),
-                    )
+                    at(pos, "activation_overflow", "high", msg, node=label, op_type=op, tensor=name, detail=detail)
                 )
             elif v > rng.max:
                 msg = (
@@ -157,19 +130,7 @@ def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str,
                     f"{rng.max:g}; it overflows to inf{when}."
                 )
                 found.append(
-                    (
-                        pos,
-                        LintFinding(
-                            kind="activation_overflow",
-                            severity="high",
-                            node=label,
-                            op_type=op,
-                            tensor=name,
-                            message=msg,
-                            count=1,
-                            detail=detail,
-                        ),
-                    )
+                    at(pos, "activation_overflow", "high", msg, node=label, op_type=op, tensor=name, detail=detail)
                 )
             elif v > CLOSE_TO_MAX * rng.max:
                 msg = (
@@ -177,18 +138,15 @@ def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str,
                     f"maximum {rng.max:g}; other inputs may overflow it{when}."
                 )
                 found.append(
-                    (
+                    at(
                         pos,
-                        LintFinding(
-                            kind="activation_close_to_range",
-                            severity="medium",
-                            node=label,
-                            op_type=op,
-                            tensor=name,
-                            message=msg,
-                            count=1,
-                            detail=detail,
-                        ),
+                        "activation_close_to_range",
+                        "medium",
+                        msg,
+                        node=label,
+                        op_type=op,
+                        tensor=name,
+                        detail=detail,
                     )
                 )
     if unknown_names:
@@ -196,21 +154,7 @@ def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str,
             f"{len(unknown_names)} tensor(s) in activation_max are not activations of this graph and "
             f"were not checked (e.g. '{unknown_names[0]}')."
         )
-        found.append(
-            (
-                len(g.nodes),
-                LintFinding(
-                    kind="activation_unknown",
-                    severity="info",
-                    node=None,
-                    op_type=None,
-                    tensor=None,
-                    message=msg,
-                    count=1,
-                    detail={"names": unknown_names},
-                ),
-            )
-        )
+        found.append(at(len(g.nodes), "activation_unknown", "info", msg, detail={"names": unknown_names}))
     return found
 
 
@@ -228,19 +172,7 @@ def structure_findings(g: GraphIndex, unread: list[str]) -> Found:
         )
         detail = {"nodes": holders, "subgraph_nodes": total}
         found.append(
-            (
-                first,
-                LintFinding(
-                    kind="subgraph_skipped",
-                    severity="info",
-                    node=holders[0],
-                    op_type=g.nodes[first].op_type,
-                    tensor=None,
-                    message=msg,
-                    count=1,
-                    detail=detail,
-                ),
-            )
+            at(first, "subgraph_skipped", "info", msg, node=holders[0], op_type=g.nodes[first].op_type, detail=detail)
         )
     if unread:
         names = sorted(set(unread))
@@ -248,19 +180,5 @@ def structure_findings(g: GraphIndex, unread: list[str]) -> Found:
             f"{len(names)} constant(s) have no data here (external data not loaded, or unreadable), "
             f"e.g. '{names[0]}'; their values were not checked."
         )
-        found.append(
-            (
-                len(g.nodes),
-                LintFinding(
-                    kind="external_data_not_loaded",
-                    severity="info",
-                    node=None,
-                    op_type=None,
-                    tensor=None,
-                    message=msg,
-                    count=1,
-                    detail={"tensors": names},
-                ),
-            )
-        )
+        found.append(at(len(g.nodes), "external_data_not_loaded", "info", msg, detail={"tensors": names}))
     return found

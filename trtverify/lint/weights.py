@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from trtverify.lint.findings import Found, LintFinding
+from trtverify.lint.findings import Found, at
 from trtverify.lint.ranges import (
     RANGES,
     SMALL_SHARE,
@@ -57,19 +57,7 @@ def _constant_findings(
 
     def add(kind: str, severity: str, count: int, message: str, **extra: Any) -> None:
         found.append(
-            (
-                pos,
-                LintFinding(
-                    kind=kind,
-                    severity=severity,
-                    node=label,
-                    op_type=op,
-                    tensor=name,
-                    message=message,
-                    count=count,
-                    detail={**base, **extra},
-                ),
-            )
+            at(pos, kind, severity, message, node=label, op_type=op, tensor=name, count=count, detail={**base, **extra})
         )
 
     if s.nan or s.inf:
@@ -206,18 +194,16 @@ def qdq_param_findings(g: GraphIndex) -> tuple[Found, list[str]]:
                 )
                 detail = {"total": int(v.size), "users": users}
             found.append(
-                (
+                at(
                     idx,
-                    LintFinding(
-                        kind=kind,
-                        severity="high",
-                        node=g.label(idx),
-                        op_type=node.op_type,
-                        tensor=name,
-                        message=message,
-                        count=bad,
-                        detail=detail,
-                    ),
+                    kind,
+                    "high",
+                    message,
+                    node=g.label(idx),
+                    op_type=node.op_type,
+                    tensor=name,
+                    count=bad,
+                    detail=detail,
                 )
             )
     return found, unread
@@ -313,18 +299,16 @@ def quantized_weight_findings(g: GraphIndex) -> Found:
                 f"(|w| / scale beyond {rng[1]:g}) and are clipped."
             )
             found.append(
-                (
+                at(
                     idx,
-                    LintFinding(
-                        kind="weight_saturation",
-                        severity="medium",
-                        node=label,
-                        op_type=node.op_type,
-                        tensor=t.name,
-                        message=msg,
-                        count=clipped,
-                        detail=base,
-                    ),
+                    "weight_saturation",
+                    "medium",
+                    msg,
+                    node=label,
+                    op_type=node.op_type,
+                    tensor=t.name,
+                    count=clipped,
+                    detail=base,
                 )
             )
         if qp.elem_type in fp8_e4m3:
@@ -340,18 +324,16 @@ def quantized_weight_findings(g: GraphIndex) -> Found:
                 )
                 sev = "medium" if share >= SMALL_SHARE else "info"
                 found.append(
-                    (
+                    at(
                         idx,
-                        LintFinding(
-                            kind="weight_underflow",
-                            severity=sev,
-                            node=label,
-                            op_type=node.op_type,
-                            tensor=t.name,
-                            message=msg,
-                            count=zero,
-                            detail={**base, "share": share},
-                        ),
+                        "weight_underflow",
+                        sev,
+                        msg,
+                        node=label,
+                        op_type=node.op_type,
+                        tensor=t.name,
+                        count=zero,
+                        detail={**base, "share": share},
                     )
                 )
     return found

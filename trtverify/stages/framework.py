@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from trtverify.backends.base import Backend
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.backends.torch import TorchBackend
 from trtverify.compare.checks import CheckResult, TensorSummary, evaluate, limit_check, run_comparisons
@@ -99,6 +100,22 @@ def _versions() -> dict[str, str]:
     return {k: v for k, v in library_versions().items() if k in ("torch", "numpy", "onnxruntime", "onnx")}
 
 
+def _infer_all(
+    ctx: StageContext, backend: Backend, samples: list[dict[str, np.ndarray]], what: str, timings: dict, key: str
+) -> list[dict[str, np.ndarray]]:
+    """Every sample through a loaded `backend`, timed under `key`; the backend is closed after."""
+    outs = []
+    t0 = time.perf_counter()
+    try:
+        for i, feed in enumerate(samples):
+            outs.append(backend.infer(feed))
+            ctx.progress(NAME, i + 1, len(samples), what)
+    finally:
+        backend.close()
+    timings[key] = time.perf_counter() - t0
+    return outs
+
+
 def _pytorch_outputs(
     ctx: StageContext, samples: list[dict[str, np.ndarray]], notes: list[str], timings: dict[str, float]
 ) -> tuple[list[dict[str, np.ndarray]], FrameworkReference]:
@@ -136,13 +153,7 @@ def _pytorch_outputs(
                 f"{'; '.join(lookup.reasons)})",
             )
         raise
-    outs = []
-    t0 = time.perf_counter()
-    with backend:
-        for i, feed in enumerate(samples):
-            outs.append(backend.infer(feed))
-            ctx.progress(NAME, i + 1, len(samples), "PyTorch")
-    timings["pytorch_s"] = time.perf_counter() - t0
+    outs = _infer_all(ctx, backend, samples, "PyTorch", timings, "pytorch_s")
     saved = None
     if lookup.state == "missing" or ctx.update_reference:
         store.save(STORE_KIND, depends, samples, outs, _versions())
@@ -166,13 +177,8 @@ def run(ctx: StageContext) -> FrameworkResult:
     ref_outs, reference = _pytorch_outputs(ctx, samples, notes, timings)
 
     onnx_backend = OnnxRuntimeBackend(Path(suite.models.reference), suite.backends.onnxruntime)
-    cand_outs = []
-    t0 = time.perf_counter()
-    with onnx_backend:
-        for i, feed in enumerate(samples):
-            cand_outs.append(onnx_backend.infer(feed))
-            ctx.progress(NAME, i + 1, len(samples), "ONNX Runtime")
-    timings["onnxruntime_s"] = time.perf_counter() - t0
+    onnx_backend.load()
+    cand_outs = _infer_all(ctx, onnx_backend, samples, "ONNX Runtime", timings, "onnxruntime_s")
 
     ref_names = list(ref_outs[0]) if ref_outs else []
     cand_names = [m.name for m in onnx_backend.outputs()]

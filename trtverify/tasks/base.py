@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from trtverify.config.stages import E2EStage
 from trtverify.errors import UsageError
@@ -45,6 +45,14 @@ class TaskMetrics(Record):
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[k] = v
         return out
+
+
+class ClassRow(Record):
+    """A row about one class; its index is written as "class" (a Python keyword)."""
+
+    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
+
+    class_: int = Field(alias="class")
 
 
 class Accumulator(Protocol):
@@ -81,6 +89,23 @@ def input_size(batch: Batch, layout: str) -> tuple[int, int]:
     """(height, width) of the model input of a batch."""
     shape = batch.inputs.shape
     return (int(shape[2]), int(shape[3])) if layout == "NCHW" else (int(shape[1]), int(shape[2]))
+
+
+def class_deltas(
+    reference: Sequence[Any], candidate: Sequence[Any], key: str, value: str, make: Callable[..., Record]
+) -> list[Record]:
+    """Per class (rows matched on `key`): `make(key, name, reference_<value>, candidate_<value>, delta_<value>)`,
+    the delta None when the candidate has no such class."""
+    by = {getattr(row, key): row for row in candidate}
+    out: list[Record] = []
+    for row in reference:
+        ref = getattr(row, value)
+        match = by.get(getattr(row, key))
+        cand = getattr(match, value) if match is not None else None
+        delta = cand - ref if cand is not None and ref is not None else None
+        fields = {f"reference_{value}": ref, f"candidate_{value}": cand, f"delta_{value}": delta}
+        out.append(make(**{key: getattr(row, key)}, name=row.name, **fields))
+    return out
 
 
 class Task(ABC):

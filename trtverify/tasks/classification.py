@@ -26,7 +26,7 @@ from pydantic import ConfigDict, Field
 
 from trtverify.errors import UsageError
 from trtverify.record import Record, optional
-from trtverify.tasks.base import State, Task, TaskMetrics, call_hook, select_output
+from trtverify.tasks.base import ClassRow, State, Task, TaskMetrics, call_hook, class_deltas, select_output
 from trtverify.tasks.batches import Batch
 
 INVALID = -1  # prediction of a score row holding a NaN
@@ -44,10 +44,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-class ClassMetrics(Record):
-    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
-
-    class_: int = Field(alias="class")
+class ClassMetrics(ClassRow):
     name: str
     precision: float
     recall: float
@@ -304,12 +301,9 @@ class ClassificationAccumulator:
 # ----------------------------------------------------------------------------- the e2e task
 
 
-class ClassDelta(Record):
+class ClassDelta(ClassRow):
     """One class: the reference's F1, the candidate's and the difference."""
 
-    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
-
-    class_: int = Field(alias="class")
     name: str | None
     reference_f1: float | None
     candidate_f1: float | None
@@ -385,18 +379,4 @@ class ClassificationTask(Task):
 
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         assert isinstance(reference, ClassificationMetrics) and isinstance(candidate, ClassificationMetrics)
-        by = {row.class_: row for row in candidate.per_class}
-        out: list[Record] = []
-        for row in reference.per_class:
-            c = by.get(row.class_)
-            cf = c.f1 if c is not None else None
-            out.append(
-                ClassDelta(
-                    class_=row.class_,
-                    name=row.name,
-                    reference_f1=row.f1,
-                    candidate_f1=cf,
-                    delta_f1=cf - row.f1 if cf is not None else None,
-                )
-            )
-        return out
+        return class_deltas(reference.per_class, candidate.per_class, "class_", "f1", ClassDelta)

@@ -17,21 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from trtverify.config.registry import COCO_STATS
+
 BACKENDS = ("faster-coco-eval", "pycocotools")
-STAT_NAMES = (
-    "map",
-    "ap50",
-    "ap75",
-    "ap_small",
-    "ap_medium",
-    "ap_large",
-    "ar1",
-    "ar10",
-    "ar100",
-    "ar_small",
-    "ar_medium",
-    "ar_large",
-)
+STAT_NAMES = COCO_STATS
 # COCOeval's parameters for boxes, built the way COCOeval builds them (bit-identical thresholds)
 IOU_THRS = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
 REC_THRS = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)

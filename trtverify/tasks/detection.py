@@ -39,7 +39,7 @@ from pydantic import Field
 
 from trtverify.errors import UsageError
 from trtverify.record import Record, optional
-from trtverify.tasks.base import State, Task, TaskMetrics, call_hook, input_size, select_output
+from trtverify.tasks.base import State, Task, TaskMetrics, call_hook, class_deltas, input_size, select_output
 from trtverify.tasks.batches import Batch
 from trtverify.tasks.coco import (
     BACKENDS,
@@ -402,18 +402,4 @@ class DetectionTask(Task):
 
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         assert isinstance(reference, DetectionMetrics) and isinstance(candidate, DetectionMetrics)
-        by = {row.category_id: row for row in candidate.per_class}
-        out: list[Record] = []
-        for row in reference.per_class:
-            c = by.get(row.category_id)
-            ca = c.ap if c is not None else None
-            out.append(
-                CategoryDelta(
-                    category_id=row.category_id,
-                    name=row.name,
-                    reference_ap=row.ap,
-                    candidate_ap=ca,
-                    delta_ap=ca - row.ap if ca is not None else None,
-                )
-            )
-        return out
+        return class_deltas(reference.per_class, candidate.per_class, "category_id", "ap", CategoryDelta)

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from trtverify.errors import UsageError
 from trtverify.record import Record, optional
-from trtverify.tasks.base import State, Task, TaskMetrics, call_hook, select_output
+from trtverify.tasks.base import ClassRow, State, Task, TaskMetrics, call_hook, class_deltas, select_output
 from trtverify.tasks.batches import Batch
 
 INVALID = -1  # prediction of a pixel whose scores hold a NaN
@@ -45,10 +45,7 @@ def _mean(values: np.ndarray) -> float:
     return float(finite.mean()) if finite.size else math.nan
 
 
-class ClassIoU(Record):
-    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
-
-    class_: int = Field(alias="class")
+class ClassIoU(ClassRow):
     name: str
     iou: float = Field(description="TP / (TP + FP + FN); NaN when the class is neither labelled nor predicted")
     accuracy: float = Field(description="TP / labelled pixels of the class; NaN when it has none")
@@ -265,12 +262,9 @@ def argmax_masks(scores: np.ndarray) -> np.ndarray:
     return pred
 
 
-class ClassIoUDelta(Record):
+class ClassIoUDelta(ClassRow):
     """One class: the reference's IoU, the candidate's and the difference."""
 
-    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
-
-    class_: int = Field(alias="class")
     name: str | None
     reference_iou: float | None
     candidate_iou: float | None
@@ -347,18 +341,4 @@ class SegmentationTask(Task):
 
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         assert isinstance(reference, SegmentationMetrics) and isinstance(candidate, SegmentationMetrics)
-        by = {row.class_: row for row in candidate.per_class}
-        out: list[Record] = []
-        for row in reference.per_class:
-            c = by.get(row.class_)
-            ci = c.iou if c is not None else None
-            out.append(
-                ClassIoUDelta(
-                    class_=row.class_,
-                    name=row.name,
-                    reference_iou=row.iou,
-                    candidate_iou=ci,
-                    delta_iou=ci - row.iou if ci is not None else None,
-                )
-            )
-        return out
+        return class_deltas(reference.per_class, candidate.per_class, "class_", "iou", ClassIoUDelta)
