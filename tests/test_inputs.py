@@ -106,7 +106,9 @@ def test_check_samples():
     check_samples([{"input": np.zeros((3, 1, 8, 8))}], meta, "x")
     with pytest.raises(UsageError, match="zero samples"):
         check_samples([], meta, "x")
-    with pytest.raises(UsageError, match="sample 0 does not match the model inputs; missing: input; not inputs of the model: x"):
+    with pytest.raises(
+        UsageError, match="sample 0 does not match the model inputs; missing: input; not inputs of the model: x"
+    ):
         check_samples([{"x": np.zeros(1)}], meta, "x")
     with pytest.raises(UsageError, match="dimension 1 is 3"):
         check_samples([{"input": np.zeros((1, 3, 8, 8))}], meta, "x")

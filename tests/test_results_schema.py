@@ -44,7 +44,7 @@ def test_the_committed_schema_is_generated_from_the_models():
     from trtverify.results.schema import SCHEMA_FILE, schema_text
 
     assert SCHEMA_FILE.read_text() == schema_text(), (
-        "trtverify/results/results.schema.json is out of date: python -m trtverify.results.schema > it"
+        "trtverify/results/results.schema.json is out of date: trtverify schema --results > it"
     )
 
 

@@ -384,10 +384,16 @@ def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
 @click.option(
     "--markdown", is_flag=True, help="The suite reference (every key, type, default, description) as Markdown."
 )
-def schema(markdown: bool) -> None:
+@click.option("--results", "of_results", is_flag=True, help="The JSON Schema of results.json instead.")
+def schema(markdown: bool, of_results: bool) -> None:
     """Print the JSON Schema of suite files (for editor completion), or the suite reference."""
     import json
 
+    if of_results:
+        from trtverify.results.schema import schema_text
+
+        click.echo(schema_text(), nl=False)
+        return
     from trtverify.config.reference import markdown as reference
     from trtverify.config.reference import suite_schema
 

@@ -49,6 +49,7 @@ from trtverify.errors import BackendError, TrtVerifyError, UsageError
 from trtverify.onnxinfo import TensorMeta, graph_io, load_onnx
 
 _LAYER_DTYPES = {"fp32": "FLOAT", "fp16": "HALF", "bf16": "BF16", "int8": "INT8", "fp8": "FP8"}
+# TensorRT layer types (the ONNX op types of Q/DQ are trtverify.onnxgraph.QDQ_OPS)
 _QDQ_LAYER_TYPES = ("QUANTIZE", "DEQUANTIZE", "DYNAMIC_QUANTIZE")
 _NOT_MARKABLE_LAYER_TYPES = ("SHAPE", "CONSTANT")  # as in Polygraphy's mark_layerwise
 # TensorRT cannot mark tensors inside a loop body as network outputs (layers are in topological

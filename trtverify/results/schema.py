@@ -1,5 +1,5 @@
 """The JSON Schema of results.json, generated from the typed models (the committed file is this
-output; `tests/test_results_schema.py` keeps them in step: `python -m trtverify.results.schema > FILE`)."""
+output; `tests/test_results_schema.py` keeps them in step: `trtverify schema --results > FILE`)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,3 @@ def results_schema() -> dict[str, Any]:
 
 def schema_text() -> str:
     return json.dumps(results_schema(), indent=2, sort_keys=False) + "\n"
-
-
-if __name__ == "__main__":
-    print(schema_text(), end="")
