@@ -18,9 +18,6 @@ class TensorMeta:
     dtype: str  # numpy-style name: float32, float16, int64, ...
     shape: tuple[Dim, ...] | None  # None: rank unknown; str: a named dynamic dimension
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
-
 
 def onnx_dtype_name(elem_type: int) -> str:
     import onnx

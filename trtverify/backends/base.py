@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -128,14 +128,6 @@ def cast_float(name: str, arr: np.ndarray, want: str, casts: dict[str, tuple[str
         casts[name] = (str(arr.dtype), want)
         return arr.astype(want)
     return None
-
-
-def load_declared(load: Any, model_path: Path) -> Any:
-    """Run `load()` of a model under test: a file that cannot be read is the model's failure (exit 1)."""
-    try:
-        return load()
-    except UsageError as exc:
-        raise BackendError(f"the model under test cannot be loaded: {exc}") from exc
 
 
 __all__ = ["Backend", "Capabilities", "Feed", "candidate_backend", "cast_float", "check_feed"]

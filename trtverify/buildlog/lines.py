@@ -83,15 +83,6 @@ class LogRecord:
     severity: str | None  # one of SEVERITIES, None where the line carries none
     text: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "first": self.first,
-            "last": self.last,
-            "dialect": self.dialect,
-            "severity": self.severity,
-            "text": self.text,
-        }
-
 
 def clean_line(line: str) -> str:
     return _ANSI.sub("", line).replace("\r", "").rstrip()

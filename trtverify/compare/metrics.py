@@ -36,17 +36,6 @@ class Comparison:
     cand_inf: int
     nonfinite_mismatch: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "metrics": dict(self.metrics),
-            "numel": self.numel,
-            "ref_nan": self.ref_nan,
-            "ref_inf": self.ref_inf,
-            "cand_nan": self.cand_nan,
-            "cand_inf": self.cand_inf,
-            "nonfinite_mismatch": self.nonfinite_mismatch,
-        }
-
 
 def _ratio(num: float, den: float) -> float:
     if den == 0.0:

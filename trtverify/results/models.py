@@ -74,5 +74,6 @@ class Results(Record):
         return next((s for s in self.stages if s.name == name), None)
 
 
-def passed(stages: list[StageResult], complete: bool) -> bool:
+def all_passed(stages: list[StageResult], complete: bool) -> bool:
+    """Complete, and every stage passed or ran in another shard: never on nothing."""
     return bool(stages) and complete and all(s.done for s in stages)

@@ -13,7 +13,7 @@ from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import STAGES
 from trtverify.environment import environment
 from trtverify.fsutil import atomic_write_json, sha256_file
-from trtverify.results.models import Environment, Merged, Results, SuiteInfo, passed
+from trtverify.results.models import Environment, Merged, Results, SuiteInfo, all_passed
 from trtverify.runner import Shard, StagePlan, exit_code_for, make_plan, run_stages
 from trtverify.stages.base import Progress, StageResult, no_progress
 
@@ -40,7 +40,7 @@ def build_results(
         started=started,
         duration_s=duration_s,
         complete=complete,
-        passed=passed(list(stages), complete),
+        passed=all_passed(list(stages), complete),
         exit_code=exit_code_for(stages) if complete else None,
         stages=[*stages, *waiting],
         environment=env,

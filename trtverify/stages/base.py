@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import Field, field_serializer
@@ -114,8 +114,3 @@ def status_of(checks: Sequence[CheckResult]) -> Status:
 def timed(timings: dict[str, float], key: str, seconds: float) -> None:
     """Add `seconds` to `timings[key]`."""
     timings[key] = timings.get(key, 0.0) + seconds
-
-
-def stage_result_fields(result: StageResult) -> dict[str, Any]:
-    """The common fields of a result, to rebuild it as another stage-result type."""
-    return {k: getattr(result, k) for k in StageResult.model_fields}
