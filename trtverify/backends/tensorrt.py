@@ -417,9 +417,12 @@ class TensorRTBackend(Backend):
         self.runtime_log = "\n".join(lines) + "\n"
         return engine
 
-    def _activate(self, feed: Feed | None) -> None:
+    def _activate(self, feed: Feed) -> None:
+        """Build (or load) the engine at the first inference: its optimisation profile then spans the
+        shape of that first feed too (an e2e batch may differ from the suite's samples), so `prepare`
+        is left a no-op here."""
         if self.options.engine is None and self._engine_bytes is None:
-            self.build(_extra_shapes=[feed] if feed is not None else [])
+            self.build(_extra_shapes=[feed])
         engine = self._deserialize()
         runner = self._pg.TrtRunner(engine, name=self.name)
         with self._captured_log() as lines:
@@ -430,13 +433,6 @@ class TensorRTBackend(Backend):
             except Exception as exc:
                 raise self._fail("creating the execution context", exc, lines) from exc
         self._runner = runner
-
-    def prepare(self) -> None:
-        """Build (or load) the engine now; shapes of later feeds widen nothing (the profile comes
-        from the suite's samples or `profiles`)."""
-        self._import()
-        if self._runner is None:
-            self._activate(None)
 
     def _cast(self, feed: Feed) -> Feed:
         declared = {m.name: m for m in self.inputs()}
