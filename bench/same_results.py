@@ -1,0 +1,80 @@
+"""Compare two results.json files apart from timings: the check that a restructuring changed nothing.
+
+    python bench/same_results.py OLD/results.json NEW/results.json
+
+Every field must be equal except the timings (started, duration_s, timings, and
+overhead_vs_inference, a ratio of two timings). A schema-1 file (before typed results, 2026-11-23)
+is compared with a schema-2 file after mapping what schema 2 added: checks gained stage,
+candidate and worst_sample (which schema 1 kept in detail), and the e2e stage gained 'gated'.
+Exits 1 and lists the first differences when there are any.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+TIMING = {"started", "duration_s", "timings", "overhead_vs_inference"}
+
+
+def _as_schema_1(x: Any) -> Any:
+    if isinstance(x, dict):
+        x = dict(x)
+        if {"name", "metric", "op", "passed", "stage"} <= set(x):  # a schema-2 check
+            worst = x.pop("worst_sample", None)
+            x.pop("stage")
+            x.pop("candidate", None)
+            if worst is not None:
+                x["detail"] = {**x.get("detail", {}), "worst_sample": worst}
+        if x.get("name") == "e2e":
+            x.pop("gated", None)
+        return {k: _as_schema_1(v) for k, v in x.items() if k not in TIMING}
+    if isinstance(x, list):
+        return [_as_schema_1(v) for v in x]
+    return x
+
+
+def _strip(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _strip(v) for k, v in x.items() if k not in TIMING}
+    if isinstance(x, list):
+        return [_strip(v) for v in x]
+    return x
+
+
+def differences(a: Any, b: Any, path: str = "") -> list[str]:
+    if type(a) is not type(b):
+        return [f"{path}: {a!r:.80} != {b!r:.80}"]
+    if isinstance(a, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            if k not in a:
+                out.append(f"{path}.{k}: only in the second ({b[k]!r:.60})")
+            elif k not in b:
+                out.append(f"{path}.{k}: only in the first ({a[k]!r:.60})")
+            else:
+                out += differences(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list):
+        out = [f"{path}: length {len(a)} != {len(b)}"] if len(a) != len(b) else []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += differences(x, y, f"{path}[{i}]")
+        return out
+    return [] if a == b else [f"{path}: {a!r:.80} != {b!r:.80}"]
+
+
+def main(first: str, second: str) -> int:
+    docs = [json.load(open(p, encoding="utf-8")) for p in (first, second)]
+    norm = [_strip(d) if d.get("schema_version") == 1 else _as_schema_1(d) for d in docs]
+    if docs[0].get("schema_version") != docs[1].get("schema_version"):
+        for d in norm:
+            d.pop("schema_version")
+    found = differences(*norm)
+    print("\n".join(found[:60]) if found else "identical apart from timings")
+    print(f"{len(found)} difference(s)")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))
