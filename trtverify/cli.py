@@ -230,7 +230,7 @@ def merge(
     dirs: tuple[Path, ...], out_dir: Path | None, suite_path: Path | None, junit: Path | None, quiet: bool
 ) -> None:
     """Combine the results of every shard of a run (`run --shard I/N`) into one results.json and report;
-    e2e metrics are recomputed over the union of the shards' predictions. Exits like `run`."""
+    each model's e2e accumulators are merged and the metrics computed over all samples. Exits like `run`."""
     from trtverify.report.html import write_report
     from trtverify.results.merge import merge_runs
     from trtverify.results.record import write_results
