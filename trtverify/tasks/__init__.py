@@ -1,1 +1,1 @@
-"""Task metrics (classification, detection) computed on a validation set for the e2e stage."""
+"""Task metrics (classification, detection, segmentation) computed on a validation set for the e2e stage."""

@@ -1,0 +1,68 @@
+"""Rules of the layout that import-linter cannot see (its layer contracts live in pyproject.toml
+and run in `make test` as `lint-imports`): small modules, one place that prints, packages whose
+__init__ holds only a docstring. Each check walks the real source tree with `ast`."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "trtverify"
+SOURCES = sorted(p for p in PACKAGE.rglob("*.py"))
+MAX_LINES = 500
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def test_the_walk_sees_the_package():
+    assert len(SOURCES) > 60 and PACKAGE / "cli.py" in SOURCES
+
+
+def test_no_module_over_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in SOURCES if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"split these modules (limit {MAX_LINES} lines): {long}"
+
+
+def _prints(path: Path) -> list[int]:
+    calls = []
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id == "print":
+                calls.append(node.lineno)
+            elif isinstance(f, ast.Attribute) and f.attr == "write" and isinstance(f.value, ast.Attribute):
+                if isinstance(f.value.value, ast.Name) and f.value.value.id == "sys" and f.value.attr == "stdout":
+                    calls.append(node.lineno)
+    return calls
+
+
+def test_only_the_cli_prints():
+    """Library code returns values and logs; the command line decides what reaches the terminal."""
+    offenders = {
+        str(p.relative_to(ROOT)): lines
+        for p in SOURCES
+        if p.name not in ("cli.py", "__main__.py") and (lines := _prints(p))
+    }
+    assert not offenders, offenders
+
+
+def test_the_print_detector_finds_prints(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import sys\nprint('x')\nsys.stdout.write('y')\n")
+    assert _prints(probe) == [2, 3]
+
+
+def test_package_inits_hold_only_a_docstring():
+    """An __init__ that imports makes `import trtverify.x.y` pay for its siblings (and hides cycles);
+    the top package may also carry __version__."""
+    for init in (p for p in SOURCES if p.name == "__init__.py"):
+        body = _tree(init).body
+        assert body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), init
+        rest = body[1:]
+        if init.parent == PACKAGE:
+            rest = [n for n in rest if not (isinstance(n, ast.Assign) and n.targets[0].id == "__version__")]
+        assert not rest, f"{init.relative_to(ROOT)} holds more than its docstring"
