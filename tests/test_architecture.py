@@ -66,3 +66,31 @@ def test_package_inits_hold_only_a_docstring():
         if init.parent == PACKAGE:
             rest = [n for n in rest if not (isinstance(n, ast.Assign) and n.targets[0].id == "__version__")]
         assert not rest, f"{init.relative_to(ROOT)} holds more than its docstring"
+
+
+def _private_imports(source: str, own: str | None) -> list[str]:
+    """`from trtverify.<pkg>... import _name` where <pkg> is not `own`, the importer's package."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("trtverify."):
+            pkg = node.module.split(".")[1]
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_") and pkg != own]
+    return found
+
+
+def _package(path: Path) -> str | None:
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else None
+
+
+def test_no_private_helper_crosses_a_package():
+    offenders = {str(p.relative_to(ROOT)): f for p in SOURCES if (f := _private_imports(p.read_text(), _package(p)))}
+    assert not offenders, offenders
+
+
+def test_the_private_import_detector_detects():
+    source = "from trtverify.compare.metrics import _hidden\nfrom trtverify.stages.base import _ok, run\n"
+    assert _private_imports(source, _package(PACKAGE / "stages" / "e2e" / "stage.py")) == [
+        "trtverify.compare.metrics._hidden"
+    ]
+    assert _private_imports(source, None) == ["trtverify.compare.metrics._hidden", "trtverify.stages.base._ok"]
