@@ -29,9 +29,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import logging
 import platform
-import random
 import struct
 import sys
 import time
@@ -43,7 +41,9 @@ import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # demo/onnx_steps.py
 import fmnist_model  # noqa: E402
+from onnx_steps import make_fp16, make_int8_qdq, ort_session, rename_initializers, seed_everything  # noqa: E402
 
 DATA_DIR = Path("/usr/share/datasets/fashion-mnist")
 COPYRIGHT_FILE = Path("/usr/share/doc/dataset-fashion-mnist/copyright")
@@ -187,14 +187,6 @@ def scores(logits: np.ndarray, labels: np.ndarray) -> dict:
 
 
 # ---------------------------------------------------------------------- training
-def seed_everything(seed: int, threads: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
-
-
 def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, seed: int) -> tuple[float, float]:
     """Train in place; returns (wall time, process CPU time) in seconds."""
     gen = torch.Generator().manual_seed(seed)
@@ -290,43 +282,7 @@ def rename_folded_initializers(m) -> None:
                 rename[name] = f"{scope}.{role}_bnfolded"
     if any(n.op_type == "Identity" for n in m.graph.node):
         raise RuntimeError("unexpected Identity node in exported graph (shared initializer)")
-    for init in m.graph.initializer:
-        init.name = rename.get(init.name, init.name)
-    for node in m.graph.node:
-        for i, name in enumerate(node.input):
-            if name in rename:
-                node.input[i] = rename[name]
-
-
-def make_fp16(fp32_path: Path, out_path: Path) -> None:
-    import onnx
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    m = convert_float_to_float16(onnx.load(str(fp32_path)), keep_io_types=True)
-    toposort_graph(m.graph)  # the converter appends its input/output Casts at the end
-    onnx.checker.check_model(m, full_check=True)
-    onnx.save(m, str(out_path))
-
-
-def toposort_graph(graph) -> None:
-    """Reorder graph.node topologically (stable: keeps the original order where possible)."""
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
-    pending = list(graph.node)
-    ordered = []
-    while pending:
-        for k, node in enumerate(pending):
-            if all(name in available for name in node.input):
-                ordered.append(node)
-                available.update(node.output)
-                del pending[k]
-                break
-        else:
-            raise RuntimeError("graph has a cycle or a dangling input")
-    nodes = [type(n)() for n in ordered]
-    for dst, src in zip(nodes, ordered):
-        dst.CopyFrom(src)
-    del graph.node[:]
-    graph.node.extend(nodes)
+    rename_initializers(m, rename)
 
 
 INT8_EXTRA_OPTIONS = {
@@ -340,64 +296,6 @@ INT8_EXTRA_OPTIONS = {
     # keeps the final logits in float instead of passing them through an int8 Q/DQ.
     "OpTypesToExcludeOutputQuantization": ["Conv", "Gemm"],
 }
-
-
-def make_int8_qdq(fp32_path: Path, out_path: Path, calib: np.ndarray) -> None:
-    """Static INT8 QDQ quantization (ORT quantize_static), MinMax calibration.
-
-    quant_pre_process is not run: the exported graph already has BatchNorm folded
-    and complete shape information, and pre-processing gave identical numbers while
-    adding ~8 unused opset domains (com.microsoft, ai.onnx.ml, ...) to the model.
-    """
-    import onnx
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
-    class Reader(CalibrationDataReader):
-        def __init__(self, data: np.ndarray, batch: int = 32) -> None:
-            self._batches = [data[i : i + batch] for i in range(0, len(data), batch)]
-            self._it = iter(self._batches)
-
-        def get_next(self):
-            b = next(self._it, None)
-            return None if b is None else {"input": b}
-
-        def rewind(self) -> None:
-            self._it = iter(self._batches)
-
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # silence "Please consider pre-processing" (see docstring)
-    try:
-        quantize_static(
-            str(fp32_path),
-            str(out_path),
-            Reader(calib),
-            quant_format=QuantFormat.QDQ,
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            calibrate_method=CalibrationMethod.MinMax,
-            extra_options=dict(INT8_EXTRA_OPTIONS),
-        )
-    finally:
-        root.setLevel(level)
-    m = onnx.load(str(out_path))
-    onnx.checker.check_model(m, full_check=True)
-
-
-def ort_session(path: Path, threads: int):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
 def ort_logits(sess, x: np.ndarray, batch: int = 500) -> np.ndarray:
@@ -447,7 +345,13 @@ def main() -> None:
     model.eval()
     export_fp32(model, out / FP32_FILE)
     make_fp16(out / FP32_FILE, out / FP16_FILE)
-    make_int8_qdq(out / FP32_FILE, out / INT8_FILE, to_float(train_u8[:N_CALIB]))
+    make_int8_qdq(
+        out / FP32_FILE,
+        out / INT8_FILE,
+        to_float(train_u8[:N_CALIB]),
+        input_name="input",
+        extra_options=INT8_EXTRA_OPTIONS,
+    )
 
     # smoke test: batch 1 and batch 32, float32 input
     sessions = {

@@ -35,10 +35,8 @@ import argparse
 import contextlib
 import io
 import json
-import logging
 import math
 import platform
-import random
 import sys
 import time
 import warnings
@@ -50,9 +48,11 @@ import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # demo/onnx_steps.py
 import shapes_data  # noqa: E402
 import shapes_decode  # noqa: E402
 import shapes_model  # noqa: E402
+from onnx_steps import make_fp16, make_int8_qdq, ort_session, rename_initializers, seed_everything  # noqa: E402
 
 SEED = 20240612  # training seed (--seed)
 VAL_SEED = 20240613  # fixed: the validation set never changes with --seed
@@ -154,14 +154,6 @@ def centernet_loss(logits, wh_pred, off_pred, heat, wh, off, mask):
 
 
 # ---------------------------------------------------------------------- training
-def seed_everything(seed: int, threads: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
-
-
 def lr_at(frac: float) -> float:
     if frac < WARMUP:
         return MAX_LR * max(frac / WARMUP, 0.02)
@@ -254,43 +246,7 @@ def rename_folded_initializers(m) -> None:
                 rename[name] = f"{scope}.{role}_bnfolded"
     if len(set(rename.values())) != len(rename):
         return  # ambiguous scopes: keep the exporter's names
-    for init in m.graph.initializer:
-        init.name = rename.get(init.name, init.name)
-    for node in m.graph.node:
-        for i, name in enumerate(node.input):
-            if name in rename:
-                node.input[i] = rename[name]
-
-
-def toposort_graph(graph) -> None:
-    """Reorder graph.node topologically (stable)."""
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
-    pending = list(graph.node)
-    ordered = []
-    while pending:
-        for k, node in enumerate(pending):
-            if all(name in available for name in node.input):
-                ordered.append(node)
-                available.update(node.output)
-                del pending[k]
-                break
-        else:
-            raise RuntimeError("graph has a cycle or a dangling input")
-    nodes = [type(n)() for n in ordered]
-    for dst, src in zip(nodes, ordered):
-        dst.CopyFrom(src)
-    del graph.node[:]
-    graph.node.extend(nodes)
-
-
-def make_fp16(fp32_path: Path, out_path: Path) -> None:
-    import onnx
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    m = convert_float_to_float16(onnx.load(str(fp32_path)), keep_io_types=True)
-    toposort_graph(m.graph)  # the converter appends its input/output Casts at the end
-    onnx.checker.check_model(m, full_check=True)
-    onnx.save(m, str(out_path))
+    rename_initializers(m, rename)
 
 
 INT8_EXTRA_OPTIONS = {
@@ -302,63 +258,6 @@ INT8_EXTRA_OPTIONS = {
     # offset regressions stay float instead of passing through an int8 Q/DQ pair.
     "OpTypesToExcludeOutputQuantization": ["Conv"],
 }
-
-
-def make_int8_qdq(fp32_path: Path, out_path: Path, calib: np.ndarray) -> None:
-    """Static INT8 QDQ quantization (ORT quantize_static, MinMax calibration).
-
-    op_types_to_quantize=["Conv"]: only Conv inputs (activations + per-channel
-    weights) get Q/DQ; Relu, Add, Resize and Sigmoid are left in float.
-    """
-    import onnx
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
-
-    class Reader(CalibrationDataReader):
-        def __init__(self, data: np.ndarray, batch: int = 32) -> None:
-            self._batches = [data[i : i + batch] for i in range(0, len(data), batch)]
-            self._it = iter(self._batches)
-
-        def get_next(self):
-            b = next(self._it, None)
-            return None if b is None else {INPUT: b}
-
-        def rewind(self) -> None:
-            self._it = iter(self._batches)
-
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # silence "Please consider pre-processing before quantization"
-    try:
-        quantize_static(
-            str(fp32_path),
-            str(out_path),
-            Reader(calib),
-            quant_format=QuantFormat.QDQ,
-            op_types_to_quantize=["Conv"],
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            calibrate_method=CalibrationMethod.MinMax,
-            extra_options=dict(INT8_EXTRA_OPTIONS),
-        )
-    finally:
-        root.setLevel(level)
-    onnx.checker.check_model(onnx.load(str(out_path)), full_check=True)
-
-
-def ort_session(path: Path, threads: int):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
 # -------------------------------------------------------------------- evaluation
@@ -473,7 +372,15 @@ def main() -> None:
     # 4./5. ONNX
     export_fp32(reloaded, out / FP32_FILE)
     calib, *_ = make_batch(args.seed, CALIB_STREAM, 0, N_CALIB, with_targets=False)
-    make_int8_qdq(out / FP32_FILE, out / INT8_FILE, calib)
+    # Q/DQ on Conv inputs only: Relu, Add, Resize and Sigmoid stay float
+    make_int8_qdq(
+        out / FP32_FILE,
+        out / INT8_FILE,
+        calib,
+        input_name=INPUT,
+        extra_options=INT8_EXTRA_OPTIONS,
+        op_types=["Conv"],
+    )
     make_fp16(out / FP32_FILE, out / FP16_FILE)
 
     # 6. evaluate
