@@ -145,8 +145,13 @@ class Task(ABC):
         """Add a batch of predictions of the samples at `positions` (their labels beside them)."""
 
     @abstractmethod
+    def per_sample(self, acc: Any) -> Any:
+        """One model's results per sample, as `worst` compares them (computed once per model)."""
+
+    @abstractmethod
     def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
-        """The `n` samples whose result changed most from the reference to the candidate."""
+        """The `n` samples whose result changed most: `reference` and `candidate` are `per_sample` of
+        the reference's and the candidate's accumulator."""
 
     @abstractmethod
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:

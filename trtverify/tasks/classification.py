@@ -352,11 +352,13 @@ class ClassificationTask(Task):
         except ValueError as exc:  # scores that do not fit the labels or the class names
             raise UsageError(f"classification: {exc}") from exc
 
+    def per_sample(self, acc: Any) -> dict[int, tuple[int, np.ndarray]]:
+        return acc.predictions()
+
     def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
-        ref, cand = reference.predictions(), candidate.predictions()
         rows = []
-        for i, (rp, rprob) in ref.items():
-            cp, cprob = cand[i]
+        for i, (rp, rprob) in reference.items():
+            cp, cprob = candidate[i]
             label = self.reader.label(i)
             score = abs(float(rprob[rp]) - float(cprob[rp]))
             flipped = rp != cp

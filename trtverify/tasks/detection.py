@@ -376,9 +376,12 @@ class DetectionTask(Task):
     def update(self, acc: Any, positions: Sequence[int], predictions: Any, labels: Sequence[Any]) -> None:
         acc.update([self.reader.ids[i] for i in positions], predictions)
 
+    def per_sample(self, acc: Any) -> tuple[dict[int, float], dict[int, dict[str, int]]]:
+        """(image -> AP@[.5:.95], image -> tp/fp/fn)."""
+        return acc.per_image(), acc.per_image_counts()
+
     def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
-        ra, ca = reference.per_image(), candidate.per_image()
-        rc, cc = reference.per_image_counts(), candidate.per_image_counts()
+        (ra, rc), (ca, cc) = reference, candidate
         index = {img_id: i for i, img_id in enumerate(self.reader.ids)}
         rows = []
         for k, r in ra.items():

@@ -325,8 +325,11 @@ class SegmentationTask(Task):
         except ValueError as exc:  # masks that do not fit the labels or the class names
             raise UsageError(f"segmentation: {exc}") from exc
 
+    def per_sample(self, acc: Any) -> dict[int, float]:
+        return acc.per_image()
+
     def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
-        ra, ca = reference.per_image(), candidate.per_image()
+        ra, ca = reference, candidate
         rows = []
         for i, r in ra.items():
             c = ca.get(i, math.nan)

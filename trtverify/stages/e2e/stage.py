@@ -251,6 +251,7 @@ def finalize(task: Task, models: Sequence[_Model], evaluated: int, **fields: Any
     ref = metrics[models[0].name]
     checks = [limit_check("samples evaluated", NAME, "samples", evaluated, 1, ">=")]
     cands = []
+    ref_samples = task.per_sample(models[0].acc) if models[1:] else None  # once, not once per candidate
     for m in models[1:]:
         cm = metrics[m.name]
         gates = gate_checks(cfg, m.name, ref, cm)
@@ -262,7 +263,7 @@ def finalize(task: Task, models: Sequence[_Model], evaluated: int, **fields: Any
                 metrics=cm,
                 deltas={k: cand_s[k] - v for k, v in ref.scalars().items() if k in cand_s},
                 per_class=task.per_class(ref, cm),
-                worst=task.worst(models[0].acc, m.acc, cfg.worst),
+                worst=task.worst(ref_samples, task.per_sample(m.acc), cfg.worst),
                 passed=all(c.passed for c in gates),
             )
         )
