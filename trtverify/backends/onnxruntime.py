@@ -66,6 +66,7 @@ class OnnxRuntimeBackend(Backend):
     def close(self) -> None:
         self._session = None
         self._light = None
+        self._run_path = self.model_path  # an exposed variant lives in the workdir removed here
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None

@@ -471,10 +471,7 @@ class TensorRTBackend(Backend):
             self._runner = None
 
     def close(self) -> None:
-        if self._runner is not None:
-            with contextlib.suppress(Exception):
-                self._runner.deactivate()
-            self._runner = None
+        self.release()
 
 
 class TensorRTRTXBackend(TensorRTBackend):
