@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import ROOT, run_cli
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.config.loader import load_suite
+from trtverify.errors import UsageError
 from trtverify.hooks import load_hook
 from trtverify.tasks.batches import batches, make_preprocess
 from trtverify.tasks.datasets import open_dataset
@@ -187,3 +188,38 @@ def test_broken_annotations_fail_before_any_inference(tmp_path: Path):
     assert f"{ann}: invalid COCO ground truth: annotations[5] refers to category 9" in r.out
     stage = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
     assert "inference_s" not in stage.get("timings", {})
+
+
+def _coco_dataset(tmp_path: Path, gt: dict, limit: int | None = None):
+    from trtverify.config.stages import Dataset
+
+    (tmp_path / "images").mkdir(exist_ok=True)
+    ann = tmp_path / "instances.json"
+    ann.write_text(json.dumps(gt))
+    return ann, Dataset(coco=ann, limit=limit)
+
+
+def test_coco_dataset_limit_keeps_the_first_images_by_id_and_their_boxes(tmp_path: Path):
+    gt = {
+        "images": [{"id": i, "file_name": f"{i}.png", "width": 8, "height": 8} for i in (7, 3, 5)],
+        "annotations": [{"image_id": i, "category_id": 1, "bbox": [0, 0, 2, 2]} for i in (7, 3, 5, 3)],
+        "categories": [{"id": 1, "name": "box"}],
+    }
+    _, ds = _coco_dataset(tmp_path, gt, limit=2)
+    reader = open_dataset(ds)
+    assert reader.ids == [3, 5] and reader.class_names == ["box"]
+    assert sorted(reader.truth.by_image) == [3, 5] and len(reader.truth.by_image[3]) == 2
+
+
+def test_coco_dataset_errors_name_the_file_and_the_entry(tmp_path: Path):
+    """An image without an id was a bare KeyError while the images were sorted, before the file was checked."""
+    gt = {"images": [{"id": 1, "file_name": "1.png"}, {"file_name": "2.png"}], "annotations": [], "categories": []}
+    ann, ds = _coco_dataset(tmp_path, gt)
+    with pytest.raises(UsageError, match=rf"{ann}: invalid COCO ground truth: images\[1\] has no 'id'"):
+        open_dataset(ds)
+    ann.write_text("{")
+    with pytest.raises(UsageError, match=rf"{ann}: not valid JSON \(line 1"):
+        open_dataset(ds)
+    ann.write_text(json.dumps({"images": []}))
+    with pytest.raises(UsageError, match="missing key 'annotations'; missing key 'categories'"):
+        open_dataset(ds)

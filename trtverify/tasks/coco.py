@@ -31,16 +31,21 @@ AREA_ALL = (0.0, 1e5**2)
 # --- ground truth ------------------------------------------------------------------------
 
 
-def load_coco(path: Path) -> dict[str, Any]:
-    """Read and check a COCO instances file (ground truth)."""
+def read_coco(path: Path) -> Any:
+    """The JSON of a COCO instances file, not yet checked (`validate_coco`, or `GroundTruth` which checks)."""
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            return json.load(fh)
     except OSError as e:
         raise ValueError(f"{path}: cannot read the COCO file: {e.strerror or e}") from e
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+
+
+def load_coco(path: Path) -> dict[str, Any]:
+    """Read and check a COCO instances file (ground truth)."""
+    data = read_coco(path)
     validate_coco(data, str(path))
     return data
 
@@ -328,10 +333,16 @@ class ImagePair:
 
 class GroundTruth:
     """COCO ground truth checked and indexed once (`validate_coco`, `_normalise`), to be shared by
-    the accumulators of several models evaluated on the same images. Read-only once built."""
+    the accumulators of several models evaluated on the same images. Read-only once built.
 
-    def __init__(self, gt: dict[str, Any], source: str = "ground truth") -> None:
+    limit: keep only the first `limit` images by id (and their annotations); the whole file is checked."""
+
+    def __init__(self, gt: dict[str, Any], source: str = "ground truth", limit: int | None = None) -> None:
         validate_coco(gt, source)
+        if limit:
+            images = sorted(gt["images"], key=lambda im: im["id"])[:limit]
+            keep = {im["id"] for im in images}
+            gt = {**gt, "images": images, "annotations": [a for a in gt["annotations"] if a["image_id"] in keep]}
         self.gt = _normalise(gt)
         self.cat_ids = sorted(c["id"] for c in self.gt["categories"])
         self.cat_names = {c["id"]: c["name"] for c in self.gt["categories"]}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,26 +181,15 @@ def _csv(ds: Dataset) -> Reader:
 
 def _coco(ds: Dataset) -> Reader:
     path = Path(ds.coco)  # type: ignore[arg-type]
-    try:
-        gt = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from exc
-    for key in ("images", "annotations", "categories"):
-        if key not in gt:
-            raise UsageError(f"{path}: not a COCO instances file (no '{key}')")
-    root = Path(ds.images) if ds.images else path.parent / "images"
-    images = sorted(gt["images"], key=lambda im: im["id"])
-    if ds.limit:
-        images = images[: ds.limit]
-        keep = {im["id"] for im in images}
-        gt = {**gt, "images": images, "annotations": [a for a in gt["annotations"] if a["image_id"] in keep]}
-    from trtverify.tasks.coco import GroundTruth
+    from trtverify.tasks.coco import GroundTruth, read_coco
 
     try:  # checked before any model runs: a broken annotation file fails the stage at once, naming the file
-        truth = GroundTruth(gt, str(path))
+        truth = GroundTruth(read_coco(path), str(path), limit=ds.limit)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    names = [c["name"] for c in sorted(gt["categories"], key=lambda c: c["id"])]
+    root = Path(ds.images) if ds.images else path.parent / "images"
+    images = sorted(truth.gt["images"], key=lambda im: im["id"])
+    names = [c["name"] for c in sorted(truth.gt["categories"], key=lambda c: c["id"])]
     return Reader(
         [im["id"] for im in images],
         lambda i: _read_image(root / images[i]["file_name"]),
