@@ -129,18 +129,24 @@ def batches(
     in order, as when reading serially."""
     per_image, finish = preprocess.per_image, preprocess.finish
 
-    def read(part: Sequence[int]) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
-        out, sizes = [], []
+    def read(part: Sequence[int]) -> tuple[list[np.ndarray], list[tuple[int, int]], list[Any]]:
+        """Each sample's preprocessed image, its size and its label (a segmentation mask is decoded
+        here too, in parallel like the images)."""
+        out, sizes, labels = [], [], []
         for i in part:
             image = reader.image(i)
             sizes.append(tuple(image.shape[:2]))
             out.append(per_image(image))
-        return out, sizes
+            labels.append(reader.label(i))
+        return out, sizes, labels
 
-    def assemble(chunk: Sequence[int], parts: Sequence[tuple[list[np.ndarray], list[tuple[int, int]]]]) -> Batch:
+    def assemble(
+        chunk: Sequence[int], parts: Sequence[tuple[list[np.ndarray], list[tuple[int, int]], list[Any]]]
+    ) -> Batch:
         shaped = [x for p in parts for x in p[0]]
         sizes = [s for p in parts for s in p[1]]
-        return Batch(list(chunk), finish(shaped), [reader.label(i) for i in chunk], sizes)
+        labels = [lab for p in parts for lab in p[2]]
+        return Batch(list(chunk), finish(shaped), labels, sizes)
 
     chunks = [list(indices[i : i + batch_size]) for i in range(0, len(indices), batch_size)]
     if workers <= 0:
