@@ -15,6 +15,7 @@ Tasks are registered in `trtverify.config.registry.TASKS` and imported when used
 from __future__ import annotations
 
 import inspect
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -106,6 +107,21 @@ def class_deltas(
         fields = {f"reference_{value}": ref, f"candidate_{value}": cand, f"delta_{value}": delta}
         out.append(make(**{key: getattr(row, key)}, name=row.name, **fields))
     return out
+
+
+def largest_drops(
+    reference: dict[Any, float], candidate: dict[Any, float], position: Callable[[Any], int]
+) -> list[tuple[float, Any]]:
+    """(drop, key) of the samples whose value fell from `reference` to `candidate` (both defined, not
+    NaN), largest drop first, ties by the sample's `position` in the dataset."""
+    rows = []
+    for k, r in reference.items():
+        c = candidate.get(k, math.nan)
+        if r != r or c != c or r - c <= 0:  # undefined (nothing to measure) or not worse
+            continue
+        rows.append((r - c, k))
+    rows.sort(key=lambda row: (-row[0], position(row[1])))
+    return rows
 
 
 class Task(ABC):

@@ -39,7 +39,16 @@ from pydantic import Field
 
 from trtverify.errors import UsageError
 from trtverify.record import Record, optional
-from trtverify.tasks.base import State, Task, TaskMetrics, call_hook, class_deltas, input_size, select_output
+from trtverify.tasks.base import (
+    State,
+    Task,
+    TaskMetrics,
+    call_hook,
+    class_deltas,
+    input_size,
+    largest_drops,
+    select_output,
+)
 from trtverify.tasks.batches import Batch
 from trtverify.tasks.coco import (
     BACKENDS,
@@ -383,13 +392,7 @@ class DetectionTask(Task):
     def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
         (ra, rc), (ca, cc) = reference, candidate
         index = {img_id: i for i, img_id in enumerate(self.reader.ids)}
-        rows = []
-        for k, r in ra.items():
-            c = ca.get(k, math.nan)
-            if r != r or c != c or r - c <= 0:  # undefined (no ground-truth box) or not worse
-                continue
-            rows.append((r - c, k))
-        rows.sort(key=lambda row: (-row[0], index.get(row[1], 0)))
+        rows = largest_drops(ra, ca, lambda k: index.get(k, 0))  # AP undefined: no ground-truth box
         return [
             DetectionWorst(
                 index=index[k],

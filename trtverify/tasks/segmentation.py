@@ -27,7 +27,16 @@ from pydantic import Field
 
 from trtverify.errors import UsageError
 from trtverify.record import Record, optional
-from trtverify.tasks.base import ClassRow, State, Task, TaskMetrics, call_hook, class_deltas, select_output
+from trtverify.tasks.base import (
+    ClassRow,
+    State,
+    Task,
+    TaskMetrics,
+    call_hook,
+    class_deltas,
+    largest_drops,
+    select_output,
+)
 from trtverify.tasks.batches import Batch
 
 INVALID = -1  # prediction of a pixel whose scores hold a NaN
@@ -329,16 +338,11 @@ class SegmentationTask(Task):
         return acc.per_image()
 
     def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
-        ra, ca = reference, candidate
-        rows = []
-        for i, r in ra.items():
-            c = ca.get(i, math.nan)
-            if r != r or c != c or r - c <= 0:  # nothing counted, or not worse
-                continue
-            rows.append((r - c, i))
-        rows.sort(key=lambda row: (-row[0], row[1]))
+        rows = largest_drops(reference, candidate, lambda i: i)  # keys are dataset positions
         return [
-            SegmentationWorst(index=i, id=self.reader.ids[i], reference_miou=ra[i], candidate_miou=ca[i], miou_drop=d)
+            SegmentationWorst(
+                index=i, id=self.reader.ids[i], reference_miou=reference[i], candidate_miou=candidate[i], miou_drop=d
+            )
             for d, i in rows[:n]
         ]
 
