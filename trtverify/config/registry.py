@@ -35,19 +35,18 @@ STAGES: Registry[StageEntry] = Registry(
 
 @dataclass(frozen=True)
 class BackendEntry(Entry):
-    """A backend class; `options` is its attribute in the suite's `backends:` section."""
+    """A backend class (its options: the suite's `backends:` section, read by its `from_config`)."""
 
-    options: str
     runs_candidates: bool  # can run a candidate ONNX model (models.candidates.*.backend)
 
 
 BACKENDS: Registry[BackendEntry] = Registry(
     "backend",
     [
-        BackendEntry("onnxruntime", "trtverify.backends.onnxruntime:OnnxRuntimeBackend", "onnxruntime", True),
-        BackendEntry("torch", "trtverify.backends.torch:TorchBackend", "torch", False),
-        BackendEntry("tensorrt", "trtverify.backends.tensorrt:TensorRTBackend", "tensorrt", True),
-        BackendEntry("tensorrt-rtx", "trtverify.backends.tensorrt:TensorRTRTXBackend", "tensorrt_rtx", True),
+        BackendEntry("onnxruntime", "trtverify.backends.onnxruntime:OnnxRuntimeBackend", True),
+        BackendEntry("torch", "trtverify.backends.torch:TorchBackend", False),
+        BackendEntry("tensorrt", "trtverify.backends.tensorrt:TensorRTBackend", True),
+        BackendEntry("tensorrt-rtx", "trtverify.backends.tensorrt:TensorRTRTXBackend", True),
     ],
 )
 
