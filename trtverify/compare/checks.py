@@ -221,32 +221,15 @@ def evaluate(series: TensorSeries, checks: Sequence[Check], *, stage: str, candi
     tensor = prefix = series.candidate
     out: list[CheckResult] = []
     failed: list[str] = []
-    where = {"stage": stage, "candidate": candidate, "tensor": tensor}
+    where = {"candidate": candidate, "tensor": tensor}
     if series.errors:
-        out.append(
-            CheckResult(
-                name=f"{prefix}: comparable",
-                metric="comparable",
-                value=None,
-                threshold=None,
-                op="==",
-                passed=False,
-                detail={"errors": series.errors[:5]},
-                **where,
-            )
-        )
+        out.append(failed_check(f"{prefix}: comparable", stage, "comparable", {"errors": series.errors[:5]}, **where))
         failed.append("comparable")
     mism = series.nonfinite["nonfinite_mismatch"]
+    detail = {k: v for k, v in series.nonfinite.items() if v} if mism else {}
     out.append(
-        CheckResult(
-            name=f"{prefix}: nonfinite_mismatch <= 0",
-            metric="nonfinite_mismatch",
-            value=float(mism),
-            threshold=0.0,
-            op="<=",
-            passed=mism == 0,
-            detail={k: v for k, v in series.nonfinite.items() if v} if mism else {},
-            **where,
+        limit_check(
+            f"{prefix}: nonfinite_mismatch <= 0", stage, "nonfinite_mismatch", mism, 0, "<=", detail=detail, **where
         )
     )
     if mism:
@@ -263,6 +246,7 @@ def evaluate(series: TensorSeries, checks: Sequence[Check], *, stage: str, candi
                 op=check.op,
                 passed=False,
                 detail={"reason": "no comparable samples"},
+                stage=stage,
                 **where,
             )
         else:
@@ -279,6 +263,7 @@ def evaluate(series: TensorSeries, checks: Sequence[Check], *, stage: str, candi
                 passed=check.passes(summary.worst) and not failing,
                 worst_sample=worst_idx,
                 detail={"samples_failed": len(failing), "samples": len(vals)},
+                stage=stage,
                 **where,
             )
         out.append(result)
