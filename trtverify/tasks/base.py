@@ -42,8 +42,9 @@ class TaskMetrics(Record):
     def scalars(self) -> dict[str, int | float]:
         """Every numeric metric (not the booleans, lists or strings), by name."""
         out: dict[str, int | float] = {}
-        for k, v in self.model_dump(by_alias=True).items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
+        fields = [(f.alias or k, getattr(self, k)) for k, f in type(self).model_fields.items()]
+        for k, v in [*fields, *(self.model_extra or {}).items()]:  # model_dump's order, without dumping
+            if isinstance(v, (int, float)) and not isinstance(v, bool):  # the lists (confusion matrix) neither
                 out[k] = v
         return out
 
