@@ -69,6 +69,7 @@ class Recorder:
         self.env = Environment(**environment())
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.t0 = time.perf_counter()
+        self.written: Results | None = None  # the document last written
 
     def results(self, stages: Sequence[StageResult], pending: Sequence[str] = ()) -> Results:
         return build_results(
@@ -82,7 +83,8 @@ class Recorder:
         )
 
     def update(self, stages: Sequence[StageResult], pending: Sequence[str]) -> None:
-        write_results(self.path, self.results(stages, pending))
+        self.written = self.results(stages, pending)
+        write_results(self.path, self.written)
 
 
 def run_and_record(
@@ -100,6 +102,7 @@ def run_and_record(
     out_dir = Path(out_dir)
     recorder = Recorder(loaded, out_dir, shard)
     done = run_stages(loaded, plans, out_dir=out_dir, progress=progress, on_stage=recorder.update, **kw)
-    final = recorder.results(done)
-    write_results(recorder.path, final)
-    return final
+    if recorder.written is None:  # no stage ran; otherwise on_stage wrote the whole run after the last stage
+        recorder.update(done, [])
+    assert recorder.written is not None
+    return recorder.written
