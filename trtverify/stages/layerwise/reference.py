@@ -29,7 +29,6 @@ class ReferencePass:
     order: list[str]  # value tensors in topological order
     store: TensorStore
     dtype: dict[str, str] = field(default_factory=dict)
-    shape: dict[str, list[int]] = field(default_factory=dict)
     nbytes: dict[str, int] = field(default_factory=dict)
     max_abs: dict[str, float] = field(default_factory=dict)
     chunks: int = 0
@@ -124,10 +123,10 @@ def reference_pass(
                 ref.store.put(si, name, arr)
                 if name not in ref.dtype:
                     ref.dtype[name] = str(arr.dtype)
-                    ref.shape[name] = list(arr.shape)
                     ref.nbytes[name] = int(arr.nbytes)
                 if arr.dtype.kind == "f" and arr.size:
-                    finite = np.abs(arr[np.isfinite(arr)]) if not np.isfinite(arr).all() else np.abs(arr)
+                    ok = np.isfinite(arr)
+                    finite = np.abs(arr) if ok.all() else np.abs(arr[ok])
                     if finite.size:
                         ref.max_abs[name] = max(ref.max_abs.get(name, 0.0), float(finite.max()))
     timed(timings, "reference_s", time.perf_counter() - t0)

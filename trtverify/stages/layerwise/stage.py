@@ -85,6 +85,7 @@ def _compare(
         [c for _, c in pairing.pairs], {c: ref.nbytes.get(r, 0) for r, c in pairing.pairs}, budget_bytes(cfg)
     )
     cand_to_ref = {c: r for r, c in pairing.pairs}
+    extras = {c: extras_for(checks_for(c)) for c in cand_to_ref}  # once per tensor, not per sample
 
     def progress(done: int, steps: int) -> None:
         ctx.progress(NAME, done, steps, f"{name}: compare")
@@ -96,7 +97,7 @@ def _compare(
                 continue
             rname = cand_to_ref[cname]
             cand_dtypes.setdefault(cname, out[cname].dtype)
-            series[rname].add(ref.store.get(si, rname), out[cname], extras_for(checks_for(cname)))
+            series[rname].add(ref.store.get(si, rname), out[cname], extras[cname])
     timings[f"{name}.candidate_s"] = time.perf_counter() - t0
     return series, cand_dtypes, len(chunks)
 

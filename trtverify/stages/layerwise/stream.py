@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from trtverify.backends.base import Backend, Feed
+from trtverify.config.checks import better_of
 from trtverify.tensorstore import plan_chunks
 
 Outputs = dict[str, np.ndarray]
@@ -55,9 +56,8 @@ def chunks_for(names: Sequence[str], nbytes: dict[str, int], budget_bytes: int) 
 
 def worst_of(per_sample: Sequence[dict[str, float]]) -> dict[str, float]:
     """The worst value of each metric over samples (NaN when no sample has a finite one)."""
-    lower = ("max_abs", "mean_abs", "max_rel", "rel_l2")
     out: dict[str, float] = {}
     for k in per_sample[0]:
         finite = [m[k] for m in per_sample if m[k] == m[k]]
-        out[k] = (max(finite) if k in lower else min(finite)) if finite else float("nan")
+        out[k] = (max(finite) if better_of(k) == "lower" else min(finite)) if finite else float("nan")
     return out
