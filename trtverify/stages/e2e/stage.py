@@ -31,6 +31,7 @@ from trtverify.stages.base import StageContext, status_of
 from trtverify.stages.e2e.models import DatasetInfo, E2ECandidate, E2EResult
 from trtverify.tasks.base import Task, TaskMetrics
 from trtverify.tasks.batches import Batch, batches, default_workers, make_preprocess
+from trtverify.tasks.datasets import open_dataset
 
 NAME = "e2e"
 SHARD_DIR = "shard"
@@ -329,11 +330,12 @@ def worst_feeds(loaded: LoadedSuite, positions: Sequence[int]) -> list[dict[str,
         raise UsageError(
             "--samples worst reads the samples from stage e2e's dataset: configure stages.e2e in the suite"
         )
-    task = open_task(loaded)
+    # the dataset alone: the task would also load its post-processing hook, which nothing here runs
+    reader = open_dataset(cfg.dataset, masks=TASKS.load(cfg.task).reads_masks)
     pre = make_preprocess(cfg.preprocess, loaded.search_path)
     name = cfg.preprocess.input
     if name is None:
         from trtverify.onnxinfo import graph_io, load_io
 
         name = graph_io(load_io(Path(loaded.suite.models.reference)))[0][0].name
-    return [{name: pre(task.reader.image(i))[None]} for i in positions if i < len(task.reader)]
+    return [{name: pre(reader.image(i))[None]} for i in positions if i < len(reader)]
