@@ -17,7 +17,7 @@ from trtverify.fsutil import sha256_file
 from trtverify.results.io import load_results
 from trtverify.results.models import Merged, Results
 from trtverify.results.record import build_results
-from trtverify.stages.base import StageResult, status_of
+from trtverify.stages.base import StageResult, status_of, sum_timings
 from trtverify.stages.e2e.models import E2EResult
 from trtverify.stages.e2e.stage import merge_shards
 from trtverify.stages.layerwise.models import LayerwiseResult
@@ -68,14 +68,6 @@ def _suite(first: Results, suite_path: Path | None) -> LoadedSuite:
     return load_suite(path)
 
 
-def _timings(parts: Sequence[StageResult]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for p in parts:
-        for k, v in p.timings.items():
-            out[k] = out.get(k, 0.0) + v
-    return out
-
-
 def _layerwise(parts: Sequence[LayerwiseResult], order: Sequence[str]) -> LayerwiseResult:
     """The layerwise stages of several shards (disjoint candidates) as one stage."""
     rank = {n: i for i, n in enumerate(order)}
@@ -88,7 +80,7 @@ def _layerwise(parts: Sequence[LayerwiseResult], order: Sequence[str]) -> Layerw
         duration_s=sum(p.duration_s for p in parts),
         checks=checks,
         notes=list(dict.fromkeys(n for p in parts for n in p.notes)),
-        timings=_timings(parts),
+        timings=sum_timings(p.timings for p in parts),
         samples=first.samples,
         reference=first.reference,
         candidates=cands,

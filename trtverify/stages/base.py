@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -114,3 +114,12 @@ def status_of(checks: Sequence[CheckResult]) -> Status:
 def timed(timings: dict[str, float], key: str, seconds: float) -> None:
     """Add `seconds` to `timings[key]`."""
     timings[key] = timings.get(key, 0.0) + seconds
+
+
+def sum_timings(parts: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Each key's seconds summed over `parts` (the timings of a stage's shards)."""
+    out: dict[str, float] = {}
+    for part in parts:
+        for key, seconds in part.items():
+            timed(out, key, seconds)
+    return out

@@ -27,7 +27,7 @@ from trtverify.config.registry import TASKS
 from trtverify.config.stages import E2EStage
 from trtverify.errors import UsageError
 from trtverify.fsutil import atomic_write
-from trtverify.stages.base import StageContext, status_of
+from trtverify.stages.base import StageContext, status_of, sum_timings, timed
 from trtverify.stages.e2e.models import DatasetInfo, E2ECandidate, E2EResult
 from trtverify.tasks.base import Task, TaskMetrics
 from trtverify.tasks.batches import Batch, batches, default_workers, make_preprocess
@@ -132,7 +132,7 @@ def _run_models(
         for f in pending:
             f.result()
     timings["wall_s"] = time.perf_counter() - t_start - sessions
-    timings["load_s"] = timings.get("load_s", 0.0) + sessions
+    timed(timings, "load_s", sessions)
     timings["data_wait_s"] = wait
     for m in models:
         timings[f"{m.name}.infer_s"] = m.infer_s
@@ -286,7 +286,6 @@ def merge_shards(loaded: LoadedSuite, shards: Sequence[tuple[Path, E2EResult]]) 
     metrics computed over the union of the samples (COCO over all detections, not an average)."""
     task = open_task(loaded)
     models: list[_Model] = []
-    timings: dict[str, float] = {}
     evaluated = 0
     for d, stage in shards:
         files = stage.shard_states or {}
@@ -305,10 +304,9 @@ def merge_shards(loaded: LoadedSuite, shards: Sequence[tuple[Path, E2EResult]]) 
                 raise UsageError(f"{d}: {exc}") from exc
         if stage.shard_slice:
             evaluated += stage.shard_slice[1] - stage.shard_slice[0]
-        for key, value in stage.timings.items():
-            timings[key] = timings.get(key, 0.0) + value
     if not models:
         raise UsageError("merge: no shard wrote e2e accumulator states")
+    timings = sum_timings(stage.timings for _, stage in shards)
     note = f"merged from {len(shards)} shard(s): {evaluated} of {len(task.reader)} samples"
     return finalize(task, models, evaluated, timings=timings, notes=[note], overhead_vs_inference=overhead(timings))
 
