@@ -10,7 +10,7 @@ import yaml
 
 from tests.conftest import ROOT
 from trtverify.cli import cli
-from trtverify.runner import Shard
+from trtverify.stages.base import Shard
 
 DOC = ROOT / "docs" / "ci.md"
 

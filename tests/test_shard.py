@@ -14,8 +14,8 @@ from tests.conftest import ROOT, run_cli
 from tests.test_results_schema import validate_junit
 from trtverify.config.loader import load_suite
 from trtverify.errors import UsageError
-from trtverify.runner import Shard, cases, make_plan
-from trtverify.stages.base import DataSlice
+from trtverify.runner import cases, make_plan
+from trtverify.stages.base import Shard
 
 SCHEMA = json.loads((ROOT / "trtverify" / "results" / "results.schema.json").read_text())
 DETECTION = ROOT / "suites" / "shapes_detection.yaml"
@@ -39,7 +39,7 @@ def test_bad_shard_specs_are_usage_errors(text: str):
 
 @pytest.mark.parametrize("total,batch,count", [(200, 16, 2), (2000, 250, 3), (5, 8, 4), (17, 1, 5), (0, 4, 2)])
 def test_e2e_slices_cover_the_dataset_once_along_batch_boundaries(total: int, batch: int, count: int):
-    slices = [DataSlice(i, count).positions(total, batch) for i in range(1, count + 1)]
+    slices = [Shard(index=i, count=count).positions(total, batch) for i in range(1, count + 1)]
     assert [i for s in slices for i in s] == list(range(total))
     # every slice starts on a batch boundary, so each batch holds the samples it holds unsharded
     assert all(s.start % batch == 0 for s in slices if s)
@@ -57,7 +57,7 @@ def test_one_plan_gives_whole_cases_round_robin_and_e2e_slices():
     assert one["framework"][0] is not None and two["framework"] == (None, "runs in shard 1/2")
     assert one["layerwise"][0].candidates == ("int8",) and two["layerwise"][0].candidates == ("fp16",)
     assert one["buildlog"] == (None, "runs in shard 2/2") and two["buildlog"][0] is not None
-    assert one["e2e"][0].data == DataSlice(1, 2) and two["e2e"][0].data == DataSlice(2, 2)
+    assert one["e2e"][0].data == Shard(index=1, count=2) and two["e2e"][0].data == Shard(index=2, count=2)
     whole = work(None)  # unsharded: every stage, everything
     assert all(w.candidates is None and w.data is None for w, _ in whole.values())
     assert all(w is not None for w, _ in work(Shard(index=1, count=1)).values())

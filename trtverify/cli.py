@@ -129,7 +129,7 @@ def run(
 ) -> None:
     """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
     from trtverify.config.loader import load_suite
-    from trtverify.runner import Shard
+    from trtverify.stages.base import Shard
 
     shard = Shard.parse(shard_text) if shard_text is not None else None
     loaded = load_suite(suite)

@@ -10,7 +10,6 @@ samples as in an unsharded run and the models compute the same numbers.
 
 from __future__ import annotations
 
-import re
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -32,29 +31,8 @@ from trtverify.errors import (
 )
 from trtverify.inputs import build_samples, check_samples, static_input_problems
 from trtverify.onnxinfo import TensorMeta, graph_io, load_io
-from trtverify.record import Record
 from trtverify.reference import ReferenceStore
-from trtverify.stages.base import DataSlice, Progress, StageContext, StageError, StageResult, StageWork, no_progress
-
-
-class Shard(Record):
-    """Shard `index` (from 1) of `count`."""
-
-    index: int
-    count: int
-
-    @classmethod
-    def parse(cls, text: str) -> Shard:
-        m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-        if not m:
-            raise UsageError(f"--shard {text!r}: expected I/N, e.g. 1/4 (shard I of N, counted from 1)")
-        i, n = int(m.group(1)), int(m.group(2))
-        if n < 1 or not 1 <= i <= n:
-            raise UsageError(f"--shard {text}: I must be between 1 and N (N >= 1)")
-        return cls(index=i, count=n)
-
-    def __str__(self) -> str:
-        return f"{self.index}/{self.count}"
+from trtverify.stages.base import Progress, Shard, StageContext, StageError, StageResult, StageWork, no_progress
 
 
 @dataclass(frozen=True)
@@ -102,7 +80,7 @@ def make_plan(loaded: LoadedSuite, requested: Sequence[str] = (), shard: Shard |
     plans = []
     for name in names:
         if name == "e2e":
-            plans.append(StagePlan(name, StageWork(data=DataSlice(shard.index, shard.count))))
+            plans.append(StagePlan(name, StageWork(data=shard)))
         elif name == "layerwise":
             mine = tuple(c for (stage, c), o in owner.items() if stage == name and o == shard.index and c)
             why = f"shard {shard}: every candidate of this stage runs in another shard"

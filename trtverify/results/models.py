@@ -9,8 +9,7 @@ from pydantic import Field, field_serializer
 
 from trtverify.config.registry import STAGES
 from trtverify.record import Record, optional
-from trtverify.runner import Shard
-from trtverify.stages.base import StageResult
+from trtverify.stages.base import Shard, StageResult
 
 SCHEMA_VERSION = 2
 

@@ -14,8 +14,8 @@ from trtverify.config.registry import STAGES
 from trtverify.environment import environment
 from trtverify.fsutil import atomic_write_json, sha256_file
 from trtverify.results.models import Environment, Merged, Results, SuiteInfo, all_passed
-from trtverify.runner import Shard, StagePlan, exit_code_for, make_plan, run_stages
-from trtverify.stages.base import Progress, StageResult, no_progress
+from trtverify.runner import StagePlan, exit_code_for, make_plan, run_stages
+from trtverify.stages.base import Progress, Shard, StageResult, no_progress
 
 NOT_RUN = "not run yet (interrupted?)"
 

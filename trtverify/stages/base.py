@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from pydantic import Field, field_serializer
 
 from trtverify.compare.checks import CheckResult
 from trtverify.config.loader import LoadedSuite
+from trtverify.errors import UsageError
 from trtverify.onnxinfo import TensorMeta
 from trtverify.record import Record
 from trtverify.reference import ReferenceStore
@@ -24,15 +26,28 @@ def no_progress(stage: str, done: int, total: int, what: str) -> None:
     return None
 
 
-@dataclass(frozen=True)
-class DataSlice:
-    """Part `index` (1-based) of `count` of a dataset, in whole batches split as evenly as possible,
-    so every batch holds the same samples as in an unsharded run."""
+class Shard(Record):
+    """Shard `index` (from 1) of `count`."""
 
     index: int
     count: int
 
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+        if not m:
+            raise UsageError(f"--shard {text!r}: expected I/N, e.g. 1/4 (shard I of N, counted from 1)")
+        i, n = int(m.group(1)), int(m.group(2))
+        if n < 1 or not 1 <= i <= n:
+            raise UsageError(f"--shard {text}: I must be between 1 and N (N >= 1)")
+        return cls(index=i, count=n)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
     def positions(self, total: int, batch_size: int) -> range:
+        """This shard's samples of `total`: whole batches split as evenly as possible, so every batch
+        holds the same samples as in an unsharded run."""
         nb = -(-total // batch_size)
         lo, hi = (self.index - 1) * nb // self.count, self.index * nb // self.count
         return range(min(lo * batch_size, total), min(hi * batch_size, total))
@@ -45,7 +60,7 @@ class StageWork:
     `candidates` None: every candidate the stage is configured with. `data` None: the whole dataset."""
 
     candidates: tuple[str, ...] | None = None
-    data: DataSlice | None = None
+    data: Shard | None = None
 
 
 @dataclass
