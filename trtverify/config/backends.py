@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from trtverify.config.types import Strict, resolve_path
+from trtverify.config.types import OutPath, Strict, resolve_path
 
 Precision = Literal["fp16", "bf16", "int8", "fp8", "tf32"]
 LayerPrecision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
@@ -86,7 +86,7 @@ class TensorRTOptions(Strict):
             "false for TensorRT <= 10"
         ),
     )
-    calibration_cache: Path | None = Field(
+    calibration_cache: OutPath | None = Field(
         default=None,
         description="INT8 calibration cache (weakly typed int8 only): read if it exists, written after calibrating",
     )
@@ -117,7 +117,7 @@ class TensorRTOptions(Strict):
         default=None, ge=0, le=5, description="TensorRT builder optimisation level 0..5 (default: TensorRT's, 3)"
     )
     workspace_mb: int | None = Field(default=None, ge=1, description="workspace memory pool limit in MiB")
-    timing_cache: Path | None = Field(
+    timing_cache: OutPath | None = Field(
         default=None, description="tactic timing cache file: loaded if it exists, updated after the build"
     )
     engine: Path | None = Field(
@@ -127,8 +127,8 @@ class TensorRTOptions(Strict):
             "(intermediate tensors cannot be added to a built engine); excludes every build option"
         ),
     )
-    save_engine: Path | None = Field(default=None, description="write the built serialized engine to this file")
-    build_log: Path | None = Field(default=None, description="write the captured build log to this file")
+    save_engine: OutPath | None = Field(default=None, description="write the built serialized engine to this file")
+    build_log: OutPath | None = Field(default=None, description="write the captured build log to this file")
     log_verbosity: Literal["verbose", "info", "warning"] = Field(
         default="verbose", description="lowest TensorRT severity kept in the captured build log"
     )
@@ -139,11 +139,6 @@ class TensorRTOptions(Strict):
             "debug_tensors marks them as debug tensors (TensorRT >= 10 with IDebugListener support)"
         ),
     )
-
-    @field_validator("calibration_cache", "timing_cache", "save_engine", "build_log")
-    @classmethod
-    def _relative_to_suite(cls, v: Path | None, info: ValidationInfo) -> Path | None:
-        return resolve_path(v, info)
 
     @field_validator("engine")
     @classmethod
