@@ -10,15 +10,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
 from trtverify.buildlog.layers import EngineLayer
 from trtverify.buildlog.lines import LogRecord
+from trtverify.config.findings import SEVERITY_RANK, Severity
 from trtverify.record import Record
-
-SEVERITY_RANK = {"high": 0, "medium": 1, "info": 2}
 
 
 class Finding(Record):
@@ -26,7 +25,7 @@ class Finding(Record):
 
     kind: str
     category: str = Field(description="fallback | calibration | tactics | accuracy | build")
-    severity: Literal["high", "medium", "info"]
+    severity: Severity
     message: str = Field(description="the first occurrence's message")
     lines: tuple[int, ...] = Field(description="1-based line numbers of every occurrence")
     layers: tuple[str, ...] = Field(description="engine layers involved")

@@ -1,8 +1,14 @@
-"""Every finding kind the parser emits, with its category: what suite gates may name."""
+"""Every finding kind the parser emits, with its category: what suite gates may name; and the severities
+of build-log and lint findings."""
 
 from __future__ import annotations
 
 import fnmatch
+from typing import Literal
+
+Severity = Literal["high", "medium", "info"]
+SEVERITIES: tuple[Severity, ...] = ("high", "medium", "info")  # most severe first
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 CATEGORIES = ("fallback", "calibration", "tactics", "accuracy", "build")
 

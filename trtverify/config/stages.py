@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from trtverify.config.checks import Check
+from trtverify.config.findings import Severity
 from trtverify.config.registry import TASKS
 from trtverify.config.types import DirPath, FilePath, HookSpec, Name, Strict, suffix
 
@@ -247,7 +248,7 @@ class BuildlogStage(Strict):
         description="categories (fallback, calibration, tactics, accuracy, build), kinds or kind globs that fail "
         "the stage",
     )
-    fail_severity: list[Literal["high", "medium", "info"]] = Field(
+    fail_severity: list[Severity] = Field(
         default_factory=lambda: ["high", "medium"], description="severities that fail_on counts"
     )
     max: dict[str, int] = Field(

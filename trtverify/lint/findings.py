@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
+from trtverify.config.findings import Severity
 from trtverify.record import Record
-
-SEVERITY_RANK = {"high": 0, "medium": 1, "info": 2}
 
 
 class LintFinding(Record):
     """One place where the build is likely to change the numbers, said so a user can act on it."""
 
     kind: str
-    severity: Literal["high", "medium", "info"]
+    severity: Severity
     node: str | None = Field(description="consuming (constants) or producing (activations) ONNX node")
     op_type: str | None
     tensor: str | None

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trtverify.config.findings import SEVERITY_RANK
 from trtverify.errors import UsageError, unknown
-from trtverify.lint.findings import SEVERITY_RANK, LintFinding
+from trtverify.lint.findings import LintFinding
 from trtverify.lint.graph_rules import activation_findings, coverage_findings, structure_findings
 from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types
 from trtverify.lint.weights import initializer_findings, qdq_param_findings, quantized_weight_findings
@@ -68,9 +69,6 @@ def target_precision(model: ModelLike) -> str:
     if onnx.TensorProto.BFLOAT16 in types:
         return "bf16"
     return "fp32"
-
-
-# --- graph index --------------------------------------------------------------------------
 
 
 def lint_candidate(

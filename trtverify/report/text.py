@@ -6,6 +6,7 @@ from pathlib import Path
 
 from trtverify.buildlog.diff import BuildDiff
 from trtverify.buildlog.parser import BuildLog
+from trtverify.config.findings import SEVERITIES
 from trtverify.report.format import fmt
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
@@ -90,7 +91,7 @@ def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes:
     ]
     if parsed.options:
         out.append("options: " + ", ".join(f"{k}={v}" for k, v in parsed.options.items()))
-    for sev in ("high", "medium", "info"):
+    for sev in SEVERITIES:
         found = [f for f in parsed.findings if f.severity == sev]
         if found:
             out.append(f"{sev}:")
