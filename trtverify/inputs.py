@@ -92,8 +92,8 @@ def _from_file(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
                     raise UsageError(
                         f"{path}: array '{key}' cannot be read without pickle ({exc}); store plain numeric arrays"
                     ) from exc
-    rows = {len(arr) if arr.ndim else 0 for arr, _ in columns.values()}
     rows_per_array = {n: (a.shape[0] if a.ndim else 0) for n, (a, _) in columns.items()}
+    rows = set(rows_per_array.values())
     if len(rows) != 1 or 0 in rows:
         raise UsageError(f"{path}: the arrays must share a non-empty first axis (rows per array: {rows_per_array})")
     total = rows.pop()

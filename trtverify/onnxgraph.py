@@ -176,7 +176,3 @@ def _subgraph_reads(node: Any, live: set[str]) -> bool:
             if any(i in live for i in sn.input):
                 return True
     return False
-
-
-def has_subgraph(node: Any) -> bool:
-    return bool(subgraphs(node))

@@ -85,5 +85,4 @@ OutPath = Annotated[Path, AfterValidator(_resolved)]
 HookSpec = Annotated[str, AfterValidator(_hook)]
 Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
-DTYPES = ("float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool")
 DType = Literal["float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool"]

@@ -47,7 +47,8 @@ META_INPUTS: dict[str, frozenset[int]] = {
     "Upsample": frozenset({1}),
     "NonMaxSuppression": frozenset({3, 4}),
 }
-QLINEAR_OPS = frozenset({"QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", "DynamicQuantizeLinear"})
+# integer-arithmetic quantised ops (QOperator format); the Q/DQ ops are onnxgraph.QDQ_OPS
+QLINEAR_OPS = frozenset({"QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"})
 
 
 def onnx_types(*names: str) -> frozenset[int]:

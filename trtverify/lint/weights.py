@@ -35,13 +35,25 @@ def _range_key(dtype_key: str | None, has_data_use: bool, target: str) -> tuple[
     return None, False, False  # fp32 target
 
 
-def _constant_findings(
-    g: GraphIndex, name: str, arr: np.ndarray, stored: str, narrow_key: str | None, target: str
-) -> Found:
-    """One constant: one finding per problem (not per consumer), placed at its first consumer in graph order."""
-    uses = [
+def _weight_uses(g: GraphIndex, name: str) -> list[tuple[int, int]]:
+    """The (node, input position) reads of a constant as data or as quantised data (-1: inside a subgraph);
+    none for Q/DQ scales (checked apart), shape-like inputs or an unused constant."""
+    return [
         (n, i) for n, i in g.consumers.get(name, []) if i < 0 or role(g.nodes[n].op_type, i) in ("data", "quantized")
     ]
+
+
+def _constant_findings(
+    g: GraphIndex,
+    name: str,
+    uses: list[tuple[int, int]],
+    arr: np.ndarray,
+    stored: str,
+    narrow_key: str | None,
+    target: str,
+) -> Found:
+    """One constant (read at `uses`): one finding per problem (not per consumer), placed at its first
+    consumer in graph order."""
     data_uses = [(n, i) for n, i in uses if i < 0 or role(g.nodes[n].op_type, i) == "data"]
     key, converted, fallback = _range_key(narrow_key, bool(data_uses), target)
     rng = RANGES[key] if key else None
@@ -124,13 +136,14 @@ def initializer_findings(g: GraphIndex, target: str) -> tuple[Found, list[str]]:
     for name, t in g.constants.items():
         if t.data_type not in stored_name:
             continue  # integers, strings, float8 (already-quantised data behind a DequantizeLinear)
-        if not any(i < 0 or role(g.nodes[n].op_type, i) in ("data", "quantized") for n, i in g.consumers.get(name, [])):
+        uses = _weight_uses(g, name)
+        if not uses:
             continue  # unused, Q/DQ scales (checked apart), or shape-like inputs
         arr = values_of(t)
         if arr is None:
             unread.append(name)
             continue
-        found += _constant_findings(g, name, arr, stored_name[t.data_type], narrow.get(t.data_type), target)
+        found += _constant_findings(g, name, uses, arr, stored_name[t.data_type], narrow.get(t.data_type), target)
     return found, unread
 
 
@@ -185,10 +198,6 @@ def qdq_param_findings(g: GraphIndex) -> tuple[Found, list[str]]:
                     (
                         f"{node.op_type} '{g.label(idx)}' uses zero point '{name}' with {bad} of {v.size} "
                         "values not 0; "
-                        ""
-                        ""
-                        ""
-                        ""
                         "TensorRT supports only symmetric quantisation and refuses to build it."
                     ),
                 )

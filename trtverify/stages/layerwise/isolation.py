@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trtverify.onnxgraph import GraphIndex, has_subgraph
+from trtverify.onnxgraph import GraphIndex
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def isolation_groups(
             if idx in members:
                 continue
             node = cand.nodes[idx]
-            if has_subgraph(node):
+            if idx in cand.subgraph_nodes:
                 ok = False
                 skipped[t] = f"{node.op_type} has subgraphs: not isolated"
                 break
@@ -71,9 +71,7 @@ def isolation_groups(
             continue
         node = cand.nodes[p.index]
         outs = tuple(o for o in node.output if o in reference_tensors)
-        groups[p.index] = Group(
-            node.name or f"{node.op_type}_{p.index}", tuple(sorted(members)), tuple(sorted(boundary)), outs
-        )
+        groups[p.index] = Group(cand.label(p.index), tuple(sorted(members)), tuple(sorted(boundary)), outs)
     return list(groups.values()), skipped
 
 
