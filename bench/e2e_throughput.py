@@ -44,14 +44,15 @@ from trtverify.tasks.batches import batches, make_preprocess  # noqa: E402
 
 
 def preload(loaded) -> tuple:
-    """(reader, every batch, CPU seconds of reading and preprocessing them), serially in this thread
-    (opening the dataset is not counted: the stage does it before its loop too)."""
+    """(the task, every batch, CPU seconds of reading and preprocessing them), serially in this thread
+    (opening the task and its dataset is not counted: the stage does it before its loop too)."""
     cfg = loaded.suite.stages.e2e
-    reader = open_task(loaded).reader
+    task = open_task(loaded)
+    reader = task.reader
     pre = make_preprocess(cfg.preprocess, loaded.search_path)
     t0 = time.process_time()
     data = list(batches(reader, range(len(reader)), cfg.batch_size, pre, 0))
-    return reader, data, time.process_time() - t0
+    return task, data, time.process_time() - t0
 
 
 def raw_inference(loaded, spinning: bool | None = None) -> float:
@@ -89,13 +90,12 @@ def extra_cpu(loaded) -> tuple[float, float]:
     model's outputs (the reference's; the stage does this once per model)."""
     suite = loaded.suite
     cfg = suite.stages.e2e
-    reader, data, read = preload(loaded)
+    task, data, read = preload(loaded)
     m = OnnxRuntimeBackend(Path(suite.models.reference), suite.backends.onnxruntime)
     m.load()
     name = cfg.preprocess.input or m.inputs()[0].name
     outputs = [m.infer({name: b.inputs}) for b in data]
     m.close()
-    task = open_task(loaded)
     acc = task.accumulator()
     t0 = time.process_time()
     for out, b in zip(outputs, data):  # what the stage's post-processing thread does per batch
