@@ -55,7 +55,7 @@ def test_layerwise_command_without_a_suite(tmp_path: Path):
         str(out),
     )
     assert r.code == 0, r.out + r.err
-    assert "fashion_cnn_fp16: 15 tensors compared; no divergence" in r.out
+    assert "fashion_cnn_fp16 (fp16, checks: default for fp16): 15 tensors compared; no divergence" in r.out
     res = json.loads((out / "results.json").read_text())
     stage = res["stages"][0]
     assert stage["name"] == "layerwise" and stage["samples"] == 3 and len(stage["candidates"][0]["rows"]) == 15

@@ -55,7 +55,7 @@ def test_scaled_conv_in_the_demo_model_fails_naming_the_output(tmp_path: Path, d
     scale_first_conv(model, model, 1.01)
     r = run_cli("run", str(demo_copy), "--out", str(tmp_path / "out"), block=("torch",))
     assert r.code == 1, r.out + r.err
-    assert "FAIL logits: rel_l2" in r.out
+    assert "FAIL rel_l2 <= 1e-05 at logits (worst sample " in r.out
 
 
 def test_deleted_demo_model_is_exit_2(tmp_path: Path, demo_copy: Path):

@@ -402,7 +402,7 @@ def test_findings_sorted_by_severity_then_graph_order_and_serialisable():
     ]
     for f in findings:
         d = json.loads(json.dumps(f.dump()))
-        assert set(d) == {"kind", "severity", "node", "op_type", "tensor", "message", "count", "detail"}
+        assert set(d) == {"kind", "severity", "node", "op_type", "tensor", "message", "count", "detail", "tensorrt"}
         assert LintFinding.model_validate(d) == f  # read back from results.json as it was written
     with pytest.raises(ValidationError, match="frozen"):
         findings[0].count = 2

@@ -76,6 +76,7 @@ def layerwise_suite(
     checks: list[str],
     memory_budget: float | None,
     root_causes: int | None,
+    fail_on_lint: Sequence[str] = (),
 ) -> Path:
     """Write `out/suite.yaml` for a layerwise comparison and return its path."""
     reference = reference.resolve()
@@ -100,6 +101,8 @@ def layerwise_suite(
         stage["memory_budget_mb"] = memory_budget
     if root_causes is not None:
         stage["root_causes"] = root_causes
+    if fail_on_lint:
+        stage["lint"] = {"fail_on": list(fail_on_lint)}
     suite: dict[str, Any] = {
         "name": re.sub(r"[^A-Za-z0-9_.-]", "_", f"layerwise-{reference.stem}"),
         "description": "made by `trtverify layerwise`",

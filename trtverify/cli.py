@@ -282,7 +282,14 @@ def merge(
     "checks",
     multiple=True,
     metavar="METRIC<=X|METRIC>=X",
-    help="Check for every tensor (repeatable) [default: rel_l2<=0.01, cosine>=0.999].",
+    help="Check for every tensor (repeatable) [default: by the candidate's precision, docs/stages/layerwise.md].",
+)
+@click.option(
+    "--fail-on-lint",
+    "fail_on_lint",
+    multiple=True,
+    metavar="SEVERITY|KIND",
+    help="Fail on lint findings of this severity (high, medium, info) or kind (repeatable) [default: none].",
 )
 @click.option(
     "--memory-budget", type=float, metavar="MB", help="Bound on intermediates held in memory [default: 2048]."
@@ -305,6 +312,7 @@ def layerwise(
     backend: str,
     precisions: tuple[str, ...],
     checks: tuple[str, ...],
+    fail_on_lint: tuple[str, ...],
     memory_budget: float | None,
     root_causes: int | None,
     out_dir: Path | None,
@@ -330,6 +338,7 @@ def layerwise(
         backend=backend,
         precisions=list(precisions),
         checks=list(checks),
+        fail_on_lint=list(fail_on_lint),
         memory_budget=memory_budget,
         root_causes=root_causes,
     )

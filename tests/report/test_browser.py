@@ -228,8 +228,11 @@ def test_failing_run_marks_first_divergence_and_root_causes(browser: Any, failin
     fd = cand["first_divergence"]
     open_report(browser, failing_run / "report.html")
     assert browser.execute_script("return document.querySelector('.verdict .big').textContent") == "FAILED"
-    causes = browser.find_element("css selector", "ul.causes").text
+    causes = browser.find_element("css selector", "ul.causes[aria-label='why']").text
     assert f"first divergence {fd['tensor']}" in causes and f"root cause #1 {FAULT}" in causes
+    # the planted fault changed the Conv's weights: the lint against the reference says so, in the header
+    lint = browser.find_element("css selector", "ul.lint-verdict").text
+    assert f"constant_changed ×1, first at {FAULT}" in lint
 
     state = chart_state(browser, "lw-chart-0-0")
     kinds = state["kinds"]

@@ -106,7 +106,7 @@ def test_conv_scaled_by_1_01_fails_and_names_the_output(tiny_suite: Path, tmp_pa
     scale_first_conv(tiny_suite.parent / "tiny.onnx", tiny_suite.parent / "tiny.onnx", 1.01)
     r = run_cli("run", str(tiny_suite), "--out", str(tmp_path / "o"))
     assert r.code == 1, r.out + r.err
-    assert "FAIL logits: rel_l2 <= 0.0001" in r.out and "FAILED: suite 'tiny'" in r.out
+    assert "FAIL rel_l2 <= 0.0001 at logits (worst sample " in r.out and "FAILED: suite 'tiny'" in r.out
     res = results(tmp_path / "o")
     failed = [c for c in res["stages"][0]["checks"] if not c["passed"]]
     assert failed and all(c["tensor"] == "logits" for c in failed)
@@ -147,7 +147,12 @@ def test_unmatched_outputs_fail_unless_ignored_and_rename_pairs(tiny_dir: Path, 
     assert r.code == 1
     stage = results(tmp_path / "a")["stages"][0]
     assert stage["pairing"]["reference_only"] == ["out"] and stage["pairing"]["candidate_only"] == ["logits"]
-    unmatched = next(c for c in stage["checks"] if c["name"] == "unmatched outputs")
+    unmatched = next(c for c in stage["checks"] if c["metric"] == "unmatched")
+    # the failure names them and the rename that would pair them
+    assert unmatched["name"] == (
+        "unmatched outputs (PyTorch only: out; ONNX only: logits; "
+        "pair them with stages.framework.rename: {out: logits})"
+    )
     assert not unmatched["passed"] and unmatched["detail"] == {"pytorch_only": ["out"], "onnx_only": ["logits"]}
     fixed = base.replace("  framework:\n", "  framework:\n    rename: {out: logits}\n")
     r = run_cli("run", str(write_suite(tiny_dir, fixed)), "--out", str(tmp_path / "b"))

@@ -196,10 +196,13 @@ def test_chunked_path_equals_one_shot(tmp_path: Path):
     assert a["root_causes"] == b["root_causes"]
 
 
-def test_zero_pairs_fails(tmp_path: Path):
-    model = onnx.load(str(DEMO / "fashion_cnn_fp32.onnx"))
+def rename_outputs(src: Path, dst: Path, nodes_too: bool) -> None:
+    """Every tensor but logits renamed x_<name> (and every node, with `nodes_too`)."""
+    model = onnx.load(str(src))
     rename = {}
     for n in model.graph.node:
+        if nodes_too:
+            n.name = "x_" + n.name
         for i, o in enumerate(n.output):
             if o != "logits":
                 rename[o] = "x_" + o
@@ -207,13 +210,30 @@ def test_zero_pairs_fails(tmp_path: Path):
         for i, x in enumerate(n.input):
             n.input[i] = rename.get(x, x)
     model.graph.output[0].name = "logits"
-    onnx.save(model, str(tmp_path / "renamed.onnx"))
+    onnx.save(model, str(dst))
+
+
+def test_zero_pairs_fails(tmp_path: Path):
+    rename_outputs(DEMO / "fashion_cnn_fp32.onnx", tmp_path / "renamed.onnx", nodes_too=True)
     text = suite_text(str(DEMO / "fashion_cnn_fp32.onnx"), {"r": "renamed.onnx"}, CNN_INPUTS, "    ignore: [logits]\n")
     stage = run_layerwise(tmp_path, text)
     cand = stage["candidates"][0]
     assert stage["status"] == "failed" and cand["rows"] == []
-    assert len(cand["unmatched"]["reference_only"]) == 14 and len(cand["unmatched"]["candidate_only"]["renamed"]) == 14
+    assert len(cand["unmatched"]["reference_only"]) == 14 and len(cand["unmatched"]["candidate_only"]["other"]) == 14
     assert next(c for c in stage["checks"] if c["name"] == "r: tensors compared")["passed"] is False
+
+
+def test_renamed_outputs_pair_through_their_node(tmp_path: Path):
+    """A converter that renames outputs but keeps node names: each tensor pairs with the same node's output."""
+    rename_outputs(DEMO / "fashion_cnn_fp32.onnx", tmp_path / "renamed.onnx", nodes_too=False)
+    text = suite_text(str(DEMO / "fashion_cnn_fp32.onnx"), {"r": "renamed.onnx"}, CNN_INPUTS)
+    stage = run_layerwise(tmp_path, text)
+    cand = stage["candidates"][0]
+    assert stage["status"] == "passed" and len(cand["rows"]) == 15
+    renamed = [r for r in cand["rows"] if r["tensor"] != "logits"]
+    assert all(r["pairing"]["how"] == "renamed_output" and r["candidate_tensor"] == "x_" + r["tensor"] for r in renamed)
+    assert all(r["metrics"]["max_abs"] == 0 for r in cand["rows"])
+    assert not cand["unmatched"]["reference_only"] and not any(cand["unmatched"]["candidate_only"].values())
 
 
 def test_demo_suite_layerwise_reports_both_candidates(tmp_path: Path):

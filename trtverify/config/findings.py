@@ -44,6 +44,29 @@ KINDS: dict[str, str] = {
 }
 
 
+# every kind the precision lint emits (trtverify.lint), with whether TensorRT itself is the reason
+LINT_KINDS: dict[str, bool] = {
+    "nonfinite_initializer": False,
+    "initializer_overflow": False,
+    "initializer_underflow": False,
+    "initializer_subnormal": False,
+    "weight_saturation": False,
+    "weight_underflow": False,
+    "constant_saturated": False,
+    "constant_flushed": False,
+    "constant_changed": False,
+    "activation_overflow": False,
+    "activation_saturation": False,
+    "activation_close_to_range": False,
+    "activation_unknown": False,
+    "qdq_uncovered": True,
+    "qdq_invalid_scale": False,
+    "qdq_nonzero_zero_point": True,
+    "subgraph_skipped": False,
+    "external_data_not_loaded": False,
+}
+
+
 def selects(name: str, kind: str, category: str) -> bool:
     """A gate name selects a finding by category, exact kind, or a glob over kinds (fp16_weights_*)."""
     return name == category or fnmatch.fnmatchcase(kind, name)

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 
 from trtverify.config.backends import Backends
 from trtverify.config.registry import BACKENDS
-from trtverify.config.stages import Stages
+from trtverify.config.stages import CandidatePrecision, Stages
 from trtverify.config.types import DirPath, DType, FilePath, HookSpec, Name, OnnxPath, OutPath, Strict, suffix
 from trtverify.errors import unknown
 
@@ -58,6 +58,11 @@ class Candidate(Strict):
         description=f"one of: {', '.join(e.name for e in BACKENDS.entries() if e.runs_candidates)}",
     )
     description: str | None = Field(default=None, description="free text, shown in the report")
+    precision: CandidatePrecision | None = Field(
+        default=None,
+        description="what the candidate runs in, for the layerwise default checks (default: read from the graph's "
+        "types and Q/DQ nodes, and the TensorRT precision flags)",
+    )
 
     @field_validator("backend")
     @classmethod
@@ -81,7 +86,7 @@ class Models(Strict):
     pytorch: PyTorchModel | None = Field(default=None, description="the PyTorch model (stage framework)")
     candidates: dict[
         Name, Annotated[Candidate, BeforeValidator(_candidate_shorthand, json_schema_input_type=str | Candidate)]
-    ] = Field(default_factory=dict, description="name -> ONNX path, or {path, backend, description}")
+    ] = Field(default_factory=dict, description="name -> ONNX path, or {path, backend, description, precision}")
 
 
 class GeneratedInput(Strict):

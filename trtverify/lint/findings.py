@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.config.findings import Severity
+from trtverify.config.findings import LINT_KINDS, Severity
 from trtverify.record import Record
 
 
@@ -21,6 +21,7 @@ class LintFinding(Record):
     message: str = Field(description="one sentence with the numbers")
     count: int = Field(default=1, description="elements affected (constants), or 1")
     detail: dict[str, Any] = Field(default_factory=dict)
+    tensorrt: bool = Field(default=False, description="TensorRT itself is why: ONNX Runtime runs the model as is")
 
 
 Found = list[tuple[int, LintFinding]]  # (graph position, finding)
@@ -28,5 +29,5 @@ Found = list[tuple[int, LintFinding]]  # (graph position, finding)
 
 def at(position: int, kind: str, severity: str, message: str, **fields: Any) -> tuple[int, LintFinding]:
     """A finding placed at a graph position (for sorting); `fields`: node, op_type, tensor, count, detail."""
-    full = {"node": None, "op_type": None, "tensor": None, **fields}
+    full = {"node": None, "op_type": None, "tensor": None, "tensorrt": LINT_KINDS.get(kind, False), **fields}
     return position, LintFinding(kind=kind, severity=severity, message=message, **full)

@@ -20,6 +20,7 @@ from trtverify.errors import UsageError, unknown
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.graph_rules import activation_findings, coverage_findings, structure_findings
 from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types
+from trtverify.lint.reference_constants import reference_constant_findings
 from trtverify.lint.weights import initializer_findings, qdq_param_findings, quantized_weight_findings
 from trtverify.onnxgraph import QDQ_OPS, GraphIndex
 from trtverify.onnxinfo import load_onnx
@@ -76,10 +77,13 @@ def lint_candidate(
     *,
     target: str | None = None,
     activation_max: Mapping[str, float] | None = None,
+    reference: ModelLike | None = None,
 ) -> list[LintFinding]:
     """Precision findings of `model` (an onnx.ModelProto or a path) built for `target` (auto-detected when None).
 
     `activation_max`: tensor name -> largest |x| seen when running the FP32 reference.
+    `reference`: the FP32 model the candidate was converted from; every candidate constant is compared with its
+    counterpart there (a converter that clipped a value to the type's range leaves it looking in range).
     Only the main graph is inspected; If/Loop/Scan bodies are reported once as skipped.
     """
     m = _as_model(model, weights=True)
@@ -97,5 +101,7 @@ def lint_candidate(
     if activation_max:
         found += activation_findings(g, target, activation_max)
     found += structure_findings(g, unread + unread_q)
+    if reference is not None:
+        found += reference_constant_findings(GraphIndex.from_model(_as_model(reference, weights=True)), g)
     found.sort(key=lambda pf: (SEVERITY_RANK[pf[1].severity], pf[0], pf[1].kind, pf[1].tensor or ""))
     return [f for _, f in found]

@@ -17,6 +17,7 @@ from markupsafe import Markup
 from trtverify.fsutil import atomic_write_text
 from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
 from trtverify.report.links import Link, build_links, layer_id, row_id
+from trtverify.report.text import cause_text, divergence_text, high_lint
 from trtverify.results.models import Results
 from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row, SuspectHistogram
 
@@ -204,6 +205,8 @@ def render(results: Results) -> str:
     env.filters["brk"] = breakable
     env.filters["metric"] = lambda value, name: fmt_metric(name, value)
     env.filters["fields"] = _fields
+    env.filters["cause"] = cause_text
+    env.filters["divergence"] = divergence_text
     stages = results.stages
     to_rows, to_layers = build_links(stages)
     layerwise = {
@@ -218,6 +221,7 @@ def render(results: Results) -> str:
         to_rows=to_rows,
         layer_id=layer_id,
         row_id=row_id,
+        high_lint=high_lint(results),
         chart_js=Markup(chart_js()),
     )
 

@@ -3,17 +3,43 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from trtverify.buildlog.diff import BuildDiff
 from trtverify.buildlog.parser import BuildLog
+from trtverify.compare.checks import CheckResult
+from trtverify.config.checks import METRICS
 from trtverify.config.findings import SEVERITIES
+from trtverify.lint.findings import LintFinding
 from trtverify.report.format import fmt
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
 from trtverify.stages.e2e.models import E2EResult
-from trtverify.stages.layerwise.models import LayerwiseResult
+from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseResult, RootCause
 
 MAX_FAILED = 20
+
+
+def divergence_text(fd: FirstDivergence) -> str:
+    what = (
+        f"{fd.nonfinite_mismatch} non-finite values where the reference's are finite"
+        if fd.nonfinite_mismatch
+        else f"rel_l2 {fmt(fd.metrics.get('rel_l2'))}"
+    )
+    return f"first divergence {fd.tensor} ({fd.op_type} {fd.node}, {what})"
+
+
+def cause_text(rc: RootCause, method: str) -> str:
+    kind = "local" if method == "isolate" else "added"
+    if rc.nonfinite and rc.inputs_nonfinite:
+        what = f"non-finite: its input {', '.join(rc.inputs_nonfinite)} overflows the candidate's type"
+    elif rc.nonfinite:
+        what = f"non-finite in {rc.nonfinite} values where the reference's are finite"
+    else:
+        what = f"{kind} rel_l2 {fmt(rc.score)}"
+    note = rc.pairing
+    also = f"; computes {rc.tensor}: {note.why}" if note is not None and note.candidate_node else ""
+    return f"{rc.node} ({rc.op_type}{also}), {what}"
 
 
 def _layerwise(s: LayerwiseResult) -> list[str]:
@@ -21,17 +47,64 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
     for cand in s.candidates or []:
         fd = cand.first_divergence
         rc = cand.root_causes[0] if cand.root_causes else None
-        line = f"          {cand.name}: {len(cand.rows)} tensors compared; "
-        if fd is not None:
-            line += f"first divergence {fd.tensor} ({fd.op_type} {fd.node}, rel_l2 {fmt(fd.metrics.get('rel_l2'))})"
-        else:
-            line += "no divergence"
+        compared = sum(1 for row in cand.rows if row.not_comparable is None)
+        line = f"          {cand.name} ({cand.precision}, checks: {cand.checks_source}): {compared} tensors compared; "
+        line += divergence_text(fd) if fd is not None else "no divergence"
+        rewritten = len(cand.rows) - compared
+        if rewritten:
+            line += f"; {rewritten} rewritten by the converter, not comparable"
         out.append(line)
         if rc is not None:
-            kind = "local" if cand.root_cause_method == "isolate" else "added"
             label = "root cause #1" if fd is not None else "largest own error"
-            out.append(f"          {cand.name}: {label} {rc.node} ({rc.op_type}), {kind} rel_l2 {fmt(rc.score)}")
+            out.append(f"          {cand.name}: {label} {cause_text(rc, cand.root_cause_method)}")
     return out
+
+
+class HighLint(NamedTuple):
+    candidate: str
+    kind: str
+    count: int
+    where: str | None
+    message: str
+    tensorrt: bool
+
+
+def high_lint(results: Results) -> list[HighLint]:
+    """High lint findings of every layerwise candidate, one entry per kind: count, first node, its message."""
+    out = []
+    for s in results.stages:
+        if not isinstance(s, LayerwiseResult):
+            continue
+        for cand in s.candidates or []:
+            kinds: dict[str, list[LintFinding]] = {}
+            for f in cand.lint:
+                if f.severity == "high":
+                    kinds.setdefault(f.kind, []).append(f)
+            for kind, fs in kinds.items():
+                first = fs[0]
+                out.append(
+                    HighLint(cand.name, kind, len(fs), first.node or first.tensor, first.message, first.tensorrt)
+                )
+    return out
+
+
+def lint_lines(results: Results) -> list[str]:
+    """The verdict's lint lines: kind, count, first node of each high finding kind."""
+    return [
+        f"lint {h.candidate}: {h.kind}{' (TensorRT)' if h.tensorrt else ''} x{h.count}, first at {h.where}: {h.message}"
+        for h in high_lint(results)
+    ]
+
+
+def fail_line(c: CheckResult) -> str:
+    """`FAIL int8: rel_l2 <= 0.01 at /layer3/Conv_output_0 (worst sample 2): 2.09` for checks on tensors."""
+    if c.tensor is not None and c.threshold is not None and c.metric in METRICS:
+        who = f"{c.candidate}: " if c.candidate else ""
+        sample = f" (worst sample {c.worst_sample})" if c.worst_sample is not None else ""
+        failing = c.detail.get("tensors_failed")
+        more = f" [{failing} of {c.detail.get('tensors')} tensors fail]" if failing and failing > 1 else ""
+        return f"FAIL {who}{c.metric} {c.op} {c.threshold:g} at {c.tensor}{sample}: {fmt(c.value)}{more}"
+    return f"FAIL {c.name}: {fmt(c.value)} (limit {c.op} {fmt(c.threshold)})"
 
 
 def _e2e(s: E2EResult) -> list[str]:
@@ -63,7 +136,7 @@ def stage_lines(s: StageResult) -> list[str]:
     if isinstance(s, E2EResult):
         out += _e2e(s)
     for c in failed[:MAX_FAILED]:
-        out.append(f"          FAIL {c.name}: {fmt(c.value)} (limit {c.op} {fmt(c.threshold)})")
+        out.append(f"          {fail_line(c)}")
     if len(failed) > MAX_FAILED:
         out.append(f"          ... and {len(failed) - MAX_FAILED} more failed checks (see results.json)")
     if s.error is not None:
@@ -81,7 +154,7 @@ def verdict(results: Results) -> str:
 def run_summary(results: Results, quiet: bool = False) -> list[str]:
     """One block per stage (unless quiet), then the verdict line."""
     out = [] if quiet else [line for s in results.stages for line in stage_lines(s)]
-    return [*out, verdict(results)]
+    return [*out, *lint_lines(results), verdict(results)]
 
 
 def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes: BuildDiff | None) -> list[str]:

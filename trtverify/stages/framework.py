@@ -20,7 +20,7 @@ from trtverify.backends.base import Backend
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.backends.torch import TorchBackend
 from trtverify.compare.checks import CheckResult, TensorSummary, evaluate, limit_check, run_comparisons
-from trtverify.compare.pairing import PairingRecord, pair_names
+from trtverify.compare.pairing import Pairing, PairingRecord, pair_names
 from trtverify.errors import MissingDependency
 from trtverify.fsutil import sha256_file
 from trtverify.record import Record, optional
@@ -164,6 +164,22 @@ def _pytorch_outputs(
     return outs, FrameworkReference(**where, source="pytorch", saved=saved)
 
 
+def _unmatched_label(pairing: Pairing) -> str:
+    """'unmatched outputs', naming them and the rename that would pair them where there are any."""
+    ref_only, cand_only = pairing.reference_only, pairing.candidate_only
+    if not ref_only and not cand_only:
+        return "unmatched outputs"
+    parts = []
+    if ref_only:
+        parts.append("PyTorch only: " + ", ".join(ref_only))
+    if cand_only:
+        parts.append("ONNX only: " + ", ".join(cand_only))
+    if ref_only and cand_only:
+        pairs = ", ".join(f"{r}: {c}" for r, c in zip(ref_only, cand_only))
+        parts.append(f"pair them with stages.framework.rename: {{{pairs}}}")
+    return f"unmatched outputs ({'; '.join(parts)})"
+
+
 def run(ctx: StageContext) -> FrameworkResult:
     suite = ctx.loaded.suite
     cfg = suite.stages.framework
@@ -196,7 +212,7 @@ def run(ctx: StageContext) -> FrameworkResult:
     ]
     unmatched = pairing.reference_only + pairing.candidate_only
     detail = {"pytorch_only": pairing.reference_only, "onnx_only": pairing.candidate_only} if unmatched else {}
-    checks.append(limit_check("unmatched outputs", NAME, "unmatched", len(unmatched), 0, "<=", detail=detail))
+    checks.append(limit_check(_unmatched_label(pairing), NAME, "unmatched", len(unmatched), 0, "<=", detail=detail))
     if pairing.bad_renames:
         bad = {"unknown": pairing.bad_renames}
         checks.append(

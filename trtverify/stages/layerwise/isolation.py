@@ -32,6 +32,8 @@ def isolation_groups(
     """
     groups: dict[int, Group] = {}
     skipped: dict[str, str] = {}
+    wanted = list(wanted)
+    wanted_set = set(wanted)
     ref_or_input = set(reference_tensors) | set(cand.inputs)
     for t in wanted:
         p = cand.producers.get(t)
@@ -70,7 +72,7 @@ def isolation_groups(
         if not ok:
             continue
         node = cand.nodes[p.index]
-        outs = tuple(o for o in node.output if o in reference_tensors)
+        outs = tuple(o for o in node.output if o in wanted_set)
         groups[p.index] = Group(cand.label(p.index), tuple(sorted(members)), tuple(sorted(boundary)), outs)
     return list(groups.values()), skipped
 

@@ -16,7 +16,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,15 @@ KEY_METRICS = ("rel_l2", "cosine", "max_abs", "sqnr", "mean_abs", "max_rel")
 BackendFor = Callable[[Path, Callable[[int], dict[str, np.ndarray]]], Backend]
 
 
+@dataclass(frozen=True)
+class Local:
+    """A node's own error, on the reference's inputs."""
+
+    metrics: dict[str, float]  # worst over samples, over positions finite on both sides
+    nonfinite: int  # positions non-finite in isolation where the reference is finite (or the other way round)
+    inputs_nonfinite: list[str]  # its reference inputs that are not finite in the candidate's type (overflow)
+
+
 @dataclass
 class Evidence:
     """What the candidate's comparison found, for the strategies to rank."""
@@ -49,6 +58,7 @@ class Evidence:
     errors: dict[str, float]  # reference tensor -> worst rel_l2
     observed: dict[str, np.dtype]  # candidate tensor -> dtype it came back in
     checks_for: Callable[[str], Sequence[Check]]
+    distinct: set[str] = field(default_factory=set)  # candidate tensors named like a reference tensor, another value
 
 
 def _graph_dtypes(light: LightModel) -> dict[str, int]:
@@ -72,8 +82,8 @@ def isolate(
     timings: dict[str, float],
     label: str,
     only: set[str] | None = None,
-) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
-    """Run candidate node groups on the reference's inputs: {reference tensor: local worst metrics},
+) -> tuple[dict[str, Local], dict[str, str]]:
+    """Run candidate node groups on the reference's inputs: {reference tensor: its own error},
     and the tensors that could not be isolated, with why.
 
     `make_backend(path, feed_for)` runs the generated isolation model: ONNX Runtime for ONNX
@@ -84,16 +94,19 @@ def isolate(
 
     ref, samples = ev.ref, ev.samples
     cand_info = light.info
-    ref_tensors = set(ref.order) | set(ref.graph.inputs)
-    # rename maps reference names to candidate names; isolation works in candidate names
+    # isolation works in candidate names: a group is fed the reference's values at every candidate tensor
+    # that holds a reference value (paired, or same-named and not rewritten), and computes the rest itself
     cand_to_ref = {c: r for r, c in ev.pairs}
+    ref_to_cand = dict(ev.pairs)
     wanted = [c for r, c in ev.pairs if only is None or r in only]
-    known = {cand_to_ref.get(t, t) for t in ref_tensors} | set(cand_to_ref)
+    known = ((set(ref.order) | set(ref.graph.inputs)) - ev.distinct) | set(cand_to_ref)
     groups, skipped = isolation_groups(cand_info, known, wanted)
     declared = _graph_dtypes(light)
     sizes = {g.key: sum(ref.nbytes.get(cand_to_ref.get(o, o), 0) for o in g.outputs) for g in groups}
     by_key = {g.key: g for g in groups}
     out_map: dict[str, str] = {}  # of the open chunk: isolated output -> candidate tensor
+    overflowed: set[str] = set()  # boundary tensors whose reference values are not finite in the candidate's type
+    boundary_of = {o: g.boundary for g in groups for o in g.outputs}
 
     def dtype_of(b: str) -> int:
         if b in ev.observed:
@@ -115,8 +128,11 @@ def isolate(
             out = {}
             for b in boundary:
                 rname = cand_to_ref.get(b, b)
-                value = samples[si][rname] if rname in samples[si] else ref.store.get(si, rname)
-                out[b] = np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(dtypes[b]), copy=False)
+                value = np.asarray(samples[si][rname] if rname in samples[si] else ref.store.get(si, rname))
+                with np.errstate(over="ignore"):  # out-of-range values become inf: recorded just below
+                    out[b] = value.astype(onnx.helper.tensor_dtype_to_np_dtype(dtypes[b]), copy=False)
+                if out[b] is not value and out[b].dtype.kind == "f" and _overflows(value, out[b]):
+                    overflowed.add(b)
             return out
 
         with make_backend(light.save_variant(model), feed_for) as iso:
@@ -126,6 +142,7 @@ def isolate(
         ctx.progress(NAME, done, steps, f"{label}: isolate")
 
     local: dict[str, list[dict[str, float]]] = {}
+    nonfinite: dict[str, int] = {}
     t0 = time.perf_counter()
     chunks = chunks_for([g.key for g in groups], sizes, budget)
     for _chunk, si, outs in stream(chunks, len(samples), open_chunk, progress):
@@ -138,28 +155,53 @@ def isolate(
             except CompareError:
                 continue
             local.setdefault(rname, []).append(c.metrics)
+            nonfinite[rname] = nonfinite.get(rname, 0) + c.nonfinite_mismatch
     timed(timings, f"{label}.isolate_s", time.perf_counter() - t0)
-    return {rname: worst_of(per_sample) for rname, per_sample in local.items()}, skipped
+    out = {}
+    for rname, per_sample in local.items():
+        worst = {k: v for k, v in worst_of(per_sample).items() if v == v}  # NaN: nothing finite to compare
+        inputs = sorted(
+            cand_to_ref.get(b, b) for b in boundary_of.get(ref_to_cand.get(rname, rname), ()) if b in overflowed
+        )
+        out[rname] = Local(worst, nonfinite[rname], inputs)
+    return out, skipped
 
 
-def isolate_ranking(local: dict[str, dict[str, float]], ev: Evidence) -> list[RootCause]:
-    """Suspects by their own (local) error."""
+def _overflows(value: np.ndarray, cast: np.ndarray) -> bool:
+    """Whether casting made finite values non-finite (a reference value out of the candidate type's range)."""
+    if np.isfinite(cast).all():
+        return False
+    return bool(np.any(np.isfinite(value) & ~np.isfinite(cast)))
+
+
+def _suspect(row: Row) -> dict[str, object]:
+    """Who a row blames: the candidate node computing it (where a rewrite moved the work), else the reference's."""
+    note = row.pairing
+    if note is not None and note.candidate_node is not None:
+        return {"node": note.candidate_node, "op_type": note.candidate_op_type, "pairing": note}
+    return {"node": row.node, "op_type": row.op_type, "pairing": note}
+
+
+def isolate_ranking(local: dict[str, Local], ev: Evidence) -> list[RootCause]:
+    """Suspects by their own (local) error; a non-finite output where the reference is finite scores +inf."""
     by_tensor = {row.tensor: row for row in ev.rows}
     out = []
-    for r, m in local.items():
+    for r, own in local.items():
         row = by_tensor.get(r)
         if row is None:
             continue
+        m = own.metrics
         checks = ev.checks_for(row.candidate_tensor or r)
-        exceeds = any(not ch.passes(m.get(ch.metric, math.nan)) for ch in checks if ch.metric in m)
+        exceeds = own.nonfinite > 0 or any(not ch.passes(m[ch.metric]) for ch in checks if ch.metric in m)
         out.append(
             RootCause(
-                node=row.node,
-                op_type=row.op_type,
+                **_suspect(row),  # type: ignore[arg-type]
                 tensor=r,
                 topo_index=row.topo_index,
-                score=m.get("rel_l2", math.nan),
+                score=math.inf if own.nonfinite else m.get("rel_l2", 0.0),
                 local={k: m[k] for k in KEY_METRICS if k in m},
+                nonfinite=own.nonfinite or None,
+                inputs_nonfinite=own.inputs_nonfinite or None,
                 inherited_rel_l2=ev.ref.inputs_error(r, ev.errors),
                 output_rel_l2=ev.errors.get(r),
                 exceeds_checks=exceeds,
@@ -169,24 +211,38 @@ def isolate_ranking(local: dict[str, dict[str, float]], ev: Evidence) -> list[Ro
 
 
 def amplification_ranking(ev: Evidence) -> list[RootCause]:
-    """Suspects by the error each layer adds to the largest error of its inputs."""
+    """Suspects by the error each layer adds to the largest error of its inputs; a layer whose output turns
+    non-finite from finite inputs scores +inf, one that inherits non-finite inputs scores 0."""
+    by_tensor = {row.tensor: row for row in ev.rows}
     out = []
     for row in ev.rows:
+        if row.not_comparable is not None:
+            continue
         out_err = ev.errors.get(row.tensor, math.nan)
         in_err = ev.ref.inputs_error(row.tensor, ev.errors)
-        if out_err != out_err:
+        bad_inputs = [t for t in ev.ref.input_tensors(row.tensor) if t in by_tensor and by_tensor[t].nonfinite_mismatch]
+        fields: dict[str, object] = {}
+        if row.nonfinite_mismatch:
+            score = 0.0 if bad_inputs else math.inf
+            fields = {"nonfinite": row.nonfinite_mismatch, "inputs_nonfinite": bad_inputs or None}
+        elif out_err != out_err:
             continue
+        else:
+            added = out_err - in_err
+            score = added
+            fields = {
+                "added_rel_l2": added,
+                "amplification": (out_err / in_err) if in_err > 0 else (math.inf if out_err > 0 else 1.0),
+            }
         out.append(
             RootCause(
-                node=row.node,
-                op_type=row.op_type,
+                **_suspect(row),  # type: ignore[arg-type]
                 tensor=row.tensor,
                 topo_index=row.topo_index,
-                score=out_err - in_err,
-                added_rel_l2=out_err - in_err,
-                amplification=(out_err / in_err) if in_err > 0 else (math.inf if out_err > 0 else 1.0),
+                score=score,
+                **fields,  # type: ignore[arg-type]
                 inherited_rel_l2=in_err,
-                output_rel_l2=out_err,
+                output_rel_l2=out_err if out_err == out_err else None,
                 exceeds_checks=not row.passed,
             )
         )
@@ -194,8 +250,14 @@ def amplification_ranking(ev: Evidence) -> list[RootCause]:
 
 
 def ranked(causes: list[RootCause]) -> list[RootCause]:
-    """Worst first (a NaN score first of all), then in topological order."""
-    return sorted(causes, key=lambda rc: (-(rc.score if rc.score == rc.score else math.inf), rc.topo_index))
+    """Non-finite outputs from finite inputs first, then non-finite outputs of out-of-range inputs, then the
+    worst finite error; ties in topological order."""
+
+    def key(rc: RootCause) -> tuple[int, float, int]:
+        tier = 2 if not rc.nonfinite else (1 if rc.inputs_nonfinite else 0)
+        return tier, -rc.score if tier == 2 else 0.0, rc.topo_index
+
+    return sorted(causes, key=key)
 
 
 def confirm(
@@ -226,14 +288,26 @@ def confirm(
     local, skipped = isolate(ctx, budget, light, make, ev, timings, f"{label}.confirm", only=only)
     checked = []
     for rc in suspects:
-        m = local.get(rc.tensor)
-        if m is not None:
-            rc = rc.model_copy(update={"confirmed_local": {k: m[k] for k in KEY_METRICS if k in m}})
+        own = local.get(rc.tensor)
+        if own is not None:
+            m = own.metrics
+            confirmed = {k: m[k] for k in KEY_METRICS if k in m}
+            if own.nonfinite:
+                confirmed["nonfinite"] = float(own.nonfinite)
+            rc = rc.model_copy(update={"confirmed_local": confirmed})
         elif rc.tensor in skipped:
             rc = rc.model_copy(update={"not_confirmed": skipped[rc.tensor]})
         checked.append(rc)
-    checked.sort(key=lambda rc: -((rc.confirmed_local or {}).get("rel_l2", -1.0)))
+    checked.sort(key=_confirmed_key)
     return checked + causes[top:]
+
+
+def _confirmed_key(rc: RootCause) -> tuple[int, float]:
+    """Confirmed non-finite first, then by confirmed own rel_l2; unconfirmed suspects last."""
+    c = rc.confirmed_local
+    if c is None:
+        return 2, 0.0
+    return (0, 0.0) if c.get("nonfinite") else (1, -c.get("rel_l2", 0.0))
 
 
 def root_causes(

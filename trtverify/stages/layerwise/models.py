@@ -12,11 +12,27 @@ from trtverify.record import Record, optional
 from trtverify.stages.base import StageResult
 
 
+class PairNote(Record):
+    """Why a reference tensor pairs with a candidate tensor other than its same-named, same-producer twin."""
+
+    how: Literal["rename", "inserted", "folded", "renamed_output"] = Field(
+        description="rename: the suite's rename; inserted: after Q/DQ or casts the candidate inserted; folded: the "
+        "node was folded into the candidate's node before it; renamed_output: same node, output renamed"
+    )
+    why: str | None = Field(description="one sentence: what was paired and why")
+    candidate_node: str | None = optional("the candidate node computing the value, where it is not the reference's")
+    candidate_op_type: str | None = optional()
+
+
 class Row(Record):
     """One compared tensor, in the reference's topological order."""
 
     tensor: str = Field(description="the reference tensor")
     candidate_tensor: str | None = optional("the candidate's tensor, when it is named differently")
+    pairing: PairNote | None = optional("how the pair was made, where it is not by name and producer alone")
+    not_comparable: str | None = optional(
+        "why the candidate has no value equal to this tensor (rewritten); left out of every check"
+    )
     node: str | None = Field(description="the reference node that produces it")
     op_type: str | None
     topo_index: int = Field(description="the node's position in the reference's topological order")
@@ -42,6 +58,7 @@ class FirstDivergence(Record):
     op_type: str | None
     topo_index: int
     metrics: dict[str, float]
+    nonfinite_mismatch: int | None = optional("values non-finite on one side only")
     failed: list[str]
 
 
@@ -53,7 +70,15 @@ class RootCause(Record):
     op_type: str | None
     tensor: str
     topo_index: int
-    score: float = Field(description="local rel_l2 (isolate) or added rel_l2 (amplification); higher is worse")
+    score: float = Field(
+        description="local rel_l2 (isolate) or added rel_l2 (amplification); higher is worse; +inf where the output "
+        "turns non-finite where the reference is finite (ranked first); never NaN"
+    )
+    pairing: PairNote | None = optional("how its tensor was paired, where a rewrite moved the work to this node")
+    nonfinite: int | None = optional("values non-finite where the reference's are finite (or the other way round)")
+    inputs_nonfinite: list[str] | None = optional(
+        "its inputs whose reference values are not finite in the candidate's type (the error starts before it)"
+    )
     local: dict[str, float] | None = optional("isolate: the node's own error on the reference's inputs")
     added_rel_l2: float | None = optional("amplification: output rel_l2 minus the largest input rel_l2")
     amplification: float | None = optional("amplification: output rel_l2 / largest input rel_l2")
@@ -86,6 +111,9 @@ class CandidateOnly(Record):
 class Unmatched(Record):
     reference_only: list[str]
     reference_only_reason: str
+    reference_only_why: dict[str, str] = Field(
+        default_factory=dict, description="reference tensor -> why the candidate lacks it, where known (folded)"
+    )
     candidate_only: CandidateOnly
     ignored: list[str]
     bad_renames: list[str] = Field(description="rename sources the reference does not have")
@@ -96,6 +124,11 @@ class LayerwiseCandidate(Record):
     backend: str
     model: str
     samples: int
+    precision: str = Field(description="what the candidate computes in (its `precision`, else read from the graph)")
+    checks_source: str = Field(
+        description="where its checks come from: stages.layerwise.candidate_checks, stages.layerwise.checks, "
+        "or 'default for PRECISION'"
+    )
     chunks: int = Field(description="passes over the samples (tensors exposed in chunks that fit the memory budget)")
     first_divergence: FirstDivergence | None = Field(description="the first row that breaks the checks")
     root_cause_method: Literal["isolate", "amplification"]

@@ -33,13 +33,14 @@ class ReferencePass:
     max_abs: dict[str, float] = field(default_factory=dict)
     chunks: int = 0
 
-    def inputs_error(self, tensor: str, errors: dict[str, float]) -> float:
-        """The largest error (rel_l2) among the inputs of the node that produces `tensor`."""
+    def input_tensors(self, tensor: str) -> list[str]:
+        """The inputs of the node that produces `tensor`."""
         p = self.graph.producers.get(tensor)
-        if p is None:
-            return 0.0
-        node = self.graph.nodes[p.index]
-        vals = [errors[i] for i in node.input if i in errors]
+        return [i for i in self.graph.nodes[p.index].input if i] if p is not None else []
+
+    def inputs_error(self, tensor: str, errors: dict[str, float]) -> float:
+        """The largest error (rel_l2) among the inputs of the node that produces `tensor` (NaN errors skipped)."""
+        vals = [errors[i] for i in self.input_tensors(tensor) if i in errors and errors[i] == errors[i]]
         return max(vals) if vals else 0.0
 
 

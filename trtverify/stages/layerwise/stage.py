@@ -14,6 +14,7 @@ intermediates do not fit, they are kept on disk and read back memory-mapped.
 
 from __future__ import annotations
 
+import fnmatch
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -24,10 +25,14 @@ import numpy as np
 from trtverify.backends.base import Backend, candidate_backend
 from trtverify.compare.checks import CheckResult, TensorSeries, evaluate, extras_for, limit_check
 from trtverify.compare.pairing import Pairing, pair_names
+from trtverify.compare.semantic import Resolved, resolve
+from trtverify.config.backends import Backends
 from trtverify.config.checks import Check
-from trtverify.config.stages import LayerwiseStage
+from trtverify.config.findings import LINT_KINDS
+from trtverify.config.models import Candidate
+from trtverify.config.stages import LayerwiseStage, precision_checks
 from trtverify.lint.findings import LintFinding
-from trtverify.lint.linter import lint_candidate
+from trtverify.lint.linter import lint_candidate, target_precision
 from trtverify.onnxgraph import GraphIndex
 from trtverify.stages.base import StageContext, status_of
 from trtverify.stages.layerwise.localize import Evidence, root_causes
@@ -37,6 +42,7 @@ from trtverify.stages.layerwise.models import (
     LayerwiseCandidate,
     LayerwiseReference,
     LayerwiseResult,
+    PairNote,
     RootCause,
     Row,
     SuspectHistogram,
@@ -48,9 +54,63 @@ from trtverify.stages.layerwise.stream import chunks_for, exposing, stream
 HISTOGRAM_SUSPECTS = 3  # root causes that get an error histogram, besides the first divergence
 
 
-def _checks_for(cfg: LayerwiseStage, candidate: str) -> Callable[[str], Sequence[Check]]:
-    base = cfg.candidate_checks.get(candidate, cfg.checks)
-    return lambda tensor: cfg.tensors[tensor].checks if tensor in cfg.tensors else base
+LOOSEST_LAST = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
+
+
+def candidate_precision(spec: Candidate, backends: Backends) -> str:
+    """What a candidate computes in: its `precision`, else the loosest of its graph's types (FP16, Q/DQ) and its
+    TensorRT precision flags (weakly typed builds)."""
+    if spec.precision is not None:
+        return spec.precision
+    found = [target_precision(Path(spec.path))]
+    options = getattr(backends, spec.backend.replace("-", "_"), None)
+    found += [p for p in getattr(options, "precisions", []) if p in LOOSEST_LAST]
+    return max(found, key=LOOSEST_LAST.index)
+
+
+def _checks_for(cfg: LayerwiseStage, candidate: str, precision: str) -> tuple[Callable[[str], Sequence[Check]], str]:
+    """The checks of each tensor, and where the candidate's checks come from."""
+    if candidate in cfg.candidate_checks:
+        base, source = cfg.candidate_checks[candidate], "stages.layerwise.candidate_checks"
+    elif cfg.checks is not None:
+        base, source = cfg.checks, "stages.layerwise.checks"
+    else:
+        base, source = precision_checks(precision), f"default for {precision}"
+    return (lambda tensor: cfg.tensors[tensor].checks if tensor in cfg.tensors else base), source
+
+
+def _lint_checks(name: str, fail_on: Sequence[str], findings: list[LintFinding]) -> list[CheckResult]:
+    """One failing check per lint finding kind that `fail_on` selects (a severity or a kind), and a passing one
+    per selector that found nothing."""
+    chosen: dict[str, list[LintFinding]] = {}
+    hit: set[str] = set()
+    for f in findings:
+        for sel in fail_on:
+            if sel == f.severity or fnmatch.fnmatchcase(f.kind, sel):
+                chosen.setdefault(f.kind, []).append(f)
+                hit.add(sel)
+    out = []
+    for kind, fs in chosen.items():
+        first = fs[0]
+        because = "; TensorRT is why" if LINT_KINDS.get(kind) else ""
+        detail = {"kind": kind, "severity": first.severity, "first_node": first.node, "message": first.message}
+        out.append(
+            limit_check(
+                f"{name}: lint {kind} ({first.severity}{because}) at {first.node or first.tensor}",
+                NAME,
+                "lint_findings",
+                len(fs),
+                0,
+                "<=",
+                candidate=name,
+                tensor=first.tensor,
+                detail=detail,
+            )
+        )
+    for sel in fail_on:
+        if sel not in hit:
+            out.append(limit_check(f"{name}: lint {sel}", NAME, "lint_findings", 0, 0, "<=", candidate=name))
+    return out
 
 
 def _candidate_only(pairing: Pairing, cand: GraphIndex | None, ref: ReferencePass) -> CandidateOnly:
@@ -102,16 +162,47 @@ def _compare(
     return series, cand_dtypes, len(chunks)
 
 
+def _note(resolved: Resolved, tensor: str) -> PairNote | None:
+    m = resolved.matches.get(tensor)
+    if m is None or m.how is None:
+        return None
+    return PairNote(how=m.how, why=m.why, candidate_node=m.candidate_node, candidate_op_type=m.candidate_op_type)
+
+
+def _not_comparable_rows(ref: ReferencePass, resolved: Resolved) -> list[Row]:
+    """Rows of reference tensors the candidate rewrote: said so, and left out of every check."""
+    rows = []
+    for r, why in resolved.rewritten.items():
+        p = ref.graph.producers.get(r)
+        rows.append(
+            Row(
+                tensor=r,
+                node=p.node if p else None,
+                op_type=p.op_type if p else None,
+                topo_index=p.index if p else -1,
+                shape=None,
+                dtype=ref.dtype.get(r),
+                candidate_dtype=None,
+                samples=0,
+                metrics={},
+                not_comparable=why,
+                passed=True,
+            )
+        )
+    return rows
+
+
 def _rows_and_checks(
     name: str,
     ref: ReferencePass,
-    pairing: Pairing,
+    resolved: Resolved,
     series: dict[str, TensorSeries],
     checks_for: Callable[[str], Sequence[Check]],
 ) -> tuple[list[Row], list[CheckResult]]:
     """One row per tensor pair (reference topological order), and the candidate's stage checks:
     one per check definition, aggregated over tensors."""
-    rows: list[Row] = []
+    pairing = resolved.pairing
+    rows: list[Row] = _not_comparable_rows(ref, resolved)
     aggregated: dict[tuple[str, str, float], dict[str, object]] = {}
     nonfinite = 0
     for r, c in pairing.pairs:
@@ -124,6 +215,7 @@ def _rows_and_checks(
             Row(
                 tensor=r,
                 candidate_tensor=c if c != r else None,
+                pairing=_note(resolved, r),
                 node=p.node if p else None,
                 op_type=p.op_type if p else None,
                 topo_index=p.index if p else -1,
@@ -143,14 +235,22 @@ def _rows_and_checks(
                 continue
             key = (ch.metric, ch.op, float(ch.threshold or 0.0))
             agg = aggregated.setdefault(
-                key, {"worst": None, "worst_tensor": None, "tensors": 0, "failed": 0, "first_failed": None}
+                key,
+                {
+                    "worst": None,
+                    "worst_tensor": None,
+                    "worst_sample": None,
+                    "tensors": 0,
+                    "failed": 0,
+                    "first_failed": None,
+                },
             )
             agg["tensors"] += 1  # type: ignore[operator]
             v = ch.value
             if v is not None:
                 w = agg["worst"]
                 if w is None or (v > w if ch.op == "<=" else v < w) or v != v:  # type: ignore[operator]
-                    agg["worst"], agg["worst_tensor"] = v, r
+                    agg["worst"], agg["worst_tensor"], agg["worst_sample"] = v, r, ch.worst_sample
             if not ch.passed:
                 agg["failed"] += 1  # type: ignore[operator]
                 agg["first_failed"] = agg["first_failed"] or r
@@ -175,6 +275,7 @@ def _rows_and_checks(
                 op=op,  # type: ignore[arg-type]
                 passed=agg["failed"] == 0,
                 tensor=agg["worst_tensor"],  # type: ignore[arg-type]
+                worst_sample=agg["worst_sample"],  # type: ignore[arg-type]
                 detail=detail,
                 **where,
             )
@@ -243,30 +344,39 @@ def _candidate(
     backend = candidate_backend(spec.backend, Path(spec.path), as_written(suite.backends), samples)
     with backend:
         cand_names = list(dict.fromkeys(list(backend.intermediates()) + [m.name for m in backend.outputs()]))
-        pairing = pair_names(ref.order, cand_names, cfg.rename, cfg.ignore)
         onnx_graph = backend.capabilities.onnx_graph
         cand_graph = backend.graph().info if onnx_graph else None
-        checks_for = _checks_for(cfg, name)
+        resolved = resolve(pair_names(ref.order, cand_names, cfg.rename, cfg.ignore), ref.graph, cand_graph, cfg.rename)
+        pairing = resolved.pairing
+        precision = candidate_precision(spec, suite.backends)
+        checks_for, checks_source = _checks_for(cfg, name, precision)
         series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings)
         backend.release()  # its weights are not needed while the isolation model runs
-        rows, checks = _rows_and_checks(name, ref, pairing, series, checks_for)
+        rows, checks = _rows_and_checks(name, ref, resolved, series, checks_for)
         first = next((row for row in rows if not row.passed), None)
         first_divergence = (
             FirstDivergence(**{k: getattr(first, k) for k in FirstDivergence.model_fields}) if first else None
         )
-        errors = {row.tensor: row.metrics.get("rel_l2", float("nan")) for row in rows}
-        ev = Evidence(ref, samples, pairing.pairs, rows, errors, observed, checks_for)
+        errors = {row.tensor: row.metrics.get("rel_l2", float("nan")) for row in rows if row.not_comparable is None}
+        ev = Evidence(ref, samples, pairing.pairs, rows, errors, observed, checks_for, resolved.distinct)
         method, causes, not_isolated = root_causes(
             ctx, cfg.root_cause_method, backend, spec, ev, workdir, timings, name
         )
         causes = [rc.model_copy(update={"rank": i + 1}) for i, rc in enumerate(causes)][: cfg.root_causes]
-        lint = lint_candidate(Path(spec.path), activation_max=ref.max_abs) if onnx_graph else []
+        lint = (
+            lint_candidate(Path(spec.path), activation_max=ref.max_abs, reference=Path(suite.models.reference))
+            if onnx_graph
+            else []
+        )
+        checks += _lint_checks(name, cfg.lint.fail_on, lint)
     reason = "not in the candidate graph" if onnx_graph else "not exposed by the candidate (fused or optimised away)"
     result = LayerwiseCandidate(
         name=name,
         backend=spec.backend,
         model=str(spec.path),
         samples=len(samples),
+        precision=precision,
+        checks_source=checks_source,
         chunks=chunks,
         first_divergence=first_divergence,
         root_cause_method=method,  # type: ignore[arg-type]
@@ -277,6 +387,7 @@ def _candidate(
         unmatched=Unmatched(
             reference_only=pairing.reference_only,
             reference_only_reason=reason,
+            reference_only_why={t: w for t, w in resolved.folded_away.items() if t in pairing.reference_only},
             candidate_only=_candidate_only(pairing, cand_graph, ref),
             ignored=pairing.ignored,
             bad_renames=pairing.bad_renames,

@@ -1,0 +1,102 @@
+"""Semantic pairing on rewrites real tools make: ONNX Runtime's optimiser folding BatchNormalization into a
+Conv, and a rewrite nothing explains (a tensor keeps its name but another op computes it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from tests.conftest import as_json, write_suite
+from trtverify.compare.pairing import pair_names
+from trtverify.compare.semantic import resolve
+from trtverify.config.loader import load_suite
+from trtverify.onnxgraph import GraphIndex
+from trtverify.results.record import run_and_record
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def conv_bn(tmp_path: Path) -> Path:
+    """Conv -> BatchNormalization -> Relu -> Conv, exported without constant folding (so the BN stays), and the
+    same model as ONNX Runtime's basic optimiser writes it (the BN folded into the Conv, which takes its name)."""
+    import onnxruntime as ort
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(8)
+            self.c2 = torch.nn.Conv2d(8, 4, 3)
+
+        def forward(self, x):
+            return self.c2(torch.relu(self.bn(self.c(x))))
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    with torch.no_grad():
+        net.bn.running_mean.uniform_(-1, 1)
+        net.bn.running_var.uniform_(0.5, 2)
+    torch.onnx.export(
+        net, torch.randn(1, 3, 16, 16), str(tmp_path / "ref.onnx"), input_names=["x"], output_names=["y"],
+        do_constant_folding=False, dynamo=False,
+    )  # fmt: skip
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(tmp_path / "folded.onnx")
+    ort.InferenceSession(str(tmp_path / "ref.onnx"), so, providers=["CPUExecutionProvider"])
+    np.savez(tmp_path / "inputs.npz", x=np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32))
+    return tmp_path
+
+
+def run(folder: Path, candidate: str) -> dict:
+    text = (
+        f"name: sem\nreference_dir: refs\nmodels:\n  reference: ref.onnx\n  candidates:\n    c: {candidate}\n"
+        "inputs:\n  file: inputs.npz\nstages:\n  layerwise: {}\n"
+    )
+    results = run_and_record(load_suite(write_suite(folder, text)), folder / "out")
+    return as_json(results)["stages"][0]
+
+
+def test_batchnorm_folded_into_conv_by_onnxruntime(conv_bn: Path):
+    folded = onnx.load(str(conv_bn / "folded.onnx"))
+    assert [n.op_type for n in folded.graph.node] == ["Conv", "Relu", "Conv"]  # the optimiser folded the BN
+    stage = run(conv_bn, "folded.onnx")
+    cand = stage["candidates"][0]
+    bn = next(r for r in cand["rows"] if r["op_type"] == "BatchNormalization")
+    assert bn["pairing"]["how"] == "folded" and bn["pairing"]["candidate_node"] == "/c/Conv"
+    assert "BatchNormalization '/bn/BatchNormalization' folded into Conv '/c/Conv'" in bn["pairing"]["why"]
+    assert bn["metrics"]["rel_l2"] < 1e-5 and stage["status"] == "passed"
+    assert cand["unmatched"]["reference_only_why"] == {"/c/Conv_output_0": "folded into the candidate's Conv '/c/Conv'"}
+    # the work is the Conv's: a suspect is named by the candidate node, never the folded BN
+    assert "/c/Conv" in {rc["node"] for rc in cand["root_causes"]}
+    assert "/bn/BatchNormalization" not in {rc["node"] for rc in cand["root_causes"]}
+
+
+def test_a_rewrite_nothing_explains_is_not_comparable(conv_bn: Path):
+    """The Relu's output name, computed by a Sigmoid: never compared, and left out of every check."""
+    model = onnx.load(str(conv_bn / "ref.onnx"))
+    relu = next(n for n in model.graph.node if n.op_type == "Relu")
+    relu.op_type = "Sigmoid"
+    onnx.save(model, str(conv_bn / "rewritten.onnx"))
+    stage = run(conv_bn, "rewritten.onnx")
+    cand = stage["candidates"][0]
+    row = next(r for r in cand["rows"] if r["tensor"] == relu.output[0])
+    assert row["not_comparable"].startswith("rewritten: the candidate computes")
+    assert "Sigmoid" in row["not_comparable"] and row["metrics"] == {} and row["passed"]
+    assert relu.output[0] not in {rc["tensor"] for rc in cand["root_causes"]}
+    # its consumer diverges, and that is the first divergence; the rewritten row is not
+    assert cand["first_divergence"]["tensor"] == "y" and stage["status"] == "failed"
+
+
+def test_resolve_without_a_candidate_graph_pairs_names_as_they_are(conv_bn: Path):
+    """TensorRT engines have no ONNX graph: names pair as written (TensorRT names a fused layer's output
+    after the last fused tensor)."""
+    ref = GraphIndex.from_model(onnx.load(str(conv_bn / "ref.onnx")))
+    names = ref.value_tensors()
+    resolved = resolve(pair_names(names, names[1:]), ref, None)
+    assert resolved.pairing.pairs == [(n, n) for n in names[1:]] and not resolved.rewritten
+    assert all(m.how is None for m in resolved.matches.values())

@@ -1,0 +1,162 @@
+"""Lint against the reference: every float constant of the candidate beside its counterpart in the FP32 model.
+
+Converters clip what does not fit the narrow type: `onnxruntime.transformers.float16` turns a
+BatchNormalization running variance of 1e8 into 65504, and values below 5.96e-8 into 5.96e-8.
+The candidate's own values are then all in range, so a lint of the candidate alone finds
+nothing; only the reference shows what changed. BatchNormalization statistics above 65504 are
+common in real exports (rarely active channels).
+
+A candidate constant is matched with the reference's by name, or, where a converter renamed it,
+by the consuming node (same node name; unnamed nodes by their output names) and input slot,
+looking through Casts the converter put between them. Per constant, one high finding per kind:
+- `constant_saturated`: beyond the type's largest value in the reference, at ±max or ±inf now;
+- `constant_flushed`: non-zero in the reference, zero now;
+- `constant_changed`: off by more than the type's rounding (half an ulp, plus the smallest
+  subnormal for values near zero).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trtverify.lint.findings import Found, at
+from trtverify.lint.ranges import RANGES, values_of
+from trtverify.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex
+
+
+@dataclass(frozen=True)
+class Rounding:
+    name: str
+    unit: float  # relative rounding error (half an ulp)
+    tiny: float  # absolute slack near zero: the smallest subnormal
+    max: float
+
+
+def _roundings() -> dict[int, Rounding]:
+    import onnx
+
+    T = onnx.TensorProto
+    fp16, bf16 = RANGES["fp16"], RANGES["bf16"]
+    return {
+        T.FLOAT16: Rounding("float16", 2.0**-11, fp16.smallest_subnormal, fp16.max),
+        T.BFLOAT16: Rounding("bfloat16", 2.0**-8, bf16.smallest_subnormal, bf16.max),
+        T.FLOAT: Rounding("float32", 2.0**-24, 2.0**-149, float(np.finfo(np.float32).max)),
+    }
+
+
+@dataclass
+class Matched:
+    """How many candidate float constants were compared, and which had no reference counterpart."""
+
+    compared: int = 0
+    unmatched: list[str] = field(default_factory=list)
+
+
+def _node_key(g: GraphIndex, index: int) -> str:
+    node = g.nodes[index]
+    return node.name or "outputs:" + ",".join(node.output)
+
+
+def _source_constant(g: GraphIndex, tensor: str) -> str | None:
+    """The constant behind `tensor`, through any Casts."""
+    for _ in range(4):
+        if tensor in g.constants:
+            return tensor
+        p = g.producers.get(tensor)
+        if p is None or p.op_type not in CAST_OPS:
+            return None
+        tensor = g.nodes[p.index].input[0]
+    return None
+
+
+def _counterparts(ref: GraphIndex, cand: GraphIndex) -> dict[str, str]:
+    """Candidate constant -> reference constant: by name, else by consumer and input slot."""
+    out = {name: name for name in cand.constants if name in ref.constants}
+    ref_nodes = {_node_key(ref, i): i for i in range(len(ref.nodes))}
+    for ci, node in enumerate(cand.nodes):
+        ri = ref_nodes.get(_node_key(cand, ci))
+        if ri is None or ref.nodes[ri].op_type != node.op_type:
+            continue
+        for slot, name in enumerate(node.input):
+            const = _source_constant(cand, name) if name else None
+            if const is None or const in out or slot >= len(ref.nodes[ri].input):
+                continue
+            ref_const = _source_constant(ref, ref.nodes[ri].input[slot])
+            if ref_const is not None:
+                out[const] = ref_const
+    return out
+
+
+def _quantization_only(g: GraphIndex, name: str) -> bool:
+    """Read only as a Q/DQ scale or zero point (or quantised data): a quantisation parameter, not a weight."""
+    uses = g.consumers.get(name, [])
+    return bool(uses) and all(g.nodes[i].op_type in QDQ_OPS for i, _ in uses if i >= 0)
+
+
+def _summary(values: np.ndarray) -> dict[str, float]:
+    return {"min": float(values.min()), "max": float(values.max())}
+
+
+def _span(v: dict[str, float]) -> str:
+    return f"{v['min']:.6g}" if v["min"] == v["max"] else f"{v['min']:.6g} .. {v['max']:.6g}"
+
+
+def reference_constant_findings(ref: GraphIndex, cand: GraphIndex, matched: Matched | None = None) -> Found:
+    """High findings for candidate constants saturated, flushed or changed beyond rounding against the reference."""
+    roundings = _roundings()
+    matched = matched if matched is not None else Matched()
+    found: Found = []
+    pairs = _counterparts(ref, cand)
+    for name, tensor in cand.constants.items():
+        rounding = roundings.get(tensor.data_type)
+        if rounding is None or _quantization_only(cand, name):
+            continue
+        ref_name = pairs.get(name)
+        if ref_name is None:
+            matched.unmatched.append(name)
+            continue
+        c, r = values_of(tensor), values_of(ref.constants[ref_name])
+        if c is None or r is None or c.shape != r.shape or r.dtype.kind != "f":
+            continue
+        matched.compared += 1
+        c64, r64 = c.astype(np.float64).ravel(), r.astype(np.float64).ravel()
+        finite = np.isfinite(r64)
+        saturated = finite & (np.abs(r64) > rounding.max) & (np.abs(c64) >= rounding.max)
+        flushed = finite & (r64 != 0) & (c64 == 0) & ~saturated
+        with np.errstate(invalid="ignore"):
+            changed = finite & ~saturated & ~flushed & (np.abs(c64 - r64) > rounding.unit * np.abs(r64) + rounding.tiny)
+        uses = sorted(cand.consumers.get(name, []))
+        users = [cand.label(i) for i, _ in uses if i >= 0]
+        first = uses[0][0] if uses else len(cand.nodes)
+        node = cand.label(first) if uses else None
+        op = cand.nodes[first].op_type if uses else None
+        for kind, mask, verb in (
+            ("constant_saturated", saturated, "saturated to"),
+            ("constant_flushed", flushed, "flushed to"),
+            ("constant_changed", changed, "changed to"),
+        ):
+            n = int(np.count_nonzero(mask))
+            if not n:
+                continue
+            was, now = _summary(r64[mask]), _summary(c64[mask])
+            absmax = float(np.abs(r64[mask]).max())
+            shown, became = _span(was), _span(now)
+            known_as = f" ('{ref_name}')" if ref_name != name else ""
+            message = (
+                f"'{name}' of {op} '{node}' is {shown} in the reference{known_as} and {verb} {became} in "
+                f"{rounding.name} ({n} of {c64.size} values); keep this node in FP32"
+                + (" or fold the BatchNormalization before converting" if op == "BatchNormalization" else "")
+            )
+            detail = {
+                "reference": ref_name,
+                "reference_min": was["min"],
+                "reference_max": was["max"],
+                "reference_absmax": absmax,
+                "became": now,
+                "dtype": rounding.name,
+                "consumers": users,
+            }
+            found.append(at(first, kind, "high", message, node=node, op_type=op, tensor=name, count=n, detail=detail))
+    return found
