@@ -508,3 +508,28 @@ def test_demo_models_with_activation_maxima_of_the_fp32_reference():
         "/classifier/relu/Relu_output_0",
     }
     assert all(f.kind == "activation_saturation" and f.severity == "info" and 1 < f.detail["ratio"] < 1.5 for f in sat)
+
+
+def test_lint_kinds_registry_matches_what_the_rules_emit():
+    """config.findings.LINT_KINDS (what suites may name in lint.fail_on) lists exactly the kinds the rules emit."""
+    import ast
+    import re
+
+    from tests.conftest import ROOT
+    from trtverify.config.findings import LINT_KINDS
+
+    kind_like = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)+$")
+
+    emitted = set()
+    for path in (ROOT / "trtverify" / "lint").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("at", "add") and len(node.args) >= 1:
+                arg = node.args[1] if getattr(node.func, "id", None) == "at" else node.args[0]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    emitted.add(arg.value)
+            # kinds picked in a tuple before the call: (kind, message) = ("qdq_...", ...), and loops over kinds
+            if isinstance(node, ast.Tuple) and node.elts and isinstance(node.elts[0], ast.Constant):
+                value = node.elts[0].value
+                if isinstance(value, str) and kind_like.match(value):
+                    emitted.add(value)
+    assert emitted == set(LINT_KINDS), emitted ^ set(LINT_KINDS)
