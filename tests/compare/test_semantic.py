@@ -92,9 +92,38 @@ def test_a_rewrite_nothing_explains_is_not_comparable(conv_bn: Path):
     assert cand["first_divergence"]["tensor"] == "y" and stage["status"] == "failed"
 
 
+def test_an_engine_that_does_not_expose_the_dequantized_value_leaves_the_row_not_comparable(conv_bn: Path):
+    """A TensorRT candidate is paired through the ONNX graph it is built from, but exposes only the tensors it
+    marks: where the DequantizeLinear output after a folded Relu is not among them, the Relu's tensor name holds
+    the unclamped Conv output, and is not compared. (Names as an engine would expose them: TensorRT cannot run
+    here.)"""
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            x = np.load(conv_bn / "inputs.npz")["x"]
+            self.it = iter([{"x": x[i : i + 1]} for i in range(len(x))])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(str(conv_bn / "folded.onnx"), str(conv_bn / "int8.onnx"), Reader())
+    ref = GraphIndex.from_model(onnx.load(str(conv_bn / "ref.onnx")))
+    cand = GraphIndex.from_model(onnx.load(str(conv_bn / "int8.onnx")))
+    relu = next(n.output[0] for n in ref.nodes if n.op_type == "Relu")
+    assert cand.producers[relu].op_type == "Conv"  # the quantizer folded the Relu
+    everything = cand.value_tensors()
+    marked = [t for t in everything if cand.producers[t].op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    resolved = resolve(pair_names(ref.value_tensors(), marked), ref, cand)
+    assert relu in resolved.rewritten and "is not exposed by the candidate" in resolved.rewritten[relu]
+    assert relu not in dict(resolved.pairing.pairs)
+    exposed = resolve(pair_names(ref.value_tensors(), everything), ref, cand)
+    assert dict(exposed.pairing.pairs)[relu] == relu + "_DequantizeLinear_Output"
+
+
 def test_resolve_without_a_candidate_graph_pairs_names_as_they_are(conv_bn: Path):
-    """TensorRT engines have no ONNX graph: names pair as written (TensorRT names a fused layer's output
-    after the last fused tensor)."""
+    """Without any graph, names pair as written (TensorRT names a fused layer's output after the last fused
+    tensor)."""
     ref = GraphIndex.from_model(onnx.load(str(conv_bn / "ref.onnx")))
     names = ref.value_tensors()
     resolved = resolve(pair_names(names, names[1:]), ref, None)

@@ -19,8 +19,8 @@ different values. Real rewrites, and what is compared for each:
 
 A candidate tensor that has a reference name but another producer and none of these
 explanations is *rewritten*: its row says so and it is left out of every check, the first
-divergence and the root causes. Without a candidate graph (TensorRT engines) names pair as
-they are: TensorRT writes a fused layer's output under the last fused tensor's name.
+divergence and the root causes. For TensorRT candidates the graph is the ONNX file the engine is
+built from (TensorRT marks ONNX tensor names); without any graph, names pair as they are.
 """
 
 from __future__ import annotations
@@ -175,9 +175,14 @@ def _pair(
         dq = _dequantized(cand, c)
         if dq is None or dq in used or dq not in exposed:
             out.distinct.add(c)
+            where_clamped = (
+                "no Q/DQ pair after it does the clamp"
+                if dq is None
+                else f"the DequantizeLinear output '{dq}' that does the clamp is not exposed by the candidate"
+            )
             out.rewritten[r] = (
                 f"rewritten: {_names(clamps)} folded into {core.op_type} '{core.node}', whose output '{c}' is not "
-                "clamped, and no Q/DQ pair after it does the clamp; no equivalent value to compare"
+                f"clamped, and {where_clamped}; no equivalent value to compare"
             )
             return None
         out.distinct.add(c)

@@ -174,6 +174,10 @@ def _overflows(value: np.ndarray, cast: np.ndarray) -> bool:
     return bool(np.any(np.isfinite(value) & ~np.isfinite(cast)))
 
 
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and value == value else None
+
+
 def _suspect(row: Row) -> dict[str, object]:
     """Who a row blames: the candidate node computing it (where a rewrite moved the work), else the reference's."""
     note = row.pairing
@@ -203,7 +207,7 @@ def isolate_ranking(local: dict[str, Local], ev: Evidence) -> list[RootCause]:
                 nonfinite=own.nonfinite or None,
                 inputs_nonfinite=own.inputs_nonfinite or None,
                 inherited_rel_l2=ev.ref.inputs_error(r, ev.errors),
-                output_rel_l2=ev.errors.get(r),
+                output_rel_l2=_finite_or_none(ev.errors.get(r)),
                 exceeds_checks=exceeds,
             )
         )

@@ -34,6 +34,7 @@ from trtverify.config.stages import LayerwiseStage, precision_checks
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import lint_candidate, target_precision
 from trtverify.onnxgraph import GraphIndex
+from trtverify.onnxinfo import load_onnx
 from trtverify.stages.base import StageContext, status_of
 from trtverify.stages.layerwise.localize import Evidence, root_causes
 from trtverify.stages.layerwise.models import (
@@ -345,7 +346,9 @@ def _candidate(
     with backend:
         cand_names = list(dict.fromkeys(list(backend.intermediates()) + [m.name for m in backend.outputs()]))
         onnx_graph = backend.capabilities.onnx_graph
-        cand_graph = backend.graph().info if onnx_graph else None
+        # the candidate's ONNX graph says what each name holds, also for engines built from it (TensorRT marks
+        # ONNX tensor names); isolation needs more than the graph: a backend that runs it as written
+        cand_graph = backend.graph().info if onnx_graph else GraphIndex.from_model(load_onnx(Path(spec.path)))
         resolved = resolve(pair_names(ref.order, cand_names, cfg.rename, cfg.ignore), ref.graph, cand_graph, cfg.rename)
         pairing = resolved.pairing
         precision = candidate_precision(spec, suite.backends)
