@@ -124,3 +124,50 @@ def layerwise_suite(
         + yaml.safe_dump(suite, sort_keys=False),
     )
     return path
+
+
+def repair_suite(
+    out: Path,
+    reference: Path,
+    precision: str,
+    *,
+    inputs_file: Path | None,
+    samples: int | None,
+    dims: Sequence[str],
+    calibration: Path | None,
+    candidate: Path | None,
+    checks: list[str],
+    tensors: str,
+    max_evaluations: int,
+) -> Path:
+    """Write `out/suite.yaml` for `trtverify repair` (stage repair) and return its path."""
+    reference = reference.resolve()
+    if inputs_file is not None:
+        inputs: dict[str, Any] = {"file": str(inputs_file.resolve())}
+    else:
+        inputs = _generated_inputs(reference, dims, 0)
+    if samples:
+        inputs["samples"] = samples
+    stage: dict[str, Any] = {"precision": precision, "tensors": tensors, "max_evaluations": max_evaluations}
+    if checks:
+        stage["checks"] = [parse_check(c) for c in checks]
+    if calibration is not None:
+        stage["calibration"] = str(calibration.resolve())
+    models: dict[str, Any] = {"reference": str(reference)}
+    if candidate is not None:
+        models["candidates"] = {"int8": str(candidate.resolve())}
+        stage["candidate"] = "int8"
+    suite = {
+        "name": re.sub(r"[^A-Za-z0-9_.-]", "_", f"repair-{reference.stem}-{precision}"),
+        "description": "made by `trtverify repair`",
+        "models": models,
+        "inputs": inputs,
+        "stages": {"repair": stage},
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "suite.yaml"
+    atomic_write_text(
+        path,
+        f"# written by trtverify repair; rerun with: trtverify run {path}\n" + yaml.safe_dump(suite, sort_keys=False),
+    )
+    return path

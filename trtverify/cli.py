@@ -154,7 +154,7 @@ def run(
             click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
     if shard is not None and out_dir is None:
         out = out / f"shard-{shard.index}-of-{shard.count}"
-    _execute(loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard)
+    execute(loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard)
 
 
 def _worst_positions(previous: Any, source: Path) -> list[int]:
@@ -168,7 +168,7 @@ def _worst_positions(previous: Any, source: Path) -> list[int]:
     return order
 
 
-def _execute(
+def execute(
     loaded: Any,
     out: Path,
     stages: tuple[str, ...],
@@ -342,7 +342,7 @@ def layerwise(
         memory_budget=memory_budget,
         root_causes=root_causes,
     )
-    _execute(load_suite(path), out, ("layerwise",), False, None, quiet)
+    execute(load_suite(path), out, ("layerwise",), False, None, quiet)
 
 
 @cli.command()
@@ -444,3 +444,13 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("internal error (a bug in trtverify; please report it with this traceback):", err=True)
         click.echo(traceback.format_exc(), err=True)
         sys.exit(EXIT_INTERNAL)
+
+
+def _register() -> None:
+    from trtverify.cli_repair import convert, repair
+
+    cli.add_command(repair)
+    cli.add_command(convert)
+
+
+_register()

@@ -52,6 +52,8 @@ def cases(loaded: LoadedSuite) -> list[tuple[str, str | None]]:
         out.append(("framework", None))
     if suite.stages.layerwise is not None:
         out += [("layerwise", n) for n in suite.candidates_of(suite.stages.layerwise)]
+    if suite.stages.repair is not None:
+        out.append(("repair", None))
     if suite.stages.buildlog is not None:
         out.append(("buildlog", None))
     return out

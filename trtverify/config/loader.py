@@ -104,6 +104,9 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         targets = list(fw.rename.values())
         for t in sorted({t for t in targets if targets.count(t) > 1}):
             add(("stages", "framework", "rename"), f"two outputs are renamed to '{t}'")
+    rp = suite.stages.repair
+    if rp is not None and rp.candidate is not None and rp.candidate not in suite.models.candidates:
+        add(("stages", "repair", "candidate"), unknown("candidate", rp.candidate, list(suite.models.candidates)))
     lw = suite.stages.layerwise
     if lw is not None:
         names = suite.candidates_of(lw)

@@ -123,6 +123,36 @@ class LayerwiseStage(Strict):
     lint: LayerwiseLint = Field(default_factory=LayerwiseLint, description="the precision lint as a gate")
 
 
+class RepairStage(Strict):
+    """The smallest set of nodes to keep in FP32 so the reference lowered to `precision` passes, verified."""
+
+    precision: Literal["fp16", "int8"] = Field(description="what the reference is lowered to")
+    checks: list[Check] = Field(
+        default_factory=lambda: [Check(metric="rel_l2", max=0.01), Check(metric="cosine", min=0.999)],
+        min_length=1,
+        description="the target, on every model output (default: rel_l2 <= 0.01 and cosine >= 0.999); no tensor "
+        "may be non-finite where the reference's is finite, whatever the checks",
+    )
+    tensors: Literal["outputs", "all"] = Field(default="outputs", description="where the checks apply")
+    candidate: Name | None = Field(
+        default=None,
+        description="INT8: repair this candidate's Q/DQ model (from models.candidates) instead of quantising the "
+        "reference here (symmetric, per-channel, calibrated on the inputs)",
+    )
+    samples: int | None = Field(default=None, ge=1, description="use only the first N input samples")
+    calibration: Annotated[FilePath, AfterValidator(suffix(".npz"))] | None = Field(
+        default=None,
+        description="INT8 calibration data: .npz, keys = input names, first axis = rows (default: the inputs)",
+    )
+    max_evaluations: int = Field(default=50, ge=1, description="bound on the models built and compared")
+
+    @model_validator(mode="after")
+    def _int8_candidate(self) -> RepairStage:
+        if self.candidate is not None and self.precision != "int8":
+            raise ValueError("candidate is an INT8 Q/DQ model to repair: use it with precision: int8")
+        return self
+
+
 class Gate(Strict):
     """A gate on a task metric: allowed drop from the reference (absolute or relative) and/or a floor."""
 
@@ -300,6 +330,7 @@ class Stages(Strict):
 
     framework: FrameworkStage | None = Field(default=None, description="PyTorch against ONNX Runtime")
     layerwise: LayerwiseStage | None = Field(default=None, description="every intermediate tensor, each candidate")
+    repair: RepairStage | None = Field(default=None, description="the smallest FP32 keep-list that passes, verified")
     e2e: E2EStage | None = Field(default=None, description="task metrics on a validation set")
     buildlog: BuildlogStage | None = Field(default=None, description="TensorRT build-log audit")
 

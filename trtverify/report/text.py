@@ -11,6 +11,7 @@ from trtverify.compare.checks import CheckResult
 from trtverify.config.checks import METRICS
 from trtverify.config.findings import SEVERITIES
 from trtverify.lint.findings import LintFinding
+from trtverify.repair.stage import RepairResult
 from trtverify.report.format import fmt
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
@@ -126,6 +127,25 @@ def _e2e(s: E2EResult) -> list[str]:
     return out
 
 
+def _repair(s: RepairResult) -> list[str]:
+    if s.before is None or s.after is None or s.cost is None or s.keep is None:
+        return []
+    before = "passes" if s.before.passed else "; ".join(s.before.failed[:2])
+    out = [f"          before ({s.precision}, nothing kept): {before}"]
+    share = f"{s.cost.flops_share:.1%} of multiply-adds, {s.cost.params_share:.1%} of parameters"
+    verdict = "passes" if s.after.passed else "fails: " + "; ".join(s.after.failed[:2])
+    out.append(f"          keep in FP32: {', '.join(s.keep) or 'nothing'} ({share}); repaired model {verdict}")
+    lat = s.cost.latency_ms
+    out.append(
+        f"          {s.evaluations} evaluations; ONNX Runtime CPU latency {lat.get('before', 0):.2f} ms -> "
+        f"{lat.get('after', 0):.2f} ms (reference {lat.get('reference', 0):.2f} ms)"
+    )
+    if s.exports and s.exports.get("trtexec"):
+        out.append(f"          trtexec (TensorRT <= 10): {s.exports['trtexec']}")
+    out.append(f"          repaired: {s.repaired_model}")
+    return out
+
+
 def stage_lines(s: StageResult) -> list[str]:
     failed = [c for c in s.checks if not c.passed]
     n = len(s.checks)
@@ -135,6 +155,8 @@ def stage_lines(s: StageResult) -> list[str]:
         out += _layerwise(s)
     if isinstance(s, E2EResult):
         out += _e2e(s)
+    if isinstance(s, RepairResult):
+        out += _repair(s)
     for c in failed[:MAX_FAILED]:
         out.append(f"          {fail_line(c)}")
     if len(failed) > MAX_FAILED:

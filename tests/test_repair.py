@@ -1,0 +1,183 @@
+"""Precision repair on planted precision faults, models made here with torch and real tools: the keep-list holds
+the planted node (or lies in the planted subgraph), is small, and the repaired model passes, is valid ONNX and
+runs in ONNX Runtime. Also the FP16 rewrite of our own and the INT8 keep rewrite, and the commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from tests.conftest import run_cli
+from trtverify.config.checks import Check
+from trtverify.convert.fp16 import node_labels, to_fp16
+from trtverify.convert.int8 import keep_fp32, quantize
+from trtverify.repair.search import search
+
+torch = pytest.importorskip("torch")
+from tests.stages.test_layerwise_real_tools import BNNet, ConvReluNet, LayerNormNet, export  # noqa: E402
+
+CHECKS = [Check(metric="rel_l2", max=0.01), Check(metric="cosine", min=0.999)]
+
+
+def valid(model: onnx.ModelProto) -> None:
+    onnx.checker.check_model(model, full_check=True)
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def feeds(shape: tuple[int, ...], n: int, scale: float = 1.0, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": (rng.standard_normal(shape) * scale).astype(np.float32)} for _ in range(n)]
+
+
+def test_fp16_batchnorm_variance_beyond_65504(tmp_path: Path):
+    torch.manual_seed(0)
+    export(BNNet(), (1, 3, 16, 16), tmp_path / "ref.onnx")
+    result = search(tmp_path / "ref.onnx", "fp16", feeds((2, 3, 16, 16), 3), CHECKS)
+    assert not result.before.passed  # FP16 collapses: the variance is clipped to 65504
+    assert result.passed and result.keep == ["/bn/BatchNormalization"], result.keep
+    assert "constant_saturated: bn.running_var" in result.seeds["/bn/BatchNormalization"]
+    assert len(result.steps) <= 4
+    valid(result.model)
+    # the kept node reads the reference's FP32 variance, never a round trip through FP16
+    var = next(t for t in result.model.graph.initializer if t.name == "bn.running_var")
+    assert var.data_type == onnx.TensorProto.FLOAT and numpy_helper.to_array(var)[3] == np.float32(1e8)
+
+
+def test_fp16_overflow_in_a_decomposed_layernorm(tmp_path: Path):
+    torch.manual_seed(0)
+    export(LayerNormNet(), (2, 32), tmp_path / "ref.onnx", opset=13)
+    result = search(tmp_path / "ref.onnx", "fp16", feeds((4, 32), 3, scale=300), CHECKS)
+    assert not result.before.passed and result.before.nonfinite[0] == "/ln/Pow_output_0"
+    assert result.passed and "/ln/Pow" in result.keep and len(result.keep) <= 3, result.keep
+    assert all(n.startswith("/ln/") for n in result.keep)  # inside the planted subgraph
+    valid(result.model)
+    # the keep-list is 1-minimal: dropping any member fails (the search verified each)
+    for node in result.keep:
+        trial = tuple(n for n in result.keep if n != node)
+        assert any(ev.keep == trial and not ev.passed for ev in result.steps)
+
+
+def test_int8_layer_with_a_destroyed_scale(tmp_path: Path):
+    torch.manual_seed(0)
+    export(ConvReluNet(), (1, 3, 32, 32), tmp_path / "ref.onnx")
+    calib = feeds((1, 3, 32, 32), 16, seed=1)
+    quantize(tmp_path / "ref.onnx", tmp_path / "int8.onnx", calib)
+    model = onnx.load(str(tmp_path / "int8.onnx"))
+    conv = next(n for n in model.graph.node if n.name == "/c2/Conv")
+    dq = next(n for n in model.graph.node if n.output[0] == conv.input[1])
+    scale = next(i for i in model.graph.initializer if i.name == dq.input[1])
+    scale.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scale) * np.float32(8), scale.name))
+    onnx.save(model, str(tmp_path / "bad.onnx"))
+    checks = [Check(metric="rel_l2", max=0.05), Check(metric="cosine", min=0.999)]
+    result = search(tmp_path / "ref.onnx", "int8", feeds((2, 3, 32, 32), 4), checks, candidate=tmp_path / "bad.onnx")
+    assert not result.before.passed
+    assert result.passed and result.keep == ["/c2/Conv"], result.keep
+    valid(result.model)
+    # the kept Conv reads the reference's FP32 weight and no Q/DQ
+    kept = next(n for n in result.model.graph.node if n.name == "/c2/Conv")
+    producers = {o: n.op_type for n in result.model.graph.node for o in n.output}
+    assert not any(producers.get(i) == "DequantizeLinear" for i in kept.input)
+
+
+def test_int8_activation_with_an_outlier_channel(tmp_path: Path):
+    """One channel of /c1/Conv's output sits near 300 (the next Conv scales it back): per-tensor INT8 of that
+    activation crushes every other channel to a few steps."""
+    torch.manual_seed(0)
+    net = ConvReluNet()
+    with torch.no_grad():
+        net.c1.bias[5] = 300.0
+        net.c2.weight[:, 5] /= 300.0
+    export(net, (1, 3, 32, 32), tmp_path / "ref.onnx")
+    checks = [Check(metric="rel_l2", max=0.05), Check(metric="cosine", min=0.999)]
+    samples = feeds((2, 3, 32, 32), 4)
+    result = search(tmp_path / "ref.onnx", "int8", samples, checks, calibration=feeds((1, 3, 32, 32), 16, seed=1))
+    assert not result.before.passed
+    assert result.passed and 1 <= len(result.keep) <= 3, result.keep
+    # the planted subgraph: the readers of the outlier activation (the Relu after /c1/Conv, and /c2/Conv)
+    assert set(result.keep) <= {"/Relu", "/c2/Conv"}
+    valid(result.model)
+
+
+def test_fp16_rewrite_keeps_names_casts_only_at_island_boundaries(tmp_path: Path):
+    torch.manual_seed(0)
+    export(LayerNormNet(), (2, 32), tmp_path / "ref.onnx", opset=13)
+    ref = onnx.load(str(tmp_path / "ref.onnx"))
+    chain = ["/ln/Pow", "/ln/ReduceMean_1", "/ln/Add"]  # three consecutive nodes kept
+    model = to_fp16(ref, chain)
+    valid(model)
+    casts = [n for n in model.graph.node if n.op_type == "Cast"]
+    # into the island (Pow's input), out of it (Add's output), graph input and output: no cast inside the chain
+    assert sorted(c.name for c in casts) == sorted(
+        [
+            "/ln/Sub_output_0__cast_to_fp32",
+            "/ln/Add_output_0__cast_to_fp16",
+            "x__cast_to_fp16",
+            "y__cast_to_fp32",
+        ]
+    )
+    ref_tensors = {o for n in ref.graph.node for o in n.output}
+    assert ref_tensors - {"y"} <= {o for n in model.graph.node for o in n.output}  # names kept
+    # unnamed nodes: addressed by their label in the FP32 model
+    for n in ref.graph.node:
+        n.name = ""
+    labels = node_labels(ref)
+    valid(to_fp16(ref, labels[:2]))
+    with pytest.raises(ValueError, match="does not have"):
+        to_fp16(ref, ["nope"])
+
+
+def test_keep_fp32_on_a_quantized_model_drops_only_the_kept_nodes_qdq(tmp_path: Path):
+    torch.manual_seed(0)
+    export(ConvReluNet(), (1, 3, 32, 32), tmp_path / "ref.onnx")
+    quantize(tmp_path / "ref.onnx", tmp_path / "int8.onnx", feeds((1, 3, 32, 32), 8))
+    q, ref = onnx.load(str(tmp_path / "int8.onnx")), onnx.load(str(tmp_path / "ref.onnx"))
+    kept = keep_fp32(q, ref, ["/c2/Conv"])
+    valid(kept)
+    dq = sum(n.op_type == "DequantizeLinear" for n in q.graph.node)
+    # the Conv's input pair is still read by nobody else? its activation pair goes, and its weight's and bias's DQ
+    assert sum(n.op_type == "DequantizeLinear" for n in kept.graph.node) == dq - 3
+
+
+def test_repair_command_exit_codes_and_files(tmp_path: Path):
+    torch.manual_seed(0)
+    export(BNNet(), (1, 3, 16, 16), tmp_path / "ref.onnx")
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32))
+    args = ["repair", str(tmp_path / "ref.onnx"), "--precision", "fp16", "--inputs", str(tmp_path / "in.npz")]
+    r = run_cli(*args, "--out", str(tmp_path / "ok"))
+    assert r.code == 0, r.out + r.err
+    assert "keep in FP32: /bn/BatchNormalization" in r.out
+    assert "--layerPrecisions=/bn/BatchNormalization:fp32 --precisionConstraints=obey" in r.out
+    rec = json.loads((tmp_path / "ok" / "repair-fp16" / "repair.json").read_text())
+    assert rec["passed"] and rec["keep"] == ["/bn/BatchNormalization"] and rec["evaluations"] >= 2
+    assert rec["exports"]["onnxruntime_float16_node_block_list"] == ["/bn/BatchNormalization"]
+    assert 0 < rec["cost"]["params_share"] < 0.2 and set(rec["cost"]["latency_ms"]) == {"reference", "before", "after"}
+    valid(onnx.load(rec["repaired_model"]))
+    # runnable again from the suite it wrote
+    again = run_cli("run", str(tmp_path / "ok" / "suite.yaml"), "--out", str(tmp_path / "again"))
+    assert again.code == 0, again.out + again.err
+    # one evaluation cannot find it: exit 1, the best (unrepaired) reported
+    r = run_cli(*args, "--max-evaluations", "1", "--out", str(tmp_path / "no"))
+    assert r.code == 1 and "FAIL" in r.out
+    r = run_cli(*args, "--candidate", str(tmp_path / "ref.onnx"), "--out", str(tmp_path / "bad"))
+    assert r.code == 2 and "--candidate" in r.err
+
+
+def test_convert_command(tmp_path: Path):
+    torch.manual_seed(0)
+    export(BNNet(), (1, 3, 16, 16), tmp_path / "ref.onnx")
+    out = tmp_path / "fp16.onnx"
+    r = run_cli(
+        "convert", str(tmp_path / "ref.onnx"), "--precision", "fp16", "--keep", "/bn/BatchNormalization", "-o", str(out)
+    )
+    assert r.code == 0, r.err
+    valid(onnx.load(str(out)))
+    r = run_cli("convert", str(tmp_path / "ref.onnx"), "--precision", "int8", "-o", str(tmp_path / "q.onnx"))
+    assert r.code == 2 and "--calibration" in r.err
+    r = run_cli("convert", str(tmp_path / "ref.onnx"), "--precision", "fp16", "--keep", "nope", "-o", str(out))
+    assert r.code == 2 and "nope" in r.err

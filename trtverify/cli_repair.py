@@ -1,0 +1,144 @@
+"""Commands `trtverify repair` and `trtverify convert` (registered on the main command group in cli.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trtverify.errors import UsageError
+
+INPUT_HELP = "Inputs: .npz, keys = input names, first axis = rows [default: one generated sample]."
+
+
+def _rows(reference: Path, path: Path) -> list:
+    """Rows of an .npz (keys = input names), one feed each, read like a suite's inputs file."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: not a readable .npz of plain arrays ({exc})") from exc
+    rows = min((len(a) for a in arrays.values()), default=0)
+    if not rows:
+        raise UsageError(f"{path}: no rows (keys = the input names of {reference.name}, first axis = rows)")
+    return [{k: a[i : i + 1] for k, a in arrays.items()} for i in range(rows)]
+
+
+@click.command()
+@click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--precision", required=True, type=click.Choice(["fp16", "int8"]), help="What to lower to.")
+@click.option("--inputs", "inputs_file", type=click.Path(path_type=Path, dir_okay=False, exists=True), help=INPUT_HELP)
+@click.option("--samples", type=click.IntRange(min=1), help="Use the first N samples [default: all rows].")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE", help="A dynamic dimension of generated inputs.")
+@click.option(
+    "--calibration",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="INT8 calibration data (.npz like --inputs) [default: the inputs].",
+)
+@click.option(
+    "--candidate",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="INT8: your Q/DQ model to repair [default: quantised here, symmetric and per-channel].",
+)
+@click.option(
+    "--check",
+    "checks",
+    multiple=True,
+    metavar="METRIC<=X|METRIC>=X",
+    help="Replaces the output checks (repeatable) [default: rel_l2<=0.01, cosine>=0.999].",
+)
+@click.option(
+    "--tensors",
+    type=click.Choice(["outputs", "all"]),
+    default="outputs",
+    show_default=True,
+    help="Apply the checks to the model outputs, or to every tensor.",
+)
+@click.option("--max-evaluations", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Output folder [default: reports/repair-<reference name>-<precision>].",
+)
+def repair(
+    reference: Path,
+    precision: str,
+    inputs_file: Path | None,
+    samples: int | None,
+    dims: tuple[str, ...],
+    calibration: Path | None,
+    candidate: Path | None,
+    checks: tuple[str, ...],
+    tensors: str,
+    max_evaluations: int,
+    out_dir: Path | None,
+) -> None:
+    """Find the smallest set of nodes to keep in FP32 so REFERENCE lowered to --precision passes, and verify it.
+
+    Writes the repaired ONNX model and repair.json (the keep-list, before and after, its cost, and the
+    keep-list for ONNX Runtime, Polygraphy, trtexec and Model Optimizer). Exit 0 when the repaired model
+    passes, 1 when no keep-list passed (the best one is reported), 2 for usage errors.
+    """
+    from trtverify.adhoc import repair_suite
+    from trtverify.cli import execute
+    from trtverify.config.loader import load_suite
+
+    if candidate is not None and precision != "int8":
+        raise UsageError("--candidate is an INT8 Q/DQ model: use it with --precision int8")
+    out = out_dir or Path("reports") / f"repair-{reference.stem}-{precision}"
+    path = repair_suite(
+        out,
+        reference,
+        precision,
+        inputs_file=inputs_file,
+        samples=samples,
+        dims=dims,
+        calibration=calibration,
+        candidate=candidate,
+        checks=list(checks),
+        tensors=tensors,
+        max_evaluations=max_evaluations,
+    )
+    execute(load_suite(path), out, ("repair",), False, None, False)
+
+
+@click.command()
+@click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--precision", required=True, type=click.Choice(["fp16", "int8"]), help="What to lower to.")
+@click.option("--keep", multiple=True, metavar="NODE", help="An ONNX node kept in FP32 (repeatable).")
+@click.option(
+    "--calibration",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="INT8 calibration data (.npz, keys = input names, first axis = rows); required for int8.",
+)
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path, dir_okay=False))
+def convert(reference: Path, precision: str, keep: tuple[str, ...], calibration: Path | None, output: Path) -> None:
+    """Lower REFERENCE to FP16 (FP32 islands for --keep) or to TensorRT-compatible INT8 Q/DQ (symmetric,
+    per-channel; --keep nodes without Q/DQ)."""
+    import onnx
+
+    from trtverify.convert.fp16 import to_fp16
+    from trtverify.convert.int8 import keep_fp32, quantize
+
+    model = onnx.load(str(reference))
+    if precision == "fp16":
+        try:
+            converted = to_fp16(model, keep)
+        except ValueError as exc:
+            raise UsageError(f"{reference}: {exc}") from exc
+        onnx.save(converted, str(output))
+    else:
+        if calibration is None:
+            raise UsageError("--precision int8 needs --calibration X.npz (rows of real inputs)")
+        feeds = _rows(reference, calibration)
+        quantize(reference, output, feeds)
+        if keep:
+            try:
+                onnx.save(keep_fp32(onnx.load(str(output)), model, keep), str(output))
+            except ValueError as exc:
+                raise UsageError(f"{reference}: {exc}") from exc
+    onnx.checker.check_model(str(output), full_check=True)
+    click.echo(f"written: {output}")

@@ -1,0 +1,174 @@
+"""FP16 with FP32 islands: an FP32 ONNX model rewritten to compute in FP16 except the nodes kept in FP32.
+
+Why not the converters users have: `onnxruntime.transformers.float16` with `node_block_list` casts
+back to FP16 *between* consecutive kept nodes (an overflow inside a kept chain stays) and rounds
+the kept nodes' constants through FP16; onnxconverter-common's mixed-precision search produced an
+invalid model on a real detector (two nodes named `_output_cast0`). Here:
+
+- every node not kept computes in FP16; kept nodes (and nodes that cannot: subgraphs, ops whose
+  ONNX types allow no FP16) compute in FP32; a Cast sits only where a value crosses from one
+  island to the other, one per tensor and direction, shared by all readers;
+- constants come from the FP32 model: kept nodes read the original values, FP16 nodes a copy
+  clipped to ±65504 (what a converter does, and what the lint then reports);
+- node and tensor names are kept, so a tensor pairs with the reference by name; graph inputs and
+  outputs stay FP32 (an FP16 output is written under `<name>__fp16` and cast to its name);
+- unnamed nodes are addressed by their label in the FP32 model (`<op_type>_<topological index>`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from trtverify.onnxgraph import GraphIndex
+
+FP16_MAX = 65504.0
+# ops whose float inputs the ONNX spec types as float32 only: they stay FP32
+FP32_ONLY_OPS = frozenset({"NonMaxSuppression", "RoiAlign", "Range"})
+# float inputs that must stay float32 whatever the node computes in (op -> input positions)
+FP32_INPUTS = {"Resize": frozenset({1, 2}), "Upsample": frozenset({1})}
+# attributes naming the element type a node produces
+DTYPE_ATTRS = {"Cast": "to", "RandomNormal": "dtype", "RandomUniform": "dtype", "EyeLike": "dtype"}
+
+
+def node_labels(model: Any) -> list[str]:
+    """Labels of the model's nodes in topological order: names, or `<op_type>_<index>` for unnamed ones."""
+    g = GraphIndex.from_model(model)
+    return [g.label(i) for i in range(len(g.nodes))]
+
+
+def _elem_types(model: Any) -> dict[str, int]:
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # partial types are enough: unknown tensors are treated as not float
+        inferred = model
+    g = inferred.graph
+    types = {t.name: t.data_type for t in g.initializer}
+    for vi in [*g.input, *g.output, *g.value_info]:
+        if vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    for n in g.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value":
+                    types[n.output[0]] = a.t.data_type
+    return types
+
+
+def _fp16_tensor(t: Any, name: str) -> Any:
+    from onnx import numpy_helper
+
+    values = numpy_helper.to_array(t).astype(np.float64)
+    values = np.clip(np.nan_to_num(values, nan=np.nan, posinf=FP16_MAX, neginf=-FP16_MAX), -FP16_MAX, FP16_MAX)
+    return numpy_helper.from_array(values.astype(np.float16), name)
+
+
+def to_fp16(model: Any, keep: Iterable[str] = ()) -> Any:
+    """A new model: FP16 except the nodes labelled in `keep` (see node_labels), with FP32 graph I/O."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
+    g = GraphIndex.from_model(model)
+    labels = [g.label(i) for i in range(len(g.nodes))]
+    unknown = sorted(set(keep) - set(labels))
+    if unknown:
+        raise ValueError(f"keep names nodes the model does not have: {', '.join(unknown[:5])}")
+    keep = set(keep)
+    types = _elem_types(model)
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    is_float = {name for name, t in types.items() if t == FLOAT}
+
+    def fp32_node(i: int) -> bool:
+        n = g.nodes[i]
+        return labels[i] in keep or n.op_type in FP32_ONLY_OPS or i in g.subgraph_nodes
+
+    constant_nodes = {
+        n.output[0]: n for n in g.nodes if n.op_type == "Constant" and n.output and n.output[0] in is_float
+    }
+    precision: dict[str, int] = {name: FLOAT for name in g.inputs}  # tensor -> the type it is produced in
+    new_nodes: list[Any] = []
+    new_inits: dict[str, Any] = {}
+    casts: dict[tuple[str, int], str] = {}
+    half_alias: dict[str, str] = {}  # graph outputs written in FP16 under another name
+    emitted: set[str] = set()
+    out_names = set(g.outputs)
+
+    def constant_as(name: str, want: int) -> str:
+        """The constant `name` in type `want` (FP32: the original values; FP16: a clipped copy)."""
+        if want == FLOAT:
+            if name in inits:
+                new_inits[name] = inits[name]
+            elif name not in emitted:
+                emitted.add(name)
+                new_nodes.append(constant_nodes[name])
+            return name
+        half = f"{name}__fp16"
+        if half not in new_inits:
+            new_inits[half] = _fp16_tensor(g.constants[name], half)
+        return half
+
+    def value_as(name: str, want: int) -> str:
+        if want == HALF and name in half_alias:
+            return half_alias[name]
+        have = precision.get(name, FLOAT)
+        if have == want:
+            return name
+        key = (name, want)
+        if key not in casts:
+            suffix = "fp16" if want == HALF else "fp32"
+            casts[key] = f"{name}__to_{suffix}"
+            new_nodes.append(helper.make_node("Cast", [name], [casts[key]], name=f"{name}__cast_to_{suffix}", to=want))
+        return casts[key]
+
+    for i, node in enumerate(g.nodes):
+        if node.op_type == "Constant" and node.output and node.output[0] in constant_nodes:
+            continue  # emitted where read, in the type each reader needs
+        want = FLOAT if fp32_node(i) else HALF
+        n = onnx.NodeProto()
+        n.CopyFrom(node)
+        if not n.name:
+            n.name = labels[i]
+        forced = FP32_INPUTS.get(node.op_type, frozenset())
+        for pos, name in enumerate(node.input):
+            if not name or name not in is_float:
+                continue
+            target = FLOAT if pos in forced else want
+            if name in inits or name in constant_nodes:
+                n.input[pos] = constant_as(name, target)
+            else:
+                n.input[pos] = value_as(name, target)
+        if want == HALF:
+            attr = DTYPE_ATTRS.get(node.op_type)
+            for a in n.attribute:
+                if a.name == attr and a.i == FLOAT:
+                    a.i = HALF
+                if node.op_type == "ConstantOfShape" and a.name == "value" and a.t.data_type == FLOAT:
+                    a.t.CopyFrom(_fp16_tensor(a.t, a.t.name))
+        renamed = []
+        for pos, o in enumerate(node.output):
+            if o and o in is_float:
+                precision[o] = want
+                if want == HALF and o in out_names:
+                    n.output[pos] = half_alias[o] = f"{o}__fp16"
+                    precision[o] = FLOAT  # the name itself now holds the FP32 cast
+                    renamed.append(o)
+        new_nodes.append(n)
+        for o in renamed:
+            new_nodes.append(helper.make_node("Cast", [half_alias[o]], [o], name=f"{o}__cast_to_fp32", to=FLOAT))
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(new_nodes)
+    read = {i for n in new_nodes for i in n.input}
+    read |= {name for name, uses in g.consumers.items() if any(pos < 0 for _, pos in uses)}  # in subgraphs
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(t for name, t in inits.items() if name in read)
+    out.graph.initializer.extend(t for name, t in new_inits.items() if name not in inits)
+    del out.graph.value_info[:]
+    return out

@@ -1,0 +1,143 @@
+"""One evaluation of a repair candidate: every value tensor of the candidate against the reference's, which are
+computed once and reused by every evaluation of a search."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtverify.backends.onnxruntime import OnnxRuntimeBackend
+from trtverify.compare.metrics import CompareError, compare
+from trtverify.compare.pairing import pair_names
+from trtverify.compare.semantic import resolve
+from trtverify.config.backends import OnnxRuntimeOptions
+from trtverify.config.checks import Check, better_of
+from trtverify.onnxgraph import GraphIndex
+
+AS_WRITTEN = OnnxRuntimeOptions(graph_optimization_level="disable")
+
+
+@dataclass
+class Reference:
+    """The reference's value tensors for every sample, and its graph."""
+
+    graph: GraphIndex
+    order: list[str]
+    outputs: list[str]
+    values: list[dict[str, np.ndarray]]
+    max_abs: dict[str, float]
+
+    @classmethod
+    def run(cls, path: Path, samples: Sequence[dict[str, np.ndarray]]) -> Reference:
+        with OnnxRuntimeBackend(path, AS_WRITTEN) as backend:
+            info = backend.graph().info
+            order = info.value_tensors()
+            backend.expose(order)
+            values = [backend.infer(feed) for feed in samples]
+        max_abs: dict[str, float] = {}
+        for per_sample in values:
+            for name, arr in per_sample.items():
+                if arr.dtype.kind == "f" and arr.size:
+                    finite = arr[np.isfinite(arr)]
+                    if finite.size:
+                        max_abs[name] = max(max_abs.get(name, 0.0), float(np.abs(finite).max()))
+        return cls(info, order, list(info.outputs), values, max_abs)
+
+
+@dataclass
+class Evaluation:
+    """A candidate against the target: what fails, and each tensor's worst error."""
+
+    keep: tuple[str, ...]
+    passed: bool
+    checked: dict[str, dict[str, float]]  # tensor -> worst value of each checked metric
+    failed: list[str]  # 'y: rel_l2 <= 0.01 (0.31)', 'Pow_output_0: 32 non-finite values'
+    nonfinite: list[str]  # reference tensors non-finite in the candidate where finite in the reference, in order
+    errors: dict[str, float] = field(default_factory=dict)  # reference tensor -> worst rel_l2
+    overflows: dict[str, list[str]] = field(default_factory=dict)  # FP16 cast that overflows -> nodes reading it
+    seconds: float = 0.0
+
+
+def evaluate(
+    ref: Reference,
+    candidate: Path,
+    samples: Sequence[dict[str, np.ndarray]],
+    checks: Sequence[Check],
+    tensors: str,
+    keep: tuple[str, ...],
+) -> Evaluation:
+    """Run `candidate` with every value tensor exposed; `checks` on the outputs (`tensors='outputs'`) or on
+    every tensor ('all'); any tensor non-finite where the reference is finite fails as well."""
+    t0 = time.perf_counter()
+    with OnnxRuntimeBackend(candidate, AS_WRITTEN) as backend:
+        cand: Any = backend.graph().info
+        names = cand.value_tensors()
+        resolved = resolve(pair_names(ref.order, names), ref.graph, cand)
+        pairs = resolved.pairing.pairs
+        casts = _narrowing_casts(cand)
+        backend.expose([c for _, c in pairs] + [t for pair in casts.items() for t in pair])
+        outs = [backend.infer(feed) for feed in samples]
+    overflows: dict[str, list[str]] = {}
+    for out in outs:
+        for cast, source in casts.items():
+            if cast in out and source in out and _overflowed(out[source], out[cast]):
+                overflows[cast] = [cand.label(i) for i, _ in cand.consumers.get(cast, [])]
+    worst: dict[str, dict[str, float]] = {}
+    bad: dict[str, int] = {}
+    for si, out in enumerate(outs):
+        for r, c in pairs:
+            if c not in out:
+                continue
+            try:
+                cmp = compare(ref.values[si][r], out[c])
+            except CompareError:
+                continue
+            if cmp.nonfinite_mismatch:
+                bad[r] = bad.get(r, 0) + cmp.nonfinite_mismatch
+            w = worst.setdefault(r, {})
+            for k, v in cmp.metrics.items():
+                if v != v:
+                    continue
+                if k not in w or (v > w[k] if better_of(k) == "lower" else v < w[k]):
+                    w[k] = v
+    checked_names = ref.outputs if tensors == "outputs" else [r for r, _ in pairs]
+    failed, checked = [], {}
+    for t in checked_names:
+        m = worst.get(t, {})
+        checked[t] = {c.metric: m.get(c.metric, math.nan) for c in checks}
+        for c in checks:
+            v = m.get(c.metric, math.nan)
+            if not c.passes(v):
+                failed.append(f"{t}: {c.condition} ({v:.4g})")
+    nonfinite = [r for r in ref.order if r in bad]
+    failed += [f"{t}: {bad[t]} non-finite values where the reference's are finite" for t in nonfinite]
+    failed += [f"{t}: the cast to FP16 overflows (read by {', '.join(users)})" for t, users in overflows.items()]
+    errors = {r: m["rel_l2"] for r, m in worst.items() if "rel_l2" in m}
+    seconds = time.perf_counter() - t0
+    return Evaluation(keep, not failed, checked, failed, nonfinite, errors, overflows, seconds)
+
+
+def _narrowing_casts(g: GraphIndex) -> dict[str, str]:
+    """Casts to FP16 or BF16 in the candidate: output -> input. ONNX Runtime's CPU provider can drop such a cast
+    together with one of its own back to FP32 (it lacks FP16 kernels), so an overflow there would go unseen
+    downstream on the CPU while a GPU engine computes with inf: it is checked where it happens."""
+    out = {}
+    for n in g.nodes:
+        if n.op_type != "Cast" or not n.output or not n.input:
+            continue
+        to = next((a.i for a in n.attribute if a.name == "to"), None)
+        if to in (10, 16):  # FLOAT16, BFLOAT16
+            out[n.output[0]] = n.input[0]
+    return out
+
+
+def _overflowed(source: np.ndarray, cast: np.ndarray) -> bool:
+    if cast.dtype.kind != "f" or np.isfinite(cast).all():
+        return False
+    return bool(np.any(np.isfinite(source) & ~np.isfinite(cast)))

@@ -1,0 +1,174 @@
+"""repair.json: the keep-list, its verification, its cost, and the keep-list in the forms users' tools take."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from trtverify.onnxgraph import GraphIndex
+from trtverify.record import Record
+from trtverify.repair.evaluate import Evaluation
+from trtverify.repair.search import Search
+
+LATENCY_RUNS = 20
+
+
+class Checked(Record):
+    """The target's checks on one evaluation."""
+
+    keep: list[str]
+    passed: bool
+    failed: list[str]
+    values: dict[str, dict[str, float]] = Field(description="tensor -> checked metric -> worst value over samples")
+
+
+class Cost(Record):
+    nodes: int = Field(description="nodes kept in FP32")
+    of_nodes: int = Field(description="nodes in the model")
+    flops_share: float = Field(description="share of the model's multiply-adds computed by kept nodes (estimate)")
+    params_share: float = Field(description="share of the model's float parameters read by kept nodes")
+    latency_ms: dict[str, float] = Field(
+        description="ONNX Runtime CPU latency, mean of a short run on the first sample: reference, before, after"
+    )
+
+
+class RepairRecord(Record):
+    """What `trtverify repair` found (DIR/repair.json)."""
+
+    reference: str
+    precision: str
+    passed: bool = Field(description="the repaired model passes the target (verified by evaluation)")
+    keep: list[str] = Field(description="ONNX node names kept in FP32: 1-minimal (removing any one fails)")
+    repaired_model: str = Field(description="the repaired ONNX model, in the output folder")
+    evaluations: int
+    seconds: float
+    target: list[str] = Field(description="the checks, and the tensors they apply to")
+    seeds: dict[str, str] = Field(description="nodes the search started from, and why")
+    before: Checked
+    after: Checked
+    cost: Cost
+    exports: dict[str, Any] = Field(description="the keep-list as each tool takes it")
+
+
+def checked(ev: Evaluation) -> Checked:
+    return Checked(keep=list(ev.keep), passed=ev.passed, failed=list(ev.failed), values=ev.checked)
+
+
+def exports(keep: Sequence[str], repaired: Path, precision: str) -> dict[str, Any]:
+    names = list(keep)
+    out: dict[str, Any] = {
+        "onnxruntime_float16_node_block_list": names,
+        "onnxruntime_quantization_nodes_to_exclude": names,
+        "modelopt_nodes_to_exclude": names,
+        "polygraphy": (
+            f"--layer-precisions {' '.join(f'{n}:float32' for n in names)} --precision-constraints obey"
+            if names
+            else ""
+        ),
+        "trtexec": (
+            f"--layerPrecisions={','.join(f'{n}:fp32' for n in names)} --precisionConstraints=obey" if names else ""
+        ),
+        "tensorrt_strongly_typed": str(repaired),
+    }
+    out["note"] = (
+        "polygraphy and trtexec: TensorRT <= 10 (weakly typed), whose ONNX parser names layers after ONNX nodes; "
+        f"TensorRT 11 and TensorRT-RTX build the repaired ONNX as it is ({precision} with FP32 islands)"
+    )
+    return out
+
+
+def cost(reference: Any, keep: Sequence[str], feed: dict[str, np.ndarray], paths: dict[str, Path]) -> Cost:
+    macs, params = _work(reference, feed)
+    g = GraphIndex.from_model(reference)
+    labels = [g.label(i) for i in range(len(g.nodes))]
+    kept = set(keep)
+    total_macs = sum(macs.values()) or 1
+    total_params = sum(params.values()) or 1
+    return Cost(
+        nodes=len(kept),
+        of_nodes=len(labels),
+        flops_share=sum(v for k, v in macs.items() if k in kept) / total_macs,
+        params_share=sum(v for k, v in params.items() if k in kept) / total_params,
+        latency_ms={name: _latency(path, feed) for name, path in paths.items()},
+    )
+
+
+def _work(model: Any, feed: dict[str, np.ndarray]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per node label: multiply-adds (Conv, ConvTranspose, Gemm, MatMul; output size for the rest) and float
+    parameters read."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for inp in m.graph.input:
+        if inp.name in feed:
+            for d, v in zip(inp.type.tensor_type.shape.dim, feed[inp.name].shape):
+                d.Clear()
+                d.dim_value = int(v)
+    try:
+        m = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:  # an estimate: unknown shapes count as nothing
+        pass
+    shapes = {}
+    for vi in [*m.graph.input, *m.graph.output, *m.graph.value_info]:
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if dims and all(d > 0 for d in dims):
+            shapes[vi.name] = dims
+    g = GraphIndex.from_model(model)
+    sizes = {t.name: int(np.prod(t.dims)) for t in model.graph.initializer if t.data_type in (1, 10, 16)}
+    macs, params = {}, {}
+    for i, n in enumerate(g.nodes):
+        label = g.label(i)
+        params[label] = sum(sizes.get(x, 0) for x in n.input)
+        out = shapes.get(n.output[0]) if n.output else None
+        if out is None:
+            macs[label] = 0
+            continue
+        per = 1
+        w = shapes.get(n.input[1]) if len(n.input) > 1 else None
+        w = w or (
+            [int(d) for d in g.constants[n.input[1]].dims] if len(n.input) > 1 and n.input[1] in g.constants else None
+        )
+        if n.op_type in ("Conv", "ConvTranspose") and w:
+            per = int(np.prod(w[1:]))
+        elif n.op_type in ("Gemm", "MatMul") and w:
+            per = w[0] if n.op_type == "MatMul" or not any(a.name == "transB" and a.i for a in n.attribute) else w[1]
+        macs[label] = int(np.prod(out)) * per
+    return macs, params
+
+
+def _latency(path: Path, feed: dict[str, np.ndarray]) -> float:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session.run(None, feed)
+    t0 = time.perf_counter()
+    for _ in range(LATENCY_RUNS):
+        session.run(None, feed)
+    return (time.perf_counter() - t0) / LATENCY_RUNS * 1000.0
+
+
+def record(
+    reference: Path, result: Search, repaired: Path, target: list[str], seconds: float, cost_: Cost
+) -> RepairRecord:
+    assert result.before is not None and result.after is not None
+    return RepairRecord(
+        reference=str(reference),
+        precision=result.precision,
+        passed=result.passed,
+        keep=list(result.keep),
+        repaired_model=str(repaired),
+        evaluations=len(result.steps),
+        seconds=seconds,
+        target=target,
+        seeds=result.seeds,
+        before=checked(result.before),
+        after=checked(result.after),
+        cost=cost_,
+        exports=exports(result.keep, repaired, result.precision),
+    )

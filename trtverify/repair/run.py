@@ -1,0 +1,56 @@
+"""`trtverify repair`: search, verify, and write the repaired model and DIR/repair.json."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from trtverify.config.checks import Check
+from trtverify.fsutil import atomic_write_text, to_json
+from trtverify.repair.record import RepairRecord, cost, record
+from trtverify.repair.search import Progress, search
+
+
+def repair(
+    reference: Path,
+    precision: str,
+    samples: Sequence[dict[str, np.ndarray]],
+    checks: Sequence[Check],
+    out: Path,
+    *,
+    tensors: str = "outputs",
+    calibration: Sequence[dict[str, np.ndarray]] = (),
+    candidate: Path | None = None,
+    max_evaluations: int = 50,
+    progress: Progress = lambda _: None,
+) -> RepairRecord:
+    import onnx
+
+    t0 = time.perf_counter()
+    result = search(
+        reference,
+        precision,
+        samples,
+        checks,
+        tensors=tensors,
+        calibration=calibration,
+        candidate=candidate,
+        max_evaluations=max_evaluations,
+        progress=progress,
+    )
+    seconds = time.perf_counter() - t0
+    out.mkdir(parents=True, exist_ok=True)
+    repaired = out / f"{reference.stem}_{precision}_repaired.onnx"
+    onnx.save(result.model, str(repaired))
+    before = out / f"{reference.stem}_{precision}.onnx"
+    onnx.save(result.lowered, str(before))
+    model = onnx.load(str(reference))
+    paths = {"reference": reference, "before": before, "after": repaired}
+    target = [f"{c.condition} on {'every output' if tensors == 'outputs' else 'every tensor'}" for c in checks]
+    target.append("no tensor non-finite where the reference's is finite; no cast to FP16 overflowing")
+    rec = record(reference, result, repaired, target, seconds, cost(model, result.keep, samples[0], paths))
+    atomic_write_text(out / "repair.json", to_json(rec.dump()))
+    return rec

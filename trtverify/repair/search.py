@@ -1,0 +1,206 @@
+"""The smallest FP32 keep-list that makes a lowered model pass, found by evaluation and verified.
+
+1. Seeds, from what the lowered model shows before anything is kept: the nodes whose constants the
+   conversion saturated, flushed or changed beyond rounding (the lint against the reference), the
+   producers of reference activations beyond FP16's range, and, in topological order, the first
+   node whose output turns non-finite where the reference's is finite.
+2. Grow: while the target fails, keep one more node: the first node (topological order) whose output
+   is non-finite where the reference's is finite; else a node reading a cast to FP16 that overflows
+   (a kept node's FP32 output too large for its FP16 reader); else the node adding the most error
+   (its output rel_l2 minus its inputs' largest). Each step is one evaluation.
+3. Shrink: drop each member whose removal still passes (latest first), so the result is 1-minimal:
+   removing any single node fails. The final keep-list was the last evaluation that passed.
+
+Every evaluation is counted; `max_evaluations` bounds the search, and the best candidate seen (the
+fewest failures) is reported when nothing passes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trtverify.config.checks import Check
+from trtverify.convert.fp16 import FP16_MAX, to_fp16
+from trtverify.convert.int8 import keep_fp32, quantize
+from trtverify.lint.reference_constants import reference_constant_findings
+from trtverify.onnxgraph import GraphIndex
+from trtverify.repair.evaluate import Evaluation, Reference, evaluate
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Search:
+    """What a search did: every evaluation, in order, and the outcome."""
+
+    precision: str
+    keep: list[str]
+    passed: bool
+    seeds: dict[str, str]  # node -> why it was a seed
+    steps: list[Evaluation] = field(default_factory=list)
+    before: Evaluation | None = None
+    after: Evaluation | None = None
+    model: Any = None  # the repaired onnx.ModelProto
+    lowered: Any = None  # the lowered model with nothing kept (what the search started from)
+
+
+class Lowering:
+    """Makes the lowered model for a keep-list: FP16 with FP32 islands, or INT8 Q/DQ minus the kept nodes' Q/DQ."""
+
+    def __init__(
+        self,
+        reference: Path,
+        precision: str,
+        calibration: Sequence[dict[str, np.ndarray]],
+        workdir: Path,
+        candidate: Path | None = None,
+    ):
+        import onnx
+
+        self.precision = precision
+        self.reference = onnx.load(str(reference))
+        self.workdir = workdir
+        self.count = 0
+        self.labels = _labels(self.reference)
+        self.qdq = None
+        if precision == "int8":
+            path = candidate or quantize(reference, workdir / "int8_qdq.onnx", calibration)
+            self.qdq = onnx.load(str(path))
+
+    def model(self, keep: Sequence[str]) -> Any:
+        if self.precision == "fp16":
+            return to_fp16(self.reference, keep)
+        return keep_fp32(self.qdq, self.reference, keep)
+
+    def save(self, keep: Sequence[str]) -> tuple[Path, Any]:
+        import onnx
+
+        self.count += 1
+        model = self.model(keep)
+        path = self.workdir / f"candidate{self.count}.onnx"
+        onnx.save(model, str(path))
+        return path, model
+
+
+def _labels(model: Any) -> list[str]:
+    g = GraphIndex.from_model(model)
+    return [g.label(i) for i in range(len(g.nodes))]
+
+
+def _seeds(ref: Reference, lowering: Lowering, model: Any, first: Evaluation) -> dict[str, str]:
+    """Nodes that must stay FP32 by what the lowered model shows (see the module docstring)."""
+    seeds: dict[str, str] = {}
+    if lowering.precision == "fp16":
+        cand = GraphIndex.from_model(model)
+        for _, f in reference_constant_findings(ref.graph, cand):
+            if f.node and f.node in lowering.labels:
+                seeds.setdefault(f.node, f"{f.kind}: {f.detail.get('reference', f.tensor)}")
+        for t in ref.order:
+            if ref.max_abs.get(t, 0.0) > FP16_MAX and t in ref.graph.producers:
+                seeds.setdefault(ref.graph.producers[t].node, f"reference activation {t} beyond FP16's range")
+    if first.nonfinite:
+        node = ref.graph.producers[first.nonfinite[0]].node
+        seeds.setdefault(node, f"first non-finite output: {first.nonfinite[0]}")
+    return {n: why for n, why in seeds.items() if n in lowering.labels}
+
+
+def _next(ref: Reference, ev: Evaluation, keep: Sequence[str], allowed: set[str]) -> str | None:
+    """The node to keep next: the first non-finite one, a reader of an overflowing cast to FP16, else the one
+    adding the most error."""
+    for t in ev.nonfinite:
+        node = ref.graph.producers[t].node
+        if node not in keep and node in allowed:
+            return node
+    for readers in ev.overflows.values():
+        for node in readers:
+            if node not in keep and node in allowed:
+                return node
+    best, best_added = None, 0.0
+    for t, err in ev.errors.items():
+        p = ref.graph.producers.get(t)
+        if p is None or p.node in keep or p.node not in allowed:
+            continue
+        inputs = [ev.errors.get(i, 0.0) for i in ref.graph.nodes[p.index].input if i]
+        added = err - max(inputs, default=0.0)
+        if added > best_added:
+            best, best_added = p.node, added
+    return best
+
+
+def search(
+    reference: Path,
+    precision: str,
+    samples: Sequence[dict[str, np.ndarray]],
+    checks: Sequence[Check],
+    *,
+    tensors: str = "outputs",
+    calibration: Sequence[dict[str, np.ndarray]] = (),
+    candidate: Path | None = None,
+    max_evaluations: int = 50,
+    progress: Progress = lambda _: None,
+) -> Search:
+    """Find a 1-minimal FP32 keep-list for `reference` lowered to `precision` (fp16 or int8).
+
+    INT8: the Q/DQ model is `candidate` when given (a user's quantised model), else quantised here
+    (symmetric, per-channel) on `calibration` (default: the samples)."""
+    with tempfile.TemporaryDirectory(prefix="trtverify-repair-") as tmp:
+        work = Path(tmp)
+        ref = Reference.run(reference, samples)
+        lowering = Lowering(reference, precision, calibration or samples, work, candidate)
+        quantized = set(_quantized_nodes(lowering)) if precision == "int8" else set(lowering.labels)
+        steps: list[Evaluation] = []
+
+        def run(keep: Sequence[str]) -> Evaluation:
+            path, _ = lowering.save(keep)
+            ev = evaluate(ref, path, samples, checks, tensors, tuple(keep))
+            steps.append(ev)
+            progress(f"evaluation {len(steps)}: keep {len(keep)} node(s): {'passes' if ev.passed else ev.failed[0]}")
+            return ev
+
+        before = run([])
+        out = Search(precision, [], before.passed, {}, steps, before)
+        if not before.passed:
+            out.seeds = _seeds(ref, lowering, lowering.model([]), before)
+            keep = [n for n in out.seeds if n in quantized]
+            ev = run(keep) if keep and len(steps) < max_evaluations else before
+            while not ev.passed and len(steps) < max_evaluations:
+                nxt = _next(ref, ev, keep, quantized)
+                if nxt is None:
+                    break
+                keep.append(nxt)
+                ev = run(keep)
+            if ev.passed:
+                for node in reversed(list(keep)):
+                    if len(steps) >= max_evaluations:
+                        break
+                    trial = [n for n in keep if n != node]
+                    if run(trial).passed:
+                        keep = trial
+        best = min(steps, key=_rank)
+        out.keep, out.passed, out.after = list(best.keep), best.passed, best
+        out.model = lowering.model(out.keep)
+        out.lowered = lowering.model([])
+        return out
+
+
+def _rank(ev: Evaluation) -> tuple[int, int, int]:
+    """Passing first, then the fewest failures, then the fewest kept nodes."""
+    return (0 if ev.passed else 1, len(ev.failed), len(ev.keep))
+
+
+def _quantized_nodes(lowering: Lowering) -> list[str]:
+    """Nodes of the Q/DQ model that read a DequantizeLinear output (the ones keeping can change)."""
+    g = GraphIndex.from_model(lowering.qdq)
+    out = []
+    for i, n in enumerate(g.nodes):
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") or not n.name:
+            continue
+        if any(g.producers.get(x) is not None and g.producers[x].op_type == "DequantizeLinear" for x in n.input):
+            out.append(g.label(i))
+    return out

@@ -1,0 +1,114 @@
+"""Stage `repair`: the smallest set of nodes to keep in FP32 so the reference lowered to FP16 or INT8 passes,
+found by evaluation and verified (trtverify.repair.search); its files go to `<out>/repair-<precision>/`."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from trtverify.compare.checks import CheckResult, limit_check
+from trtverify.config.loader import LoadedSuite
+from trtverify.config.models import Inputs
+from trtverify.inputs import build_samples
+from trtverify.record import optional
+from trtverify.repair.record import Checked, Cost
+from trtverify.repair.run import repair
+from trtverify.stages.base import StageContext, StageResult, status_of
+
+NAME = "repair"
+
+
+class RepairResult(StageResult):
+    """Stage repair: a verified FP32 keep-list for the lowered reference."""
+
+    name: Literal["repair"] = "repair"
+    precision: str | None = optional()
+    keep: list[str] | None = optional("ONNX node names kept in FP32 (1-minimal)")
+    repaired_model: str | None = optional("the repaired ONNX model")
+    repair_json: str | None = optional("the full record (repair.json)")
+    evaluations: int | None = optional()
+    seeds: dict[str, str] | None = optional("nodes the search started from, and why")
+    before: Checked | None = optional()
+    after: Checked | None = optional()
+    cost: Cost | None = optional()
+    exports: dict[str, object] | None = Field(default=None, description="the keep-list as each tool takes it")
+
+
+def _calibration(loaded: LoadedSuite, path: Path) -> list[dict[str, np.ndarray]]:
+    """Rows of the calibration file, read like the suite's inputs file (one row per feed)."""
+    inputs = Inputs(file=path)
+    suite = loaded.suite.model_copy(update={"inputs": inputs})
+    return build_samples(dataclasses.replace(loaded, suite=suite))
+
+
+def run(ctx: StageContext) -> RepairResult:
+    suite = ctx.loaded.suite
+    cfg = suite.stages.repair
+    assert cfg is not None
+    samples = ctx.samples[: cfg.samples] if cfg.samples else ctx.samples
+    candidate = Path(suite.models.candidates[cfg.candidate].path) if cfg.candidate else None
+    calibration = _calibration(ctx.loaded, Path(cfg.calibration)) if cfg.calibration else []
+    with tempfile.TemporaryDirectory(prefix="trtverify-repair-out-") as tmp:
+        out = (ctx.out_dir or Path(tmp)) / f"repair-{cfg.precision}"
+        rec = repair(
+            Path(suite.models.reference),
+            cfg.precision,
+            samples,
+            cfg.checks,
+            out,
+            tensors=cfg.tensors,
+            calibration=calibration,
+            candidate=candidate,
+            max_evaluations=cfg.max_evaluations,
+            progress=lambda line: ctx.progress(NAME, 0, len(samples), line),
+        )
+    checks: list[CheckResult] = []
+    for tensor, values in rec.after.values.items():
+        for c in cfg.checks:
+            v = values.get(c.metric, float("nan"))
+            checks.append(
+                CheckResult(
+                    name=f"repaired {cfg.precision}: {c.condition} at {tensor}",
+                    stage=NAME,
+                    metric=c.metric,
+                    tensor=tensor,
+                    value=v,
+                    threshold=c.threshold,
+                    op=c.op,
+                    passed=c.passes(v),
+                )
+            )
+    other = [f for f in rec.after.failed if "non-finite" in f or "overflows" in f]
+    checks.append(
+        limit_check(
+            f"repaired {cfg.precision}: non-finite values and FP16 overflows",
+            NAME,
+            "nonfinite",
+            len(other),
+            0,
+            "<=",
+            detail={"where": other[:10]} if other else {},
+        )
+    )
+    notes = [f"keep in FP32: {', '.join(rec.keep) or 'nothing'} ({rec.evaluations} evaluations)"]
+    return RepairResult(
+        status=status_of(checks),
+        checks=checks,
+        notes=notes,
+        timings={"search_s": rec.seconds},
+        precision=rec.precision,
+        keep=rec.keep,
+        repaired_model=rec.repaired_model,
+        repair_json=str(out / "repair.json"),
+        evaluations=rec.evaluations,
+        seeds=rec.seeds,
+        before=rec.before,
+        after=rec.after,
+        cost=rec.cost,
+        exports=rec.exports,
+    )
