@@ -1,5 +1,5 @@
 # Two entry points a fresh machine needs (python3, pip and make; nothing else):
-#   make demo   install trtverify into .venv and run the three bundled demo suites
+#   make demo   install trtverify into .venv and run the four bundled demo suites
 #   make test   install trtverify[torch,dev] (CPU torch pinned in constraints/ci.txt), lint (ruff, import
 #               contracts) and run every test
 PYTHON ?= python3
@@ -20,6 +20,7 @@ demo: $(BIN)/python
 	$(BIN)/trtverify run suites/fashion_mnist.yaml
 	$(BIN)/trtverify run suites/shapes_detection.yaml
 	$(BIN)/trtverify run suites/shapes_segmentation.yaml
+	$(BIN)/trtverify run suites/fp16_repair.yaml
 
 test: $(BIN)/python
 	$(PIP) install -c constraints/ci.txt -e '.[torch,dev]'

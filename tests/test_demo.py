@@ -88,7 +88,9 @@ def test_shipped_models_keep_their_measured_accuracy(model: str, key: str):
     assert abs(float((preds == labels).mean()) - expected) < 0.002
 
 
-@pytest.mark.parametrize("suite", sorted(p.name for p in (ROOT / "suites").glob("*.yaml")))
+@pytest.mark.parametrize(
+    "suite", sorted(p.name for p in (ROOT / "suites").glob("*.yaml") if "\n  framework:" in p.read_text())
+)
 def test_every_demo_reference_store_is_valid_so_the_gate_runs_without_torch(suite: str, tmp_path: Path):
     """The stored PyTorch outputs hash the model source, weights, inputs and config: reformatting a demo
     model's source, or changing its inputs, makes them stale, and `make demo` (no torch) would then fail."""

@@ -181,3 +181,21 @@ def test_convert_command(tmp_path: Path):
     assert r.code == 2 and "--calibration" in r.err
     r = run_cli("convert", str(tmp_path / "ref.onnx"), "--precision", "fp16", "--keep", "nope", "-o", str(out))
     assert r.code == 2 and "nope" in r.err
+
+
+def test_the_fp16_repair_demo_finds_the_batchnorm_and_the_committed_repair_matches(tmp_path: Path):
+    """suites/fp16_repair.yaml (make demo): the search keeps exactly the post-activation BatchNorm, and the
+    committed repaired model is what trtverify's FP16 rewrite makes with that node kept."""
+    root = Path(__file__).resolve().parents[1]
+    demo = root / "demo" / "fp16_repair"
+    r = run_cli("run", str(root / "suites" / "fp16_repair.yaml"), "--stage", "repair", "--out", str(tmp_path))
+    assert r.code == 0, r.out + r.err
+    stage = json.loads((tmp_path / "results.json").read_text())["stages"][0]
+    assert stage["keep"] == ["/features/post_bn/BatchNormalization"] and not stage["before"]["passed"]
+    made = to_fp16(onnx.load(str(demo / "fashion_bn_fp32.onnx")), stage["keep"])
+    committed = onnx.load(str(demo / "fashion_bn_fp16_repaired.onnx"))
+    assert [n.op_type for n in made.graph.node] == [n.op_type for n in committed.graph.node]
+    feed = {"input": np.random.default_rng(0).random((4, 1, 28, 28)).astype(np.float32)}
+    ours = ort.InferenceSession(made.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    theirs = ort.InferenceSession(committed.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_array_equal(ours, theirs)
