@@ -199,3 +199,57 @@ def test_the_fp16_repair_demo_finds_the_batchnorm_and_the_committed_repair_match
     ours = ort.InferenceSession(made.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     theirs = ort.InferenceSession(committed.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     np.testing.assert_array_equal(ours, theirs)
+
+
+RECIPE_SUITE = """\
+name: recipes
+reference_dir: refs
+models:
+  reference: ref.onnx
+  candidates:
+    fp16: {{from: reference, precision: fp16}}
+    fp16_kept: {{from: reference, precision: fp16, keep: [/bn/BatchNormalization]}}
+    int8: {{from: reference, precision: int8, calibration: {{samples: 3}}}}
+inputs:
+  file: in.npz
+stages:
+  layerwise: {{{extra}}}
+"""
+
+
+def test_candidate_recipes_are_made_cached_and_run_like_any_candidate(tmp_path: Path):
+    torch.manual_seed(0)
+    export(BNNet(), (1, 3, 16, 16), tmp_path / "ref.onnx")
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32))
+    (tmp_path / "suite.yaml").write_text(RECIPE_SUITE.format(extra=""))
+    r = run_cli("run", str(tmp_path / "suite.yaml"), "--out", str(tmp_path / "o"))
+    assert r.code == 1, r.out + r.err  # the plain FP16 recipe collapses
+    stage = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
+    cands = {c["name"]: c for c in stage["candidates"]}
+    assert cands["fp16"]["root_causes"][0]["node"] == "/bn/BatchNormalization" and not cands["fp16"]["passed"]
+    assert cands["fp16_kept"]["passed"] and cands["fp16_kept"]["precision"] == "fp16"
+    # INT8 ran (the BN's 1e4-scaled channel is an outlier activation per-tensor INT8 cannot hold: it fails)
+    assert cands["int8"]["precision"] == "int8" and len(cands["int8"]["rows"]) == 7
+    assert not [f for f in cands["int8"]["lint"] if f["kind"] == "qdq_nonzero_zero_point"]  # symmetric by default
+    made = sorted((tmp_path / "o" / "candidates").glob("*.onnx"))
+    assert [p.name.split("-")[0] for p in made] == ["fp16", "fp16_kept", "int8"]
+    for p in made:
+        valid(onnx.load(str(p)))
+    stamps = {p: p.stat().st_mtime_ns for p in made}
+    r = run_cli("run", str(tmp_path / "suite.yaml"), "--out", str(tmp_path / "o"))
+    assert {p: p.stat().st_mtime_ns for p in sorted((tmp_path / "o" / "candidates").glob("*.onnx"))} == stamps
+    bad = {
+        "path: ref.onnx, from: reference, precision: fp16": "not both",
+        "from: reference": "needs precision: fp16 or int8",
+        "from: reference, precision: fp16, calibration: {samples: 2}": "INT8 recipe options",
+        "path: ref.onnx, keep: [x]": "recipe options",
+    }
+    for spec, message in bad.items():
+        text = RECIPE_SUITE.format(extra="").replace("{from: reference, precision: fp16}", "{" + spec + "}", 1)
+        (tmp_path / "bad.yaml").write_text(text)
+        r = run_cli("validate", str(tmp_path / "bad.yaml"))
+        assert r.code == 2 and message in r.err, (spec, r.err)
+    text = RECIPE_SUITE.format(extra="").replace("keep: [/bn/BatchNormalization]", "keep: [/nope]")
+    (tmp_path / "bad.yaml").write_text(text)
+    r = run_cli("run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "b"))
+    assert r.code == 2 and "models.candidates.fp16_kept" in r.err and "/nope" in r.err

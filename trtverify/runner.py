@@ -10,6 +10,7 @@ samples as in an unsharded run and the models compute the same numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import STAGES
+from trtverify.convert.recipes import materialize
 from trtverify.errors import (
     EXIT_CHECK_FAILED,
     EXIT_DEPENDENCY,
@@ -141,6 +143,19 @@ def _run_one(plan: StagePlan, ctx: StageContext) -> StageResult:
         return result_type(status="error", error=error)
 
 
+def with_recipes_made(loaded: LoadedSuite, samples: Sequence[Any], out_dir: Path, progress: Progress) -> LoadedSuite:
+    """The suite with every recipe candidate (`from: reference`) made into an ONNX file in `out_dir/candidates`."""
+    candidates = loaded.suite.models.candidates
+    recipes = [n for n, c in candidates.items() if c.from_ is not None]
+    if not recipes:
+        return loaded
+    for i, name in enumerate(recipes):
+        progress("candidates", i, len(recipes), f"making {name}")
+    made = materialize(Path(loaded.suite.models.reference), dict(candidates), samples, out_dir / "candidates")
+    models = loaded.suite.models.model_copy(update={"candidates": made})
+    return dataclasses.replace(loaded, suite=loaded.suite.model_copy(update={"models": models}))
+
+
 def run_stages(
     loaded: LoadedSuite,
     plans: Sequence[StagePlan],
@@ -163,6 +178,7 @@ def run_stages(
     else:
         samples = build_samples(loaded)
         check_samples(samples, model_inputs, f"inputs of {loaded.path}")
+    loaded = with_recipes_made(loaded, samples, out_dir, progress)
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
     results: list[StageResult] = []
     for i, plan in enumerate(plans):

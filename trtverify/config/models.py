@@ -7,7 +7,7 @@ Paths are resolved against the suite file's folder (passed in the validation con
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
@@ -49,10 +49,26 @@ class PyTorchModel(Strict):
         return self
 
 
-class Candidate(Strict):
-    """A model under test: an ONNX file and the backend that runs it."""
+class CalibrationRecipe(Strict):
+    """Calibration of an INT8 recipe: the first N samples of the suite's inputs."""
 
-    path: OnnxPath = Field(description="the candidate ONNX model")
+    samples: int = Field(default=256, ge=1, description="how many input samples calibrate (default 256, or all)")
+
+
+class Candidate(Strict):
+    """A model under test: an ONNX file (or a recipe that makes one from the reference) and the backend that runs it."""
+
+    path: OnnxPath | None = Field(default=None, description="the candidate ONNX model (or give `from`)")
+    from_: Literal["reference"] | None = Field(
+        default=None,
+        alias="from",
+        description="a recipe: trtverify lowers the reference to `precision` (fp16 or int8) itself and writes the "
+        "ONNX into the run folder (cached by content hash)",
+    )
+    keep: list[str] = Field(default_factory=list, description="recipe: ONNX nodes kept in FP32")
+    calibration: CalibrationRecipe | None = Field(default=None, description="recipe, int8: calibration samples")
+    symmetric: bool = Field(default=True, description="recipe, int8: symmetric activations (TensorRT needs them)")
+    per_channel: bool = Field(default=True, description="recipe, int8: per-channel weight scales")
     backend: str = Field(
         default="onnxruntime",
         description=f"one of: {', '.join(e.name for e in BACKENDS.entries() if e.runs_candidates)}",
@@ -63,6 +79,19 @@ class Candidate(Strict):
         description="what the candidate runs in, for the layerwise default checks (default: read from the graph's "
         "types and Q/DQ nodes, and the TensorRT precision flags)",
     )
+
+    @model_validator(mode="after")
+    def _path_or_recipe(self) -> Candidate:
+        if (self.path is None) == (self.from_ is None):
+            raise ValueError("give either path (an ONNX file) or from: reference (a recipe), not both or neither")
+        recipe_keys = [k for k in ("keep", "calibration", "symmetric", "per_channel") if k in self.model_fields_set]
+        if self.from_ is None and recipe_keys:
+            raise ValueError(f"{', '.join(recipe_keys)}: recipe options, for candidates with from: reference")
+        if self.from_ is not None and self.precision not in ("fp16", "int8"):
+            raise ValueError("a recipe (from: reference) needs precision: fp16 or int8")
+        if self.precision == "fp16" and any(k in recipe_keys for k in ("calibration", "symmetric", "per_channel")):
+            raise ValueError("calibration, symmetric and per_channel are INT8 recipe options")
+        return self
 
     @field_validator("backend")
     @classmethod
