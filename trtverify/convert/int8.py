@@ -1,8 +1,9 @@
 """INT8 Q/DQ models: quantised the way TensorRT builds them, and with chosen nodes kept in FP32.
 
 `quantize` runs ONNX Runtime's `quantize_static` with TensorRT-compatible settings by default
-(QDQ format, symmetric INT8 activations and weights, per-channel weights, MinMax calibration):
-its own defaults (asymmetric uint8 activations) make a model TensorRT refuses to build.
+(QDQ format, symmetric INT8 activations and weights, per-channel weights, MinMax calibration, Q/DQ
+on the inputs of Conv/Gemm/MatMul only, float biases): its own defaults (asymmetric uint8
+activations, Q/DQ around every op) make a model TensorRT refuses to build.
 
 `keep_fp32` takes a Q/DQ model and gives chosen nodes back their FP32 inputs: each input that
 comes through a QuantizeLinear -> DequantizeLinear pair reads the value before the pair again, and
@@ -21,6 +22,11 @@ from typing import Any
 import numpy as np
 
 from trtverify.onnxgraph import GraphIndex
+
+
+# TensorRT's recommended Q/DQ placement: the inputs of its INT8 compute layers, not their outputs (it fuses a
+# Conv's bias and activation itself; elementwise ops follow the precision of their neighbours)
+QUANTIZED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
 
 def quantize(
@@ -61,8 +67,14 @@ def quantize(
             weight_type=QuantType.QInt8,
             per_channel=per_channel,
             calibrate_method=CalibrationMethod.MinMax,
+            op_types_to_quantize=list(QUANTIZED_OPS),
             nodes_to_exclude=list(exclude),
-            extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},
+            extra_options={
+                "ActivationSymmetric": symmetric,
+                "WeightSymmetric": True,
+                "QuantizeBias": False,  # TensorRT's parser rejects DequantizeLinear on int32 biases
+                "OpTypesToExcludeOutputQuantization": list(QUANTIZED_OPS),
+            },
         )
     finally:
         root.setLevel(level)
