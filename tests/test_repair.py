@@ -47,6 +47,10 @@ def test_fp16_batchnorm_variance_beyond_65504(tmp_path: Path):
     # the kept node reads the reference's FP32 variance, never a round trip through FP16
     var = next(t for t in result.model.graph.initializer if t.name == "bn.running_var")
     assert var.data_type == onnx.TensorProto.FLOAT and numpy_helper.to_array(var)[3] == np.float32(1e8)
+    # and no input of the kept node comes through a cast (constants shared through Identity included)
+    bn = next(n for n in result.model.graph.node if n.name == "/bn/BatchNormalization")
+    casts = {o for n in result.model.graph.node if n.op_type == "Cast" for o in n.output}
+    assert not set(bn.input[1:]) & casts
 
 
 def test_fp16_overflow_in_a_decomposed_layernorm(tmp_path: Path):

@@ -91,6 +91,17 @@ def to_fp16(model: Any, keep: Iterable[str] = ()) -> Any:
     constant_nodes = {
         n.output[0]: n for n in g.nodes if n.op_type == "Constant" and n.output and n.output[0] in is_float
     }
+    # Identity of a constant (torch's exporter shares equal initializers that way): read as that constant, so a
+    # kept node never gets it through FP16
+    alias = {
+        n.output[0]: n.input[0]
+        for n in g.nodes
+        if n.op_type == "Identity"
+        and n.input
+        and n.output
+        and n.input[0] in g.constants
+        and n.output[0] not in g.outputs
+    }
     precision: dict[str, int] = {name: FLOAT for name in g.inputs}  # tensor -> the type it is produced in
     new_nodes: list[Any] = []
     new_inits: dict[str, Any] = {}
@@ -129,6 +140,8 @@ def to_fp16(model: Any, keep: Iterable[str] = ()) -> Any:
     for i, node in enumerate(g.nodes):
         if node.op_type == "Constant" and node.output and node.output[0] in constant_nodes:
             continue  # emitted where read, in the type each reader needs
+        if node.op_type == "Identity" and node.output and node.output[0] in alias:
+            continue  # read as the constant it passes on
         want = FLOAT if fp32_node(i) else HALF
         n = onnx.NodeProto()
         n.CopyFrom(node)
@@ -136,9 +149,10 @@ def to_fp16(model: Any, keep: Iterable[str] = ()) -> Any:
             n.name = labels[i]
         forced = FP32_INPUTS.get(node.op_type, frozenset())
         for pos, name in enumerate(node.input):
-            if not name or name not in is_float:
+            if not name or alias.get(name, name) not in is_float:
                 continue
             target = FLOAT if pos in forced else want
+            name = alias.get(name, name)
             if name in inits or name in constant_nodes:
                 n.input[pos] = constant_as(name, target)
             else:

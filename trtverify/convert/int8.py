@@ -23,7 +23,6 @@ import numpy as np
 
 from trtverify.onnxgraph import GraphIndex
 
-
 # TensorRT's recommended Q/DQ placement: the inputs of its INT8 compute layers, not their outputs (it fuses a
 # Conv's bias and activation itself; elementwise ops follow the precision of their neighbours)
 QUANTIZED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
