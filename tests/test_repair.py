@@ -258,3 +258,21 @@ def test_candidate_recipes_are_made_cached_and_run_like_any_candidate(tmp_path: 
     (tmp_path / "bad.yaml").write_text(text)
     r = run_cli("run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "b"))
     assert r.code == 2 and "models.candidates.fp16_kept" in r.err and "/nope" in r.err
+
+
+def test_repair_against_the_e2e_gates(tmp_path: Path):
+    """target: e2e: each evaluation runs the suite's e2e task (2,000 Fashion-MNIST images) and its gates."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "suites" / "fp16_repair.yaml").read_text().replace("../", f"{root}/")
+    text = text.replace("    precision: fp16 ", "    target: e2e\n    precision: fp16 ")
+    (tmp_path / "s.yaml").write_text(text)
+    r = run_cli("run", str(tmp_path / "s.yaml"), "--stage", "repair", "--out", str(tmp_path / "o"))
+    assert r.code == 0, r.out + r.err
+    stage = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
+    assert stage["keep"] == ["/features/post_bn/BatchNormalization"]
+    assert stage["before"]["failed"][0].startswith("repaired: accuracy drop <= 0.005 (0.56")
+    gates = [c for c in stage["checks"] if c["metric"].endswith("_drop")]
+    assert {c["metric"] for c in gates} == {"accuracy_drop", "macro_f1_drop"} and all(c["passed"] for c in gates)
+    (tmp_path / "bad.yaml").write_text(text.split("  e2e:\n")[0])  # no e2e stage to take the gates from
+    bad = run_cli("validate", str(tmp_path / "bad.yaml"))
+    assert bad.code == 2 and "target: e2e uses the e2e stage's gates" in bad.err

@@ -105,6 +105,8 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         for t in sorted({t for t in targets if targets.count(t) > 1}):
             add(("stages", "framework", "rename"), f"two outputs are renamed to '{t}'")
     rp = suite.stages.repair
+    if rp is not None and rp.target == "e2e" and suite.stages.e2e is None:
+        add(("stages", "repair", "target"), "target: e2e uses the e2e stage's gates: add stages.e2e")
     if rp is not None and rp.candidate is not None and rp.candidate not in suite.models.candidates:
         add(("stages", "repair", "candidate"), unknown("candidate", rp.candidate, list(suite.models.candidates)))
     lw = suite.stages.layerwise

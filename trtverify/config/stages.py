@@ -134,6 +134,11 @@ class RepairStage(Strict):
         "may be non-finite where the reference's is finite, whatever the checks",
     )
     tensors: Literal["outputs", "all"] = Field(default="outputs", description="where the checks apply")
+    target: Literal["tensors", "e2e"] = Field(
+        default="tensors",
+        description="tensors: the checks above; e2e: the e2e stage's gates on the validation set (each evaluation "
+        "runs it), instead of the checks. Non-finite values fail either way",
+    )
     candidate: Name | None = Field(
         default=None,
         description="INT8: repair this candidate's Q/DQ model (from models.candidates) instead of quantising the "

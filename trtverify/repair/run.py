@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,8 @@ def repair(
     candidate: Path | None = None,
     max_evaluations: int = 50,
     progress: Progress = lambda _: None,
+    extra: Callable[[Path], list[str]] | None = None,
+    target: list[str] | None = None,
 ) -> RepairRecord:
     import onnx
 
@@ -40,6 +42,7 @@ def repair(
         candidate=candidate,
         max_evaluations=max_evaluations,
         progress=progress,
+        extra=extra,
     )
     seconds = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
@@ -49,7 +52,8 @@ def repair(
     onnx.save(result.lowered, str(before))
     model = onnx.load(str(reference))
     paths = {"reference": reference, "before": before, "after": repaired}
-    target = [f"{c.condition} on {'every output' if tensors == 'outputs' else 'every tensor'}" for c in checks]
+    where = "every output" if tensors == "outputs" else "every tensor"
+    target = [f"{c.condition} on {where}" for c in checks] + list(target or [])
     target.append("no tensor non-finite where the reference's is finite; no cast to FP16 overflowing")
     rec = record(reference, result, repaired, target, seconds, cost(model, result.keep, samples[0], paths))
     atomic_write_text(out / "repair.json", to_json(rec.dump()))

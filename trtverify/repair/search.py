@@ -144,11 +144,13 @@ def search(
     candidate: Path | None = None,
     max_evaluations: int = 50,
     progress: Progress = lambda _: None,
+    extra: Callable[[Path], list[str]] | None = None,
 ) -> Search:
     """Find a 1-minimal FP32 keep-list for `reference` lowered to `precision` (fp16 or int8).
 
     INT8: the Q/DQ model is `candidate` when given (a user's quantised model), else quantised here
-    (symmetric, per-channel) on `calibration` (default: the samples)."""
+    (symmetric, per-channel) on `calibration` (default: the samples). `extra(path)` adds failures of its own
+    (the suite's e2e gates), asked only where the tensors pass."""
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-") as tmp:
         work = Path(tmp)
         ref = Reference.run(reference, samples)
@@ -159,6 +161,9 @@ def search(
         def run(keep: Sequence[str]) -> Evaluation:
             path, _ = lowering.save(keep)
             ev = evaluate(ref, path, samples, checks, tensors, tuple(keep))
+            if extra is not None and ev.passed:
+                ev.failed += extra(path)
+                ev.passed = not ev.failed
             steps.append(ev)
             progress(f"evaluation {len(steps)}: keep {len(keep)} node(s): {'passes' if ev.passed else ev.failed[0]}")
             return ev

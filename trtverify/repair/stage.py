@@ -19,6 +19,7 @@ from trtverify.record import optional
 from trtverify.repair.record import Checked, Cost
 from trtverify.repair.run import repair
 from trtverify.stages.base import StageContext, StageResult, status_of
+from trtverify.stages.e2e.stage import gate_checks, task_metrics
 
 NAME = "repair"
 
@@ -46,6 +47,28 @@ def _calibration(loaded: LoadedSuite, path: Path) -> list[dict[str, np.ndarray]]
     return build_samples(dataclasses.replace(loaded, suite=suite))
 
 
+class _GateTarget:
+    """The e2e stage's gates as the repair target: the reference's task metrics once, a candidate's per call."""
+
+    def __init__(self, ctx: StageContext):
+        self.ctx = ctx
+        self.cfg = ctx.loaded.suite.stages.e2e
+        self.reference = task_metrics(ctx, {"reference": Path(ctx.loaded.suite.models.reference)})["reference"]
+
+    def checks(self, path: Path) -> list[CheckResult]:
+        assert self.cfg is not None
+        metrics = task_metrics(self.ctx, {"repaired": path})["repaired"]
+        gates = gate_checks(self.cfg, "repaired", self.reference, metrics)
+        return [c.model_copy(update={"stage": NAME}) for c in gates]
+
+    def describe(self) -> list[str]:
+        assert self.cfg is not None
+        return [f"e2e gate: {g.model_dump(exclude_none=True)}" for g in self.cfg.gates]
+
+    def __call__(self, path: Path) -> list[str]:
+        return [f"{c.name} ({c.value:.4g})" for c in self.checks(path) if not c.passed]
+
+
 def run(ctx: StageContext) -> RepairResult:
     suite = ctx.loaded.suite
     cfg = suite.stages.repair
@@ -53,23 +76,28 @@ def run(ctx: StageContext) -> RepairResult:
     samples = ctx.samples[: cfg.samples] if cfg.samples else ctx.samples
     candidate = Path(suite.models.candidates[cfg.candidate].path) if cfg.candidate else None
     calibration = _calibration(ctx.loaded, Path(cfg.calibration)) if cfg.calibration else []
+    checks_target = list(cfg.checks) if cfg.target == "tensors" else []
+    gates = _GateTarget(ctx) if cfg.target == "e2e" else None
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-out-") as tmp:
         out = (ctx.out_dir or Path(tmp)) / f"repair-{cfg.precision}"
         rec = repair(
             Path(suite.models.reference),
             cfg.precision,
             samples,
-            cfg.checks,
+            checks_target,
             out,
             tensors=cfg.tensors,
             calibration=calibration,
             candidate=candidate,
             max_evaluations=cfg.max_evaluations,
             progress=lambda line: ctx.progress(NAME, 0, len(samples), line),
+            extra=gates,
+            target=gates.describe() if gates else None,
         )
-    checks: list[CheckResult] = []
+        final_gates = gates.checks(Path(rec.repaired_model)) if gates else []
+    checks: list[CheckResult] = list(final_gates)
     for tensor, values in rec.after.values.items():
-        for c in cfg.checks:
+        for c in checks_target:
             v = values.get(c.metric, float("nan"))
             checks.append(
                 CheckResult(

@@ -183,6 +183,24 @@ def run(ctx: StageContext) -> E2EResult:
     return finalize(task, models, len(indices), timings=timings, **loop, **sliced, **states)
 
 
+def task_metrics(ctx: StageContext, paths: dict[str, Path]) -> dict[str, Any]:
+    """The task metrics (TaskMetrics) of ONNX models run in ONNX Runtime over the whole validation set: what a
+    gate would compare (the repair stage's e2e target)."""
+    task = open_task(ctx.loaded)
+    options = ctx.loaded.suite.backends.onnxruntime.model_copy(update={"allow_spinning": False})
+    models = [_Model(name, OnnxRuntimeBackend(path, options), task.accumulator()) for name, path in paths.items()]
+    try:
+        for m in models:
+            assert m.backend is not None
+            m.backend.load()
+        _run_models(ctx, task, models, range(len(task.reader)), {})
+    finally:
+        for m in models:
+            assert m.backend is not None
+            m.backend.close()
+    return {m.name: m.acc.compute() for m in models}
+
+
 def _save_states(out_dir: Path, models: list[_Model]) -> dict[str, Any]:
     """Each model's accumulator state, for `trtverify merge` (plain arrays, no pickle)."""
     files = {}
