@@ -197,6 +197,15 @@ def test_the_fp16_repair_demo_finds_the_batchnorm_and_the_committed_repair_match
     assert r.code == 0, r.out + r.err
     stage = json.loads((tmp_path / "results.json").read_text())["stages"][0]
     assert stage["keep"] == ["/features/post_bn/BatchNormalization"] and not stage["before"]["passed"]
+    # before/after curve: the BatchNorm's output jumps above 1 before, stays near FP16 rounding after
+    bn = next(p for p in stage["curve"] if p["node"] == "/features/post_bn/BatchNormalization")
+    assert bn["kept"] and bn["before"] > 1 and bn["after"] < 1e-2
+    report = (tmp_path / "report.html").read_text()
+    chart = report.split('<svg class="repair-chart"', 1)[1].split("</svg>", 1)[0]
+    assert (
+        chart.count("<circle") == 2 * len(stage["curve"])
+        and "kept in FP32: /features/post_bn/BatchNormalization" in chart
+    )
     made = to_fp16(onnx.load(str(demo / "fashion_bn_fp32.onnx")), stage["keep"])
     committed = onnx.load(str(demo / "fashion_bn_fp16_repaired.onnx"))
     assert [n.op_type for n in made.graph.node] == [n.op_type for n in committed.graph.node]

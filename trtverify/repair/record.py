@@ -37,6 +37,32 @@ class Cost(Record):
     )
 
 
+class CurvePoint(Record):
+    """One reference tensor's worst rel_l2 before (nothing kept) and after (repaired)."""
+
+    tensor: str
+    node: str | None
+    index: int = Field(description="position in the reference's topological order of value tensors")
+    before: float | None = Field(description="null: not compared (or non-finite in the candidate)")
+    after: float | None
+    kept: bool = Field(description="its node is on the keep-list")
+
+
+def curve(result: Search) -> list[CurvePoint]:
+    assert result.before is not None and result.after is not None
+    kept = set(result.keep)
+    out = []
+    for i, t in enumerate(result.order):
+        node = result.producer.get(t)
+        b, a = result.before.errors.get(t), result.after.errors.get(t)
+        if t in result.before.nonfinite:
+            b = None
+        if t in result.after.nonfinite:
+            a = None
+        out.append(CurvePoint(tensor=t, node=node, index=i, before=b, after=a, kept=node in kept))
+    return out
+
+
 class RepairRecord(Record):
     """What `trtverify repair` found (DIR/repair.json)."""
 
@@ -53,6 +79,7 @@ class RepairRecord(Record):
     after: Checked
     cost: Cost
     exports: dict[str, Any] = Field(description="the keep-list as each tool takes it")
+    curve: list[CurvePoint] = Field(description="every reference tensor's rel_l2 before and after the repair")
 
 
 def checked(ev: Evaluation) -> Checked:
@@ -171,4 +198,5 @@ def record(
         after=checked(result.after),
         cost=cost_,
         exports=exports(result.keep, repaired, result.precision),
+        curve=curve(result),
     )

@@ -48,6 +48,8 @@ class Search:
     after: Evaluation | None = None
     model: Any = None  # the repaired onnx.ModelProto
     lowered: Any = None  # the lowered model with nothing kept (what the search started from)
+    order: list[str] = field(default_factory=list)  # the reference's value tensors, topological order
+    producer: dict[str, str] = field(default_factory=dict)  # tensor -> the node (label) computing it
 
 
 class Lowering:
@@ -191,6 +193,8 @@ def search(
         out.keep, out.passed, out.after = list(best.keep), best.passed, best
         out.model = lowering.model(out.keep)
         out.lowered = lowering.model([])
+        out.order = list(ref.order)
+        out.producer = {t: p.node for t, p in ref.graph.producers.items()}
         return out
 
 

@@ -16,7 +16,7 @@ from trtverify.config.loader import LoadedSuite
 from trtverify.config.models import Inputs
 from trtverify.inputs import build_samples
 from trtverify.record import optional
-from trtverify.repair.record import Checked, Cost
+from trtverify.repair.record import Checked, Cost, CurvePoint
 from trtverify.repair.run import repair
 from trtverify.stages.base import StageContext, StageResult, status_of
 from trtverify.stages.e2e.stage import gate_checks, task_metrics
@@ -38,6 +38,7 @@ class RepairResult(StageResult):
     after: Checked | None = optional()
     cost: Cost | None = optional()
     exports: dict[str, object] | None = Field(default=None, description="the keep-list as each tool takes it")
+    curve: list[CurvePoint] | None = optional("every reference tensor's rel_l2 before and after the repair")
 
 
 def _calibration(loaded: LoadedSuite, path: Path) -> list[dict[str, np.ndarray]]:
@@ -139,4 +140,5 @@ def run(ctx: StageContext) -> RepairResult:
         after=rec.after,
         cost=rec.cost,
         exports=rec.exports,
+        curve=rec.curve,
     )

@@ -7,6 +7,7 @@ Charts are drawn by Chart.js (vendor/, inlined at render time); their data trave
 from __future__ import annotations
 
 import functools
+import html
 import math
 import re
 from pathlib import Path
@@ -207,6 +208,7 @@ def render(results: Results) -> str:
     env.filters["fields"] = _fields
     env.filters["cause"] = cause_text
     env.filters["divergence"] = divergence_text
+    env.filters["repair_chart"] = repair_chart
     stages = results.stages
     to_rows, to_layers = build_links(stages)
     layerwise = {
@@ -229,3 +231,46 @@ def render(results: Results) -> str:
 def write_report(results: Results, path: Path) -> Path:
     atomic_write_text(path, render(results))
     return path
+
+
+def repair_chart(points: list[Any]) -> Markup:
+    """An inline SVG of every tensor's rel_l2 before (nothing kept) and after the repair, log scale, with the kept
+    nodes marked; non-finite or uncompared values sit on the ceiling. Built here, escaped here."""
+    if not points:
+        return Markup("")
+    w, h, left, top, bottom = 720, 220, 46, 10, 24
+    lo, hi = -7.0, 1.0
+    n = max(len(points) - 1, 1)
+
+    def x(i: int) -> float:
+        return left + (w - left - 10) * i / n
+
+    def y(v: float | None) -> float:
+        lg = hi if v is None or not math.isfinite(v) else max(lo, min(hi, math.log10(v) if v > 0 else lo))
+        return top + (h - top - bottom) * (hi - lg) / (hi - lo)
+
+    parts = [f'<svg class="repair-chart" viewBox="0 0 {w} {h}" role="img" aria-label="rel_l2 before and after">']
+    for e in range(int(lo), int(hi) + 1):
+        yy = y(10.0**e)
+        parts.append(f'<line x1="{left}" x2="{w - 10}" y1="{yy:.1f}" y2="{yy:.1f}" stroke="#ddd"/>')
+        parts.append(f'<text x="{left - 4}" y="{yy + 4:.1f}" font-size="10" text-anchor="end">1e{e}</text>')
+    for p in points:
+        if p.kept:
+            xx = x(p.index)
+            label = html.escape(f"kept in FP32: {p.node}")
+            parts.append(
+                f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{top}" y2="{h - bottom}" stroke="#2a7" stroke-dasharray="3 2">'
+                f"<title>{label}</title></line>"
+            )
+    for key, colour in (("before", "#c33"), ("after", "#36c")):
+        coords = " ".join(f"{x(p.index):.1f},{y(getattr(p, key)):.1f}" for p in points)
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}"/>')
+        for p in points:
+            tip = html.escape(f"{key}: {p.tensor} ({p.node}) rel_l2 {getattr(p, key)}")
+            cx, cy = x(p.index), y(getattr(p, key))
+            parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2" fill="{colour}"><title>{tip}</title></circle>')
+    parts.append(f'<text x="{left}" y="{h - 6}" font-size="10">tensors in topological order</text>')
+    parts.append(f'<text x="{w - 10}" y="{h - 6}" font-size="10" text-anchor="end" fill="#c33">before</text>')
+    parts.append(f'<text x="{w - 60}" y="{h - 6}" font-size="10" text-anchor="end" fill="#36c">after</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))
