@@ -59,6 +59,10 @@ def test_command_lines_name_real_commands_and_options(page: Path):
         if not args or args[0].startswith("-"):
             continue
         assert args[0] in cli.commands, f"{page.name}: unknown command in {line!r}"
-        known = {o for p in cli.commands[args[0]].params for o in p.opts} | {"-h", "--help"}
+        command = cli.commands[args[0]]
+        if hasattr(command, "commands") and len(args) > 1:  # a group: `trtverify engine audit ...`
+            assert args[1] in command.commands, f"{page.name}: unknown subcommand in {line!r}"
+            command = command.commands[args[1]]
+        known = {o for p in command.params for o in p.opts} | {"-h", "--help"}
         used = {a.split("=")[0] for a in args[1:] if a.startswith("-") and not re.match(r"^-\d", a)}
         assert used <= known, f"{page.name}: {line!r} uses {sorted(used - known)}"

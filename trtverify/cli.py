@@ -447,10 +447,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _register() -> None:
+    from trtverify.cli_engine import engine
     from trtverify.cli_repair import convert, repair
 
     cli.add_command(repair)
     cli.add_command(convert)
+    cli.add_command(engine)
 
 
 _register()

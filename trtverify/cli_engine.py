@@ -1,0 +1,51 @@
+"""Commands `trtverify engine audit` and `trtverify engine diff` (registered on the main group in cli.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+EXPORTS = click.Path(path_type=Path, exists=True)
+
+
+@click.group()
+def engine() -> None:
+    """What TensorRT built and where the time goes, from trtexec's --exportLayerInfo / --exportProfile files."""
+
+
+@engine.command()
+@click.argument("paths", nargs=-1, required=True, type=EXPORTS)
+@click.option("--json", "as_json", is_flag=True, help="Print the audit as JSON (stable keys, docs/engine.md).")
+def audit(paths: tuple[Path, ...], as_json: bool) -> None:
+    """Audit one engine: PATHS are its export files, or a folder holding them."""
+    from trtverify.engine.audit import audit as run_audit
+    from trtverify.fsutil import to_json
+
+    a = run_audit(list(paths))
+    if as_json:
+        click.echo(to_json(a.dump()))
+        return
+    total = f"{a.total_ms:.3f} ms" if a.total_ms is not None else "no profile"
+    mix = ", ".join(f"{k} {v}" for k, v in a.precisions.items())
+    click.echo(f"{a.layers} engine layers ({mix}); {a.reformat_layers} reformat layers; total {total}")
+    for f in a.findings:
+        click.echo(f"  [{f.severity}] {f.kind}: {f.message}")
+
+
+@engine.command()
+@click.argument("a_paths", nargs=-1, required=True, type=EXPORTS)
+@click.option("--vs", "b_paths", multiple=True, required=True, type=EXPORTS, help="Export files of build B.")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON (stable keys, docs/engine.md).")
+def diff(a_paths: tuple[Path, ...], b_paths: tuple[Path, ...], as_json: bool) -> None:
+    """Compare two builds: layers grouped by the ONNX nodes they implement, the groups that explain the change."""
+    from trtverify.engine.diff import diff as run_diff
+    from trtverify.fsutil import to_json
+
+    d = run_diff(list(a_paths), list(b_paths))
+    if as_json:
+        click.echo(to_json(d.dump()))
+        return
+    click.echo(f"A {d.total_a_ms:.3f} ms, B {d.total_b_ms:.3f} ms, {len(d.rows)} layer groups")
+    for f in d.findings:
+        click.echo(f"  [{f.severity}] {f.kind}: {f.message}")

@@ -1,0 +1,174 @@
+"""`trtverify engine audit` and `engine diff`: what TensorRT built, where the time goes, what a rebuild changed."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from trtverify.engine.exports import EngineLayer, read_engine
+from trtverify.record import Record
+
+TOP = 5
+REFORMAT_SHARE = 0.05  # reformat layers above this share of the time are a finding
+QDQ_NAME = re.compile(r"^(Quantize|Dequantize)Linear_\w+$")
+ALIGN = {"INT8": 32, "FP16": 8, "BF16": 8, "FP8": 16}  # channel multiples tensor-core kernels want
+
+
+class EngineRow(Record):
+    name: str
+    type: str
+    precision: str | None
+    avg_ms: float | None
+    share: float | None = Field(description="of the sum of per-layer average ms")
+    onnx_nodes: list[str]
+
+
+class EngineFinding(Record):
+    kind: str
+    severity: str
+    layers: list[str]
+    message: str
+
+
+class Audit(Record):
+    """One engine (`--json`: these keys are stable; schema: `trtverify schema --engine`)."""
+
+    layers: int = Field(description="engine layers")
+    reformat_layers: int
+    total_ms: float | None = Field(description="sum of per-layer average ms (null without a profile)")
+    precisions: dict[str, int] = Field(description="engine layers per precision")
+    rows: list[EngineRow]
+    findings: list[EngineFinding]
+    files: dict[str, Any] = Field(description="what was read")
+
+
+def _rows(layers: list[EngineLayer]) -> tuple[list[EngineRow], float | None]:
+    timed = [layer.avg_ms for layer in layers if layer.avg_ms is not None]
+    total = sum(timed) if timed else None
+    rows = [
+        EngineRow(
+            name=layer.name,
+            type=layer.type,
+            precision=layer.precision,
+            avg_ms=layer.avg_ms,
+            share=(layer.avg_ms / total) if total and layer.avg_ms is not None else None,
+            onnx_nodes=layer.onnx_nodes,
+        )
+        for layer in layers
+    ]
+    return rows, total
+
+
+def _channels(layer: EngineLayer) -> tuple[int | None, int | None]:
+    raw = layer.raw
+    out = raw.get("OutMaps")
+    dims = (raw.get("Inputs") or [{}])[0].get("Dimensions") or []
+    return (int(dims[1]) if len(dims) > 1 else None), (int(out) if out is not None else None)
+
+
+def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFinding]:
+    out = []
+    reformats = [layer for layer in layers if layer.reformat]
+    if reformats and total:
+        ms = sum(layer.avg_ms or 0.0 for layer in reformats)
+        share = ms / total
+        out.append(
+            EngineFinding(
+                kind="reformat_time",
+                severity="medium" if share > REFORMAT_SHARE else "info",
+                layers=[layer.name for layer in reformats],
+                message=f"{len(reformats)} reformat layers take {ms:.3f} ms, {share:.1%} of the engine's time",
+            )
+        )
+    unfused = [layer for layer in layers[1:] if layer.reformat and any(QDQ_NAME.match(n) for n in layer.onnx_nodes)]
+    if unfused:
+        out.append(
+            EngineFinding(
+                kind="qdq_unfused",
+                severity="medium",
+                layers=[layer.name for layer in unfused],
+                message=f"{len(unfused)} Q/DQ nodes run as separate reformat layers: the layer before each writes "
+                "FP16/FP32 (typically a residual Add without Q/DQ on its inputs), so TensorRT requantizes its output",
+            )
+        )
+    hp = [layer for layer in layers if layer.raw.get("Weights") and layer.precision in ("INT8", "FP8")]
+    mixed_out = [
+        layer.name
+        for layer in hp
+        if any("Add" in n for n in layer.onnx_nodes)
+        and (layer.raw.get("Outputs") or [{}])[0].get("Format/Datatype", "").lower().find("int8") < 0
+    ]
+    if mixed_out:
+        out.append(
+            EngineFinding(
+                kind="residual_add_high_precision",
+                severity="medium",
+                layers=mixed_out,
+                message=f"{len(mixed_out)} INT8 convolutions with a fused residual Add write FP16/FP32: the Add has no "
+                "Q/DQ, so its output cannot stay INT8",
+            )
+        )
+    wanted = "INT8" if any(layer.precision == "INT8" for layer in layers) else None
+    below = [
+        layer.name
+        for layer in layers
+        if wanted and layer.raw.get("Weights") and layer.precision not in ("INT8", "FP8", None)
+    ]
+    if below:
+        out.append(
+            EngineFinding(
+                kind="below_requested_precision",
+                severity="medium",
+                layers=below,
+                message=f"{len(below)} layers with weights run in higher precision than INT8 in an INT8 engine",
+            )
+        )
+    misaligned = []
+    for layer in layers:
+        need = ALIGN.get(layer.precision or "")
+        if need and "Convolution" in layer.type:
+            cin, cout = _channels(layer)
+            if (cin and cin % need) or (cout and cout % need):
+                misaligned.append(f"{layer.name} ({cin}->{cout}, {layer.precision} wants multiples of {need})")
+    if misaligned:
+        out.append(
+            EngineFinding(
+                kind="channels_misaligned",
+                severity="info",
+                layers=[m.split(" (")[0] for m in misaligned],
+                message="channel counts that defeat tensor-core kernels: " + "; ".join(misaligned[:5]),
+            )
+        )
+    regions = [layer.name for layer in layers if layer.name.startswith("{ForeignNode[") or "Myelin" in layer.type]
+    if regions:
+        out.append(EngineFinding(kind="myelin_regions", severity="info", layers=regions,
+                                 message=f"{len(regions)} Myelin (ForeignNode) regions"))  # fmt: skip
+    plugins = [layer.name for layer in layers if "Plugin" in layer.type]
+    if plugins:
+        out.append(EngineFinding(kind="plugins", severity="info", layers=plugins,
+                                 message=f"{len(plugins)} plugin layers: each is a fusion boundary"))  # fmt: skip
+    if total:
+        top = sorted((layer for layer in layers if layer.avg_ms), key=lambda x: -(x.avg_ms or 0))[:TOP]
+        listing = ", ".join(f"{layer.name} {layer.avg_ms:.3f} ms" for layer in top)
+        out.append(EngineFinding(kind="top_layers", severity="info", layers=[layer.name for layer in top],
+                                 message=f"the {len(top)} slowest layers: {listing}"))  # fmt: skip
+    return out
+
+
+def audit(paths: list[Path]) -> Audit:
+    layers, files = read_engine(paths)
+    rows, total = _rows(layers)
+    precisions = Counter(layer.precision or "unknown" for layer in layers)
+    return Audit(
+        layers=len(layers),
+        reformat_layers=sum(1 for layer in layers if layer.reformat),
+        total_ms=total,
+        precisions=dict(sorted(precisions.items())),
+        rows=rows,
+        findings=findings(layers, total),
+        files=files,
+    )

@@ -1,0 +1,144 @@
+"""`trtverify engine diff A --vs B`: two builds of one model, layer groups lined up by the ONNX nodes they
+implement (union of layers sharing a node, across both builds), so differently fused builds compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from trtverify.engine.audit import EngineFinding, audit
+from trtverify.engine.exports import EngineLayer, read_engine
+from trtverify.record import Record
+
+RANKED = 5
+
+
+class DiffRow(Record):
+    a_layers: list[str]
+    b_layers: list[str]
+    onnx_nodes: list[str]
+    a_ms: float
+    b_ms: float
+    delta_ms: float = Field(description="b_ms - a_ms")
+    a_precision: list[str]
+    b_precision: list[str]
+
+
+class EngineDiff(Record):
+    total_a_ms: float
+    total_b_ms: float
+    rows: list[DiffRow] = Field(description="every layer of A and of B in exactly one row; largest |delta| first")
+    findings: list[EngineFinding]
+
+
+def _group_keys(layers: list[EngineLayer]) -> list[set[str]]:
+    """The ONNX nodes each layer stands for (reformat layers: those of the layer they serve)."""
+    by_name = {layer.name: layer for layer in layers}
+    keys = []
+    for layer in layers:
+        target = by_name.get(layer.feeds or "") if layer.feeds else None
+        nodes = set(target.onnx_nodes if target is not None else layer.onnx_nodes)
+        keys.append(nodes or {f"<layer>{layer.name}"})
+    return keys
+
+
+def diff(a_paths: list[Path], b_paths: list[Path]) -> EngineDiff:
+    a_layers, _ = read_engine(a_paths)
+    b_layers, _ = read_engine(b_paths)
+    items = [("a", layer, key) for layer, key in zip(a_layers, _group_keys(a_layers))]
+    items += [("b", layer, key) for layer, key in zip(b_layers, _group_keys(b_layers))]
+    parent = list(range(len(items)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for i, (_, _, key) in enumerate(items):
+        for node in key:
+            if node in owner:
+                parent[find(i)] = find(owner[node])
+            else:
+                owner[node] = i
+    groups: dict[int, list[int]] = {}
+    for i in range(len(items)):
+        groups.setdefault(find(i), []).append(i)
+    rows = []
+    for members in groups.values():
+        a = [items[i][1] for i in members if items[i][0] == "a"]
+        b = [items[i][1] for i in members if items[i][0] == "b"]
+        nodes = sorted({n for i in members for n in items[i][2] if not n.startswith("<layer>")})
+        a_ms = sum(layer.avg_ms or 0.0 for layer in a)
+        b_ms = sum(layer.avg_ms or 0.0 for layer in b)
+        rows.append(
+            DiffRow(
+                a_layers=[layer.name for layer in a],
+                b_layers=[layer.name for layer in b],
+                onnx_nodes=nodes,
+                a_ms=a_ms,
+                b_ms=b_ms,
+                delta_ms=b_ms - a_ms,
+                a_precision=sorted({layer.precision or "?" for layer in a}),
+                b_precision=sorted({layer.precision or "?" for layer in b}),
+            )
+        )
+    rows.sort(key=lambda r: -abs(r.delta_ms))
+    total_a = sum(layer.avg_ms or 0.0 for layer in a_layers)
+    total_b = sum(layer.avg_ms or 0.0 for layer in b_layers)
+    return EngineDiff(
+        total_a_ms=total_a, total_b_ms=total_b, rows=rows, findings=_findings(a_paths, b_paths, rows, total_a, total_b)
+    )
+
+
+def _findings(
+    a_paths: list[Path], b_paths: list[Path], rows: list[DiffRow], ta: float, tb: float
+) -> list[EngineFinding]:
+    out = []
+    faster = "faster" if tb < ta else "slower"
+    out.append(
+        EngineFinding(
+            kind="total",
+            severity="info" if tb <= ta else "medium",
+            layers=[],
+            message=f"B is {faster} than A: {tb:.3f} ms vs {ta:.3f} ms ({(tb - ta) / ta:+.1%})" if ta else "no times",
+        )
+    )
+    a, b = audit(a_paths), audit(b_paths)
+    ra = sum(r.avg_ms or 0.0 for r in a.rows if r.type == "Reformat")
+    rb = sum(r.avg_ms or 0.0 for r in b.rows if r.type == "Reformat")
+    if a.reformat_layers != b.reformat_layers:
+        out.append(
+            EngineFinding(
+                kind="reformats",
+                severity="medium" if rb > ra else "info",
+                layers=[],
+                message=f"reformat layers {a.reformat_layers} -> {b.reformat_layers} ({ra:.3f} ms -> {rb:.3f} ms)",
+            )
+        )
+    for kind in ("qdq_unfused", "residual_add_high_precision"):
+        fa = next((f for f in a.findings if f.kind == kind), None)
+        fb = next((f for f in b.findings if f.kind == kind), None)
+        na, nb = len(fa.layers) if fa else 0, len(fb.layers) if fb else 0
+        if na != nb:
+            severity = "medium" if nb > na else "info"
+            message = f"{na} layers in A, {nb} in B"
+            out.append(EngineFinding(kind=kind, severity=severity, layers=fb.layers if fb else [], message=message))
+    if a.precisions != b.precisions:
+        out.append(EngineFinding(kind="precision_mix", severity="info", layers=[],
+                                 message=f"precision mix {a.precisions} -> {b.precisions}"))  # fmt: skip
+    for r in rows[:RANKED]:
+        if abs(r.delta_ms) > 0:
+            what = ", ".join(r.onnx_nodes[:4]) + (" ..." if len(r.onnx_nodes) > 4 else "")
+            out.append(
+                EngineFinding(
+                    kind="group_delta",
+                    severity="info",
+                    layers=r.a_layers + r.b_layers,
+                    message=f"{what}: {r.a_ms:.3f} ms ({'/'.join(r.a_precision)}) -> {r.b_ms:.3f} ms "
+                    f"({'/'.join(r.b_precision)}), {r.delta_ms:+.3f} ms",
+                )
+            )
+    return out

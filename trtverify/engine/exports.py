@@ -1,0 +1,137 @@
+"""Readers of trtexec's engine exports: `--exportLayerInfo` (the same JSON as IEngineInspector) and
+`--exportProfile`. One layer record per engine layer, with its precision and the ONNX nodes it implements.
+
+Precision of a layer: its weights' type where it has weights (a Conv with INT8 weights computes in INT8
+whatever it writes), else the narrowest type among its outputs' formats ("Row major linear FP32",
+"Thirty-two wide channel vectorized row major Int8 format", ...). ONNX nodes of a layer: the layer's
+`Metadata` where newer TensorRT writes it (`[ONNX Layer: Conv_9]`), else the parts of its fused name
+(`conv1.weight + QuantizeLinear_7 + Conv_9`); a reformat layer (`Reformatting CopyNode for Input Tensor 0
+to Conv_5 + Add_6`) belongs to the layer it feeds or drains.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtverify.errors import UsageError
+
+TYPES = (("int4", "INT4"), ("fp8", "FP8"), ("int8", "INT8"), ("bf16", "BF16"), ("fp16", "FP16"), ("half", "FP16"),
+         ("int32", "INT32"), ("int64", "INT64"), ("bool", "BOOL"), ("fp32", "FP32"), ("float", "FP32"))  # fmt: skip
+NARROW_FIRST = ("INT4", "FP8", "INT8", "BF16", "FP16", "FP32", "INT32", "INT64", "BOOL")
+REFORMAT_OF = re.compile(r"^Reformatting CopyNode for (?:Input|Output) Tensor \d+ to (.+)$")
+ONNX_META = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
+MAX_BYTES = 64 << 20
+
+
+@dataclass
+class EngineLayer:
+    name: str
+    type: str
+    precision: str | None
+    onnx_nodes: list[str]
+    avg_ms: float | None = None
+    reformat: bool = False
+    feeds: str | None = None  # reformat layers: the layer they reformat for
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+def type_of(fmt: str) -> str | None:
+    low = fmt.lower()
+    return next((name for key, name in TYPES if key in low), None)
+
+
+def _precision(layer: dict[str, Any]) -> str | None:
+    weights = (layer.get("Weights") or {}).get("Type")
+    if weights:
+        return type_of(str(weights))
+    found = [type_of(str(o.get("Format/Datatype", ""))) for o in layer.get("Outputs", [])]
+    found = [f for f in found if f]
+    return min(found, key=NARROW_FIRST.index) if found else None
+
+
+def _nodes(name: str, layer: dict[str, Any]) -> list[str]:
+    meta = layer.get("Metadata")
+    if isinstance(meta, str) and ONNX_META.search(meta):
+        return list(dict.fromkeys(ONNX_META.findall(meta)))
+    if name.startswith("{ForeignNode[") and name.endswith("]}"):
+        return [p for p in name[len("{ForeignNode[") : -2].split("...") if p]  # a Myelin region's first and last node
+    return [p.strip() for p in name.split(" + ") if p.strip()]
+
+
+def _load(path: Path) -> Any:
+    if path.stat().st_size > MAX_BYTES:
+        raise UsageError(f"{path}: {path.stat().st_size >> 20} MB, larger than a trtexec export should be")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path}: not a JSON trtexec export ({exc})") from exc
+
+
+def read_layer_info(path: Path) -> list[EngineLayer]:
+    """Engine layers of a `--exportLayerInfo` file (detailed or not)."""
+    data = _load(path)
+    layers = data.get("Layers") if isinstance(data, dict) else None
+    if not isinstance(layers, list):
+        raise UsageError(f"{path}: no 'Layers' list: not a trtexec --exportLayerInfo / IEngineInspector file")
+    out = []
+    for item in layers:
+        layer = item if isinstance(item, dict) else {"Name": str(item)}  # without --profilingVerbosity=detailed
+        name = str(layer.get("Name", ""))
+        ltype = str(layer.get("LayerType", "unknown"))
+        m = REFORMAT_OF.match(name)
+        reformat = ltype == "Reformat"  # NoOp "Reformatting CopyNode" layers cost nothing
+        nodes = _nodes(m.group(1), layer) if m else _nodes(name, layer)
+        out.append(EngineLayer(name, ltype, _precision(layer), nodes, reformat=reformat,
+                               feeds=m.group(1) if m else None, raw=layer))  # fmt: skip
+    return out
+
+
+def read_profile(path: Path) -> dict[str, float]:
+    """Layer name -> average ms of a `--exportProfile` file ([{count}, {name, averageMs, ...}, ...])."""
+    data = _load(path)
+    if not isinstance(data, list):
+        raise UsageError(f"{path}: expected a list of layer timings: not a trtexec --exportProfile file")
+    out = {}
+    for item in data:
+        if isinstance(item, dict) and "name" in item and "averageMs" in item:
+            out[str(item["name"])] = float(item["averageMs"])
+    if not out:
+        raise UsageError(f"{path}: no layer timings (name, averageMs) found")
+    return out
+
+
+def read_engine(paths: list[Path]) -> tuple[list[EngineLayer], dict[str, Any]]:
+    """One engine's layers with their times, from its export files or a folder holding them."""
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            files += sorted(p.glob("*.json"))
+        else:
+            _load(p)  # a file named on the command line must read: its error names it
+            files.append(p)
+    info = [f for f in files if f.name.endswith(("graph.json", "layer.json", "layers.json", "layerinfo.json"))]
+    prof = [f for f in files if f.name.endswith("profile.json")]
+    if not info:
+        info = [f for f in files if isinstance(_peek(f), dict) and "Layers" in _peek(f)]
+    if not prof:
+        prof = [f for f in files if isinstance(_peek(f), list)]
+    if len(info) != 1:
+        found = ", ".join(str(f) for f in info) or "none"
+        raise UsageError(f"need exactly one --exportLayerInfo file per engine (found: {found})")
+    layers = read_layer_info(info[0])
+    times = read_profile(prof[0]) if prof else {}
+    for layer in layers:
+        layer.avg_ms = times.get(layer.name)
+    meta = next((_load(f) for f in files if f.name.endswith("build.metadata.json")), {})
+    return layers, {"layer_info": str(info[0]), "profile": str(prof[0]) if prof else None, "build": meta}
+
+
+def _peek(path: Path) -> Any:
+    try:
+        return _load(path)
+    except UsageError:
+        return None
