@@ -111,3 +111,33 @@ def test_audit_and_diff_of_a_100_layer_engine_under_a_second(tmp_path: Path):
     a = audit([tmp_path])
     diff([tmp_path], [EXPORTS / "qat"])
     assert a.layers == 111 and time.perf_counter() - t0 < 1.0
+
+
+LOGS = DATA / "trtexec_logs"
+PERF = {  # file: (format, throughput qps, latency mean ms, latency p99 ms, GPU compute mean ms), as printed
+    "01_trt10_oneline_issue4177.log": ("oneline", 130.298, 7.60628, 12.9675, 7.58404),
+    "02_trt84_oneline_p99_yolov7pr329.log": ("oneline", 716.632, 1.38629, 1.55853, 1.38629),
+    "03_trt7_multiline_issue2054.log": ("trt7", 0.0, 1.66069, 1.67065, None),
+    "04_trt7x_end_to_end_issue1221.log": ("oneline", 1.57184, 636.196, 638.123, None),
+}
+
+
+@pytest.mark.parametrize("name", list(PERF))
+def test_performance_summary_of_real_trtexec_logs(name: str):
+    from trtverify.engine.perflog import parse_perf_summary
+
+    fmt, qps, mean, p99, gpu = PERF[name]
+    perf = parse_perf_summary((LOGS / name).read_text())
+    assert perf is not None and perf.format == fmt
+    assert perf.throughput_qps == qps
+    assert perf.stats["latency"]["mean"] == mean and perf.stats["latency"]["p99"] == p99
+    assert perf.stats.get("gpu_compute", {}).get("mean") == gpu
+
+
+def test_audit_reads_a_log_beside_the_exports(tmp_path: Path):
+    a = audit([EXPORTS / "qat", LOGS / "01_trt10_oneline_issue4177.log"])
+    assert a.layers == 37 and a.performance is not None and a.performance.throughput_qps == 130.298
+    only = audit([LOGS / "03_trt7_multiline_issue2054.log"])
+    assert only.layers == 0 and only.performance is not None and only.performance.walltime_s == 3.00461
+    r = run_cli("engine", "audit", str(LOGS / "01_trt10_oneline_issue4177.log"))
+    assert r.code == 0 and "throughput 130.298 qps, latency mean 7.60628 ms, p99 12.9675 ms" in r.out

@@ -18,7 +18,7 @@ def engine() -> None:
 @click.argument("paths", nargs=-1, required=True, type=EXPORTS)
 @click.option("--json", "as_json", is_flag=True, help="Print the audit as JSON (stable keys, docs/engine.md).")
 def audit(paths: tuple[Path, ...], as_json: bool) -> None:
-    """Audit one engine: PATHS are its export files, or a folder holding them."""
+    """Audit one engine: PATHS are its export files (and trtexec's console log), or a folder holding them."""
     from trtverify.engine.audit import audit as run_audit
     from trtverify.fsutil import to_json
 
@@ -29,6 +29,15 @@ def audit(paths: tuple[Path, ...], as_json: bool) -> None:
     total = f"{a.total_ms:.3f} ms" if a.total_ms is not None else "no profile"
     mix = ", ".join(f"{k} {v}" for k, v in a.precisions.items())
     click.echo(f"{a.layers} engine layers ({mix}); {a.reformat_layers} reformat layers; total {total}")
+    perf = a.performance
+    if perf is not None:
+        lat = perf.stats.get("latency", {})
+        gpu = perf.stats.get("gpu_compute", {})
+        parts = [f"throughput {perf.throughput_qps:g} qps" if perf.throughput_qps is not None else None]
+        parts += [f"latency mean {lat['mean']:g} ms" if "mean" in lat else None]
+        parts += [f"p99 {lat['p99']:g} ms" if "p99" in lat else None]
+        parts += [f"GPU compute mean {gpu['mean']:g} ms" if "mean" in gpu else None]
+        click.echo("performance: " + ", ".join(p for p in parts if p))
     for f in a.findings:
         click.echo(f"  [{f.severity}] {f.kind}: {f.message}")
 

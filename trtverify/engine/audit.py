@@ -10,9 +10,12 @@ from typing import Any
 from pydantic import Field
 
 from trtverify.engine.exports import EngineLayer, read_engine
+from trtverify.engine.perflog import PerfSummary, parse_perf_summary
+from trtverify.errors import UsageError
 from trtverify.record import Record
 
 TOP = 5
+MAX_LOG = 64 << 20
 REFORMAT_SHARE = 0.05  # reformat layers above this share of the time are a finding
 QDQ_NAME = re.compile(r"^(Quantize|Dequantize)Linear_\w+$")
 ALIGN = {"INT8": 32, "FP16": 8, "BF16": 8, "FP8": 16}  # channel multiples tensor-core kernels want
@@ -43,6 +46,7 @@ class Audit(Record):
     precisions: dict[str, int] = Field(description="engine layers per precision")
     rows: list[EngineRow]
     findings: list[EngineFinding]
+    performance: PerfSummary | None = Field(default=None, description="trtexec's performance summary (a log given)")
     files: dict[str, Any] = Field(description="what was read")
 
 
@@ -159,8 +163,22 @@ def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFindi
     return out
 
 
+def _performance(paths: list[Path]) -> tuple[PerfSummary | None, list[str]]:
+    logs = [p for p in paths if p.is_file() and p.suffix.lower() != ".json"]
+    logs += [f for p in paths if p.is_dir() for f in sorted(p.glob("*.log")) + sorted(p.glob("*.txt"))]
+    found = None
+    for log in logs:
+        if log.stat().st_size > MAX_LOG:
+            raise UsageError(f"{log}: {log.stat().st_size >> 20} MB, larger than a trtexec log should be")
+        found = parse_perf_summary(log.read_text(encoding="utf-8", errors="replace")) or found
+    return found, [str(x) for x in logs]
+
+
 def audit(paths: list[Path]) -> Audit:
-    layers, files = read_engine(paths)
+    performance, logs = _performance(paths)
+    layers, files = read_engine(paths, allow_none=performance is not None)
+    if logs:
+        files["logs"] = logs
     rows, total = _rows(layers)
     precisions = Counter(layer.precision or "unknown" for layer in layers)
     return Audit(
@@ -170,5 +188,6 @@ def audit(paths: list[Path]) -> Audit:
         precisions=dict(sorted(precisions.items())),
         rows=rows,
         findings=findings(layers, total),
+        performance=performance,
         files=files,
     )

@@ -104,13 +104,14 @@ def read_profile(path: Path) -> dict[str, float]:
     return out
 
 
-def read_engine(paths: list[Path]) -> tuple[list[EngineLayer], dict[str, Any]]:
-    """One engine's layers with their times, from its export files or a folder holding them."""
+def read_engine(paths: list[Path], allow_none: bool = False) -> tuple[list[EngineLayer], dict[str, Any]]:
+    """One engine's layers with their times, from its export files or a folder holding them (with `allow_none`,
+    no layer-info file gives no layers)."""
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
             files += sorted(p.glob("*.json"))
-        else:
+        elif p.suffix.lower() == ".json":
             _load(p)  # a file named on the command line must read: its error names it
             files.append(p)
     info = [f for f in files if f.name.endswith(("graph.json", "layer.json", "layers.json", "layerinfo.json"))]
@@ -119,9 +120,11 @@ def read_engine(paths: list[Path]) -> tuple[list[EngineLayer], dict[str, Any]]:
         info = [f for f in files if isinstance(_peek(f), dict) and "Layers" in _peek(f)]
     if not prof:
         prof = [f for f in files if isinstance(_peek(f), list)]
-    if len(info) != 1:
+    if len(info) > 1 or (not info and not allow_none):
         found = ", ".join(str(f) for f in info) or "none"
         raise UsageError(f"need exactly one --exportLayerInfo file per engine (found: {found})")
+    if not info:
+        return [], {"layer_info": None, "profile": None, "build": {}}
     layers = read_layer_info(info[0])
     times = read_profile(prof[0]) if prof else {}
     for layer in layers:

@@ -1,0 +1,107 @@
+"""trtexec's performance summary, read from its console log: throughput, and min / max / mean / median /
+percentiles of latency, enqueue time, H2D, GPU compute and D2H, in the formats trtexec has printed.
+
+Families, not lines (prefixes such as `[11/23/2023-10:00:00] [I] ` and `&&&&` are dropped first):
+- TensorRT 8+: one line per quantity, `Latency: min = 0.8 ms, max = 1.2 ms, mean = 0.9 ms, median = ...,
+  percentile(90%) = ..., percentile(99%) = ...` (values may carry units ms or s), and `Throughput: 1234.5 qps`;
+- TensorRT 7: a header line (`Host Latency`, `GPU Compute`, `Enqueue Time`, ...) followed by `min: 1.0 ms (end
+  to end 1.9 ms)`, `max: ...`, `mean: ...`, `median: ...`, `percentile: 1.2 ms at 99% ...`, `throughput: 812 qps`;
+- TensorRT 5/6: `Average over 10 runs is 1.23 ms (host walltime is 1.5 ms, 99% percentile time is 1.4).`
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field
+
+from trtverify.record import Record
+
+PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)*(?:&&&&\s*\w+\s*)?")
+NAMES = {
+    "latency": "latency",
+    "host latency": "latency",
+    "enqueue time": "enqueue",
+    "h2d latency": "h2d",
+    "gpu compute time": "gpu_compute",
+    "gpu compute": "gpu_compute",
+    "d2h latency": "d2h",
+    "end-to-end host latency": "end_to_end",
+}
+ONE_LINE = re.compile(r"^(?P<what>[A-Za-z0-9 ]+?)\s*:\s*(?P<stats>min\s*=.*)$", re.IGNORECASE)
+PAIR = re.compile(r"(min|max|mean|median|percentile\((\d+(?:\.\d+)?)%\))\s*=\s*([-+0-9.eE]+)\s*(ms|s|us)?", re.I)
+THROUGHPUT = re.compile(r"^throughput\s*:\s*([-+0-9.eE]+)\s*qps", re.IGNORECASE)
+TRT7_STAT = re.compile(r"^(min|max|mean|median)\s*:\s*([-+0-9.eE]+)\s*(ms|s|us)\b", re.IGNORECASE)
+TRT7_PCT = re.compile(r"^percentile\s*:\s*([-+0-9.eE]+)\s*(ms|s|us)\s*at\s*(\d+(?:\.\d+)?)%", re.IGNORECASE)
+TRT6 = re.compile(r"Average over (\d+) runs is ([-+0-9.eE]+) ms(?:.*?(\d+)% percentile time is ([-+0-9.eE]+))?", re.I)
+WALLTIME = re.compile(r"^(?:total host walltime|walltime)\s*:\s*([-+0-9.eE]+)\s*(s|ms)", re.IGNORECASE)
+SCALE = {"ms": 1.0, "s": 1000.0, "us": 0.001, None: 1.0}
+
+
+class PerfSummary(Record):
+    """trtexec's performance summary (milliseconds)."""
+
+    throughput_qps: float | None = None
+    stats: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="latency | enqueue | h2d | gpu_compute | d2h -> {min, max, mean, median, p90, p95, p99, ...}",
+    )
+    walltime_s: float | None = None
+    format: str | None = Field(default=None, description="oneline (TensorRT 8+), trt7, or trt6")
+
+
+def _key(stat: str, pct: str | None) -> str:
+    return f"p{pct.rstrip('0').rstrip('.') if '.' in pct else pct}" if pct else stat.lower()
+
+
+def parse_perf_summary(text: str) -> PerfSummary | None:
+    """The last performance summary in `text`, or None when there is none."""
+    out: dict[str, Any] = {"stats": {}}
+    section: str | None = None
+    fmt = None
+    for raw in text.splitlines():
+        line = PREFIX.sub("", raw.strip()).strip()
+        if not line:
+            continue
+        low = line.lower().rstrip(":")
+        if low in NAMES and not ONE_LINE.match(line):
+            section, fmt = NAMES[low], "trt7"
+            out["stats"][section] = {}
+            continue
+        m = ONE_LINE.match(line)
+        if m and m.group("what").strip().lower() in NAMES:
+            name = NAMES[m.group("what").strip().lower()]
+            values = {}
+            for stat, pct, value, unit in PAIR.findall(m.group("stats")):
+                values[_key(stat, pct)] = float(value) * SCALE[unit.lower() or None]
+            out["stats"][name] = values
+            fmt, section = "oneline", None
+            continue
+        m = THROUGHPUT.match(line)
+        if m:
+            out["throughput_qps"] = float(m.group(1))
+            continue
+        m = WALLTIME.match(line)
+        if m:
+            out["walltime_s"] = float(m.group(1)) / (1000.0 if m.group(2).lower() == "ms" else 1.0)
+            continue
+        if section is not None:
+            m = TRT7_STAT.match(line)
+            if m:
+                out["stats"][section][m.group(1).lower()] = float(m.group(2)) * SCALE[m.group(3).lower()]
+                continue
+            m = TRT7_PCT.match(line)
+            if m:
+                out["stats"][section][_key("percentile", m.group(3))] = float(m.group(1)) * SCALE[m.group(2).lower()]
+                continue
+        m = TRT6.search(line)
+        if m:
+            latency = {"mean": float(m.group(2))}
+            if m.group(3):
+                latency[f"p{m.group(3)}"] = float(m.group(4))
+            out["stats"]["latency"] = latency
+            fmt = "trt6"
+    if not out["stats"] and "throughput_qps" not in out:
+        return None
+    return PerfSummary(format=fmt, **out)
