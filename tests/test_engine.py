@@ -141,3 +141,14 @@ def test_audit_reads_a_log_beside_the_exports(tmp_path: Path):
     assert only.layers == 0 and only.performance is not None and only.performance.walltime_s == 3.00461
     r = run_cli("engine", "audit", str(LOGS / "01_trt10_oneline_issue4177.log"))
     assert r.code == 0 and "throughput 130.298 qps, latency mean 7.60628 ms, p99 12.9675 ms" in r.out
+
+
+def test_engine_json_schema_documents_the_stable_keys():
+    r = run_cli("schema", "--engine")
+    assert r.code == 0, r.err
+    schemas = json.loads(r.out)
+    audit_keys = set(schemas["audit"]["properties"])
+    assert {"layers", "reformat_layers", "total_ms", "precisions", "rows", "findings"} <= audit_keys
+    assert {"total_a_ms", "total_b_ms", "rows", "findings"} <= set(schemas["diff"]["properties"])
+    data = json.loads(run_cli("engine", "audit", str(EXPORTS / "fp16"), "--json").out)
+    assert set(data) <= audit_keys

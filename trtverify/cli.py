@@ -394,9 +394,20 @@ def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
     "--markdown", is_flag=True, help="The suite reference (every key, type, default, description) as Markdown."
 )
 @click.option("--results", "of_results", is_flag=True, help="The JSON Schema of results.json instead.")
-def schema(markdown: bool, of_results: bool) -> None:
+@click.option(
+    "--engine", "of_engine", is_flag=True, help="The JSON Schemas of `engine audit --json` and `engine diff --json`."
+)
+def schema(markdown: bool, of_results: bool, of_engine: bool) -> None:
     """Print the JSON Schema of suite files (for editor completion), or the suite reference."""
     import json
+
+    if of_engine:
+        from trtverify.engine.audit import Audit
+        from trtverify.engine.diff import EngineDiff
+
+        schemas = {"audit": Audit.model_json_schema(), "diff": EngineDiff.model_json_schema()}
+        click.echo(json.dumps(schemas, indent=2))
+        return
 
     if of_results:
         from trtverify.results.schema import schema_text
