@@ -179,6 +179,11 @@ def audit(paths: list[Path]) -> Audit:
     layers, files = read_engine(paths, allow_none=performance is not None)
     if logs:
         files["logs"] = logs
+    return audit_layers(layers, files, performance)
+
+
+def audit_layers(layers: list[EngineLayer], files: dict[str, Any], performance: PerfSummary | None = None) -> Audit:
+    """The audit of layers already read (engine diff audits both builds from what it read)."""
     rows, total = _rows(layers)
     precisions = Counter(layer.precision or "unknown" for layer in layers)
     return Audit(

@@ -116,10 +116,10 @@ def read_engine(paths: list[Path], allow_none: bool = False) -> tuple[list[Engin
             files.append(p)
     info = [f for f in files if f.name.endswith(("graph.json", "layer.json", "layers.json", "layerinfo.json"))]
     prof = [f for f in files if f.name.endswith("profile.json")]
-    if not info:
-        info = [f for f in files if isinstance(_peek(f), dict) and "Layers" in _peek(f)]
-    if not prof:
-        prof = [f for f in files if isinstance(_peek(f), list)]
+    if not info or not prof:  # files named otherwise: tell them by content, each parsed once
+        peeked = {f: _peek(f) for f in files}
+        info = info or [f for f, d in peeked.items() if isinstance(d, dict) and "Layers" in d]
+        prof = prof or [f for f, d in peeked.items() if isinstance(d, list)]
     if len(info) > 1 or (not info and not allow_none):
         found = ", ".join(str(f) for f in info) or "none"
         raise UsageError(f"need exactly one --exportLayerInfo file per engine (found: {found})")
