@@ -16,11 +16,12 @@ from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.compare.metrics import CompareError, compare
 from trtverify.compare.pairing import pair_names
 from trtverify.compare.semantic import resolve
-from trtverify.config.backends import OnnxRuntimeOptions
+from trtverify.config.backends import Backends
 from trtverify.config.checks import Check, better_of
 from trtverify.onnxgraph import GraphIndex
+from trtverify.stages.layerwise.reference import as_written, update_max_abs
 
-AS_WRITTEN = OnnxRuntimeOptions(graph_optimization_level="disable")
+AS_WRITTEN = as_written(Backends()).onnxruntime  # graphs run as written, as in the layerwise stage
 
 
 @dataclass
@@ -43,10 +44,7 @@ class Reference:
         max_abs: dict[str, float] = {}
         for per_sample in values:
             for name, arr in per_sample.items():
-                if arr.dtype.kind == "f" and arr.size:
-                    finite = arr[np.isfinite(arr)]
-                    if finite.size:
-                        max_abs[name] = max(max_abs.get(name, 0.0), float(np.abs(finite).max()))
+                update_max_abs(max_abs, name, arr)
         return cls(info, order, list(info.outputs), values, max_abs)
 
 

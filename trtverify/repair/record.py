@@ -14,6 +14,7 @@ from trtverify.onnxgraph import GraphIndex
 from trtverify.record import Record
 from trtverify.repair.evaluate import Evaluation
 from trtverify.repair.search import Search
+from trtverify.stages.layerwise.reference import infer_with_feed
 
 LATENCY_RUNS = 20
 
@@ -128,19 +129,7 @@ def cost(reference: Any, keep: Sequence[str], feed: dict[str, np.ndarray], paths
 def _work(model: Any, feed: dict[str, np.ndarray]) -> tuple[dict[str, int], dict[str, int]]:
     """Per node label: multiply-adds (Conv, ConvTranspose, Gemm, MatMul; output size for the rest) and float
     parameters read."""
-    import onnx
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    for inp in m.graph.input:
-        if inp.name in feed:
-            for d, v in zip(inp.type.tensor_type.shape.dim, feed[inp.name].shape):
-                d.Clear()
-                d.dim_value = int(v)
-    try:
-        m = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
-    except Exception:  # an estimate: unknown shapes count as nothing
-        pass
+    m = infer_with_feed(model, feed)  # an estimate: unknown shapes count as nothing
     shapes = {}
     for vi in [*m.graph.input, *m.graph.output, *m.graph.value_info]:
         dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]

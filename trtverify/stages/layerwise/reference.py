@@ -62,8 +62,9 @@ def budget_bytes(cfg: LayerwiseStage) -> int:
     return int(cfg.memory_budget_mb * 1024 * 1024)
 
 
-def estimate_sizes(model: Any, feed: dict[str, np.ndarray], names: Sequence[str]) -> dict[str, int]:
-    """Bytes per tensor from shape inference with the feed's concrete shapes (unknown: the largest known)."""
+def infer_with_feed(model: Any, feed: dict[str, np.ndarray]) -> Any:
+    """A copy of `model` with the feed's concrete input shapes and inferred value types and shapes (as far as
+    inference gets: its result is an estimate; a failure leaves the shapes unknown)."""
     import onnx
 
     m = onnx.ModelProto()
@@ -75,9 +76,25 @@ def estimate_sizes(model: Any, feed: dict[str, np.ndarray], names: Sequence[str]
                 d.Clear()
                 d.dim_value = int(v)
     try:
-        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
-    except Exception:  # inference is an estimate only; a failure means "unknown"
-        inferred = m
+        return onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:  # an estimate only: a failure means "unknown"
+        return m
+
+
+def update_max_abs(max_abs: dict[str, float], name: str, arr: np.ndarray) -> None:
+    """Fold the largest finite |x| of `arr` into max_abs[name] (float tensors only)."""
+    if arr.dtype.kind == "f" and arr.size:
+        ok = np.isfinite(arr)
+        finite = np.abs(arr) if ok.all() else np.abs(arr[ok])
+        if finite.size:
+            max_abs[name] = max(max_abs.get(name, 0.0), float(finite.max()))
+
+
+def estimate_sizes(model: Any, feed: dict[str, np.ndarray], names: Sequence[str]) -> dict[str, int]:
+    """Bytes per tensor from shape inference with the feed's concrete shapes (unknown: the largest known)."""
+    import onnx
+
+    inferred = infer_with_feed(model, feed)
     sizes: dict[str, int] = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
         t = vi.type.tensor_type
@@ -125,10 +142,6 @@ def reference_pass(
                 if name not in ref.dtype:
                     ref.dtype[name] = str(arr.dtype)
                     ref.nbytes[name] = int(arr.nbytes)
-                if arr.dtype.kind == "f" and arr.size:
-                    ok = np.isfinite(arr)
-                    finite = np.abs(arr) if ok.all() else np.abs(arr[ok])
-                    if finite.size:
-                        ref.max_abs[name] = max(ref.max_abs.get(name, 0.0), float(finite.max()))
+                update_max_abs(ref.max_abs, name, arr)
     timed(timings, "reference_s", time.perf_counter() - t0)
     return ref
