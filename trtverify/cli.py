@@ -87,6 +87,11 @@ QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict
 @OUT
 @click.option("--update-reference", is_flag=True, help="Recompute and rewrite the stored reference outputs.")
 @click.option(
+    "--update-baseline",
+    is_flag=True,
+    help="perf: rewrite the stored performance baseline (reference_outputs/<suite>/perf/) with this run's numbers.",
+)
+@click.option(
     "--reference-dir",
     type=click.Path(path_type=Path, file_okay=False),
     help="Reference store root [default: the suite's reference_dir].",
@@ -120,6 +125,7 @@ def run(
     stages: tuple[str, ...],
     out_dir: Path | None,
     update_reference: bool,
+    update_baseline: bool,
     reference_dir: Path | None,
     quiet: bool,
     samples_mode: str,
@@ -154,7 +160,7 @@ def run(
             click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
     if shard is not None and out_dir is None:
         out = out / f"shard-{shard.index}-of-{shard.count}"
-    execute(loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard)
+    execute(loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard, update_baseline)
 
 
 def _worst_positions(previous: Any, source: Path) -> list[int]:
@@ -178,6 +184,7 @@ def execute(
     samples_override: Any = None,
     junit: Path | None = None,
     shard: Any = None,
+    update_baseline: bool = False,
 ) -> None:
     from trtverify.report.html import write_report
     from trtverify.results.record import run_and_record
@@ -190,6 +197,7 @@ def execute(
         stages=stages,
         shard=shard,
         update_reference=update_reference,
+        update_baseline=update_baseline,
         reference_dir=reference_dir,
         progress=_Progress(not quiet),
         samples_override=samples_override,

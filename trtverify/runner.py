@@ -3,7 +3,7 @@ inputs, run each stage in isolation, and report each result as it is done.
 
 The run plan is made here, once: `trtverify run SUITE --shard I/N` runs a deterministic part
 of a suite. The tensor stages split into whole cases (`framework` is one case, `layerwise` one
-case per candidate, `buildlog` one case; case k in that order goes to shard (k mod N) + 1), and
+case per candidate, `buildlog` and `perf` one case each; case k in that order goes to shard (k mod N) + 1), and
 `e2e` into contiguous dataset slices along batch boundaries, so every batch holds the same
 samples as in an unsharded run and the models compute the same numbers.
 """
@@ -58,6 +58,8 @@ def cases(loaded: LoadedSuite) -> list[tuple[str, str | None]]:
         out.append(("repair", None))
     if suite.stages.buildlog is not None:
         out.append(("buildlog", None))
+    if suite.stages.perf is not None:
+        out.append(("perf", None))
     return out
 
 
@@ -162,6 +164,7 @@ def run_stages(
     *,
     out_dir: Path,
     update_reference: bool = False,
+    update_baseline: bool = False,
     reference_dir: Path | None = None,
     progress: Progress = no_progress,
     samples_override: list[dict[str, Any]] | None = None,
@@ -183,7 +186,8 @@ def run_stages(
     results: list[StageResult] = []
     for i, plan in enumerate(plans):
         ctx = StageContext(
-            loaded, samples, model_inputs, store, update_reference, progress, plan.work or StageWork(), out_dir
+            loaded, samples, model_inputs, store, update_reference, progress, plan.work or StageWork(), out_dir,
+            update_baseline,
         )
         s0 = time.perf_counter()
         res = _run_one(plan, ctx)

@@ -30,6 +30,7 @@ STAGES: Registry[StageEntry] = Registry(
         StageEntry("repair", "trtverify.repair.stage:run", "trtverify.repair.stage:RepairResult"),
         StageEntry("e2e", "trtverify.stages.e2e.stage:run", "trtverify.stages.e2e.models:E2EResult"),
         StageEntry("buildlog", "trtverify.stages.buildlog:run", "trtverify.stages.buildlog:BuildlogResult"),
+        StageEntry("perf", "trtverify.stages.perf:run", "trtverify.stages.perf:PerfResult"),
     ],
 )
 

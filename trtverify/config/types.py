@@ -55,6 +55,14 @@ def _existing_dir(value: Path, info: ValidationInfo) -> Path:
     return p
 
 
+def _existing_path(value: Path, info: ValidationInfo) -> Path:
+    p = resolve_path(value, info)
+    assert p is not None
+    if _check_files(info) and not p.exists():
+        raise ValueError(f"file or folder not found: {p}")
+    return p
+
+
 def _resolved(value: Path, info: ValidationInfo) -> Path:
     p = resolve_path(value, info)
     assert p is not None
@@ -81,6 +89,7 @@ def suffix(*suffixes: str) -> Callable[[Path], Path]:
 FilePath = Annotated[Path, AfterValidator(_existing_file)]
 OnnxPath = Annotated[Path, AfterValidator(_existing_file), AfterValidator(suffix(".onnx"))]
 DirPath = Annotated[Path, AfterValidator(_existing_dir)]
+PathOrDir = Annotated[Path, AfterValidator(_existing_path)]
 OutPath = Annotated[Path, AfterValidator(_resolved)]
 HookSpec = Annotated[str, AfterValidator(_hook)]
 Name = Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")]

@@ -73,6 +73,7 @@ class StageContext:
     progress: Progress = no_progress
     work: StageWork = StageWork()
     out_dir: Path | None = None  # where the run writes (a shard's e2e accumulator states go there)
+    update_baseline: bool = False  # perf: rewrite the stored performance baseline
 
     def candidates(self, configured: Sequence[str]) -> list[str]:
         """The candidates this run of a stage covers: the plan's, or every configured one."""
