@@ -1,5 +1,5 @@
 # Two entry points a fresh machine needs (python3, pip and make; nothing else):
-#   make demo   install trtverify into .venv and run the four bundled demo suites
+#   make demo   install trtverify into .venv and run the five bundled demo suites
 #   make test   install trtverify[torch,dev] (CPU torch pinned in constraints/ci.txt), lint (ruff, import
 #               contracts) and run every test
 PYTHON ?= python3
@@ -21,6 +21,7 @@ demo: $(BIN)/python
 	$(BIN)/trtverify run suites/shapes_detection.yaml
 	$(BIN)/trtverify run suites/shapes_segmentation.yaml
 	$(BIN)/trtverify run suites/fp16_repair.yaml
+	$(BIN)/trtverify run suites/perf_demo.yaml
 
 test: $(BIN)/python
 	$(PIP) install -c constraints/ci.txt -e '.[torch,dev]'
