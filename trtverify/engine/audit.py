@@ -9,8 +9,18 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.engine.exports import EngineLayer, read_engine
+from trtverify.engine.exports import TIMES_NAMES, EngineLayer, load_json, read_engine
 from trtverify.engine.perflog import PerfSummary, parse_perf_summary
+from trtverify.engine.tables import (
+    LayerListing,
+    ProfileTable,
+    TimesSummary,
+    console_layers,
+    is_times,
+    parse_layer_listing,
+    parse_profile_table,
+    summarize_times,
+)
 from trtverify.errors import UsageError
 from trtverify.record import Record
 
@@ -163,22 +173,67 @@ def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFindi
     return out
 
 
-def _performance(paths: list[Path]) -> tuple[PerfSummary | None, list[str]]:
+def _read_log(log: Path) -> str:
+    if log.stat().st_size > MAX_LOG:
+        raise UsageError(f"{log}: {log.stat().st_size >> 20} MB, larger than a trtexec log should be")
+    return log.read_text(encoding="utf-8", errors="replace")
+
+
+def _console(paths: list[Path]) -> tuple[PerfSummary | None, ProfileTable | None, LayerListing | None, list[str]]:
+    """What the console logs among `paths` hold (the last of each kind wins): the performance summary, the
+    `--dumpProfile` table, the `--dumpLayerInfo` (or verbose build) layer listing."""
     logs = [p for p in paths if p.is_file() and p.suffix.lower() != ".json"]
     logs += [f for p in paths if p.is_dir() for f in sorted(p.glob("*.log")) + sorted(p.glob("*.txt"))]
-    found = None
+    perf, table, listing = None, None, None
     for log in logs:
-        if log.stat().st_size > MAX_LOG:
-            raise UsageError(f"{log}: {log.stat().st_size >> 20} MB, larger than a trtexec log should be")
-        found = parse_perf_summary(log.read_text(encoding="utf-8", errors="replace")) or found
-    return found, [str(x) for x in logs]
+        text = _read_log(log)
+        perf = parse_perf_summary(text) or perf
+        table = parse_profile_table(text) or table
+        listing = parse_layer_listing(text) or listing
+    return perf, table, listing, [str(x) for x in logs]
+
+
+def _times(paths: list[Path]) -> tuple[TimesSummary | None, str | None]:
+    """The `--exportTimes` file among `paths` (named *.timing.json / *times.json, or told by content), summarised."""
+    files = [p for p in paths if p.is_file() and p.suffix.lower() == ".json"]
+    files += [f for p in paths if p.is_dir() for f in sorted(p.glob("*.json"))]
+    named = [f for f in files if f.name.endswith(TIMES_NAMES)]
+    for f in named or [f for f in files if f.stat().st_size > 0]:
+        data = load_json(f) if named else _peek_json(f)
+        if named or is_times(data):
+            return summarize_times(data, str(f)), str(f)
+    return None, None
+
+
+def _peek_json(path: Path) -> Any:
+    try:
+        return load_json(path)
+    except UsageError:
+        return None
 
 
 def audit(paths: list[Path]) -> Audit:
-    performance, logs = _performance(paths)
-    layers, files = read_engine(paths, allow_none=performance is not None)
+    """Audit one engine from its trtexec exports and/or console log(s): JSON exports give the layers when there
+    are some, else the log's `--dumpLayerInfo` listing and `--dumpProfile` table do; the performance summary
+    comes from the log, else from an `--exportTimes` file."""
+    performance, table, listing, logs = _console(paths)
+    times, times_file = _times(paths)
+    if performance is None and times is not None:
+        performance = PerfSummary(stats=times.stats, format="export_times", inferences=times.inferences)
+    from_console = table is not None or listing is not None
+    layers, files = read_engine(paths, allow_none=performance is not None or from_console)
+    if not layers and from_console:
+        layers = console_layers(listing, table)
+        files["console"] = {
+            "profile_format": table.format if table else None,
+            "profile_iterations": table.iterations if table else None,
+            "profile_total_avg_ms": table.total.avg_ms if table and table.total else None,
+            "layer_listing": listing.format if listing else None,
+        }
     if logs:
         files["logs"] = logs
+    if times_file:
+        files["times"] = times_file
     return audit_layers(layers, files, performance)
 
 

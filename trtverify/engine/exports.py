@@ -25,6 +25,7 @@ NARROW_FIRST = ("INT4", "FP8", "INT8", "BF16", "FP16", "FP32", "INT32", "INT64",
 REFORMAT_OF = re.compile(r"^Reformatting CopyNode for (?:Input|Output) Tensor \d+ to (.+)$")
 ONNX_META = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
 MAX_BYTES = 64 << 20
+TIMES_NAMES = ("timing.json", "times.json", "timings.json")  # trtexec --exportTimes files, as usually named
 
 
 @dataclass
@@ -53,13 +54,24 @@ def _precision(layer: dict[str, Any]) -> str | None:
     return min(found, key=NARROW_FIRST.index) if found else None
 
 
-def _nodes(name: str, layer: dict[str, Any]) -> list[str]:
-    meta = layer.get("Metadata")
+def nodes_of(name: str, layer: dict[str, Any] | None = None) -> list[str]:
+    """The ONNX nodes a layer implements: its `Metadata` where given, else the parts of its (fused) name."""
+    meta = (layer or {}).get("Metadata")
     if isinstance(meta, str) and ONNX_META.search(meta):
         return list(dict.fromkeys(ONNX_META.findall(meta)))
     if name.startswith("{ForeignNode[") and name.endswith("]}"):
         return [p for p in name[len("{ForeignNode[") : -2].split("...") if p]  # a Myelin region's first and last node
     return [p.strip() for p in name.split(" + ") if p.strip()]
+
+
+def is_profile(data: Any) -> bool:
+    """Whether parsed JSON is an `--exportProfile` list (layer records with `averageMs`)."""
+    return isinstance(data, list) and any(isinstance(d, dict) and "averageMs" in d for d in data[:8])
+
+
+def load_json(path: Path) -> Any:
+    """A trtexec JSON export, size-bounded; errors name the file."""
+    return _load(path)
 
 
 def _load(path: Path) -> Any:
@@ -84,7 +96,7 @@ def read_layer_info(path: Path) -> list[EngineLayer]:
         ltype = str(layer.get("LayerType", "unknown"))
         m = REFORMAT_OF.match(name)
         reformat = ltype == "Reformat"  # NoOp "Reformatting CopyNode" layers cost nothing
-        nodes = _nodes(m.group(1), layer) if m else _nodes(name, layer)
+        nodes = nodes_of(m.group(1), layer) if m else nodes_of(name, layer)
         out.append(EngineLayer(name, ltype, _precision(layer), nodes, reformat=reformat,
                                feeds=m.group(1) if m else None, raw=layer))  # fmt: skip
     return out
@@ -114,12 +126,13 @@ def read_engine(paths: list[Path], allow_none: bool = False) -> tuple[list[Engin
         elif p.suffix.lower() == ".json":
             _load(p)  # a file named on the command line must read: its error names it
             files.append(p)
+    files = [f for f in files if not f.name.endswith(TIMES_NAMES)]  # --exportTimes: the audit summarises those
     info = [f for f in files if f.name.endswith(("graph.json", "layer.json", "layers.json", "layerinfo.json"))]
     prof = [f for f in files if f.name.endswith("profile.json")]
     if not info or not prof:  # files named otherwise: tell them by content, each parsed once
         peeked = {f: _peek(f) for f in files}
         info = info or [f for f, d in peeked.items() if isinstance(d, dict) and "Layers" in d]
-        prof = prof or [f for f, d in peeked.items() if isinstance(d, list)]
+        prof = prof or [f for f, d in peeked.items() if is_profile(d)]
     if len(info) > 1 or (not info and not allow_none):
         found = ", ".join(str(f) for f in info) or "none"
         raise UsageError(f"need exactly one --exportLayerInfo file per engine (found: {found})")

@@ -48,7 +48,10 @@ class PerfSummary(Record):
         description="latency | enqueue | h2d | gpu_compute | d2h -> {min, max, mean, median, p90, p95, p99, ...}",
     )
     walltime_s: float | None = None
-    format: str | None = Field(default=None, description="oneline (TensorRT 8+), trt7, or trt6")
+    format: str | None = Field(
+        default=None, description="oneline (TensorRT 8+), trt7, trt6, or export_times (summarised --exportTimes)"
+    )
+    inferences: int | None = Field(default=None, description="inferences summarised (export_times only)")
 
 
 def _key(stat: str, pct: str | None) -> str:
