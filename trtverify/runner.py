@@ -186,7 +186,14 @@ def run_stages(
     results: list[StageResult] = []
     for i, plan in enumerate(plans):
         ctx = StageContext(
-            loaded, samples, model_inputs, store, update_reference, progress, plan.work or StageWork(), out_dir,
+            loaded,
+            samples,
+            model_inputs,
+            store,
+            update_reference,
+            progress,
+            plan.work or StageWork(),
+            out_dir,
             update_baseline,
         )
         s0 = time.perf_counter()
