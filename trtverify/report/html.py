@@ -17,10 +17,12 @@ from markupsafe import Markup
 
 from trtverify.fsutil import atomic_write_text
 from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
-from trtverify.report.links import Link, build_links, layer_id, row_id
+from trtverify.report.links import Link, build_links, engine_layer_id, layer_id, perf_links, row_id
+from trtverify.report.perfview import perf_view
 from trtverify.report.text import cause_text, divergence_text, high_lint
 from trtverify.results.models import Results
 from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row, SuspectHistogram
+from trtverify.stages.perf import PerfResult
 
 _HERE = Path(__file__).parent
 _TEMPLATES = _HERE / "templates"
@@ -209,8 +211,16 @@ def render(results: Results) -> str:
     env.filters["cause"] = cause_text
     env.filters["divergence"] = divergence_text
     env.filters["repair_chart"] = repair_chart
+    env.filters["ms"] = lambda v: f"{v:.3f}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)
+    env.filters["rate"] = lambda v: f"{v:,.0f}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)
+    env.filters["pct"] = lambda v: f"{v:.1%}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)
     stages = results.stages
     to_rows, to_layers = build_links(stages)
+    engine_links = perf_links(stages)
+    for rid, links in engine_links.back.items():
+        if rid.startswith("lw-"):  # layerwise rows list build-log and engine layers in one column
+            to_layers[rid] = to_layers.get(rid, []) + links
+    perf = {si: perf_view(s, engine_links) for si, s in enumerate(stages) if isinstance(s, PerfResult)}
     layerwise = {
         (si, ci): _layerwise_view(s, ci, c, to_layers)
         for si, s in enumerate(stages)
@@ -220,8 +230,11 @@ def render(results: Results) -> str:
     return env.get_template("report.html.j2").render(
         r=results,
         lw=layerwise,
+        pf=perf,
         to_rows=to_rows,
+        to_engine=engine_links.back,
         layer_id=layer_id,
+        engine_layer_id=engine_layer_id,
         row_id=row_id,
         high_lint=high_lint(results),
         chart_js=Markup(chart_js()),

@@ -16,6 +16,7 @@ from typing import NamedTuple
 from trtverify.stages.base import StageResult
 from trtverify.stages.buildlog import BuildlogResult
 from trtverify.stages.layerwise.models import LayerwiseResult, Row
+from trtverify.stages.perf import PerfResult
 
 # what may follow a node name inside a layer name derived from it ("Conv_myl0_1", "Conv + Relu", "Conv.1")
 _BOUNDARY = re.compile(r"[^A-Za-z0-9]")
@@ -98,3 +99,87 @@ def build_links(stages: Sequence[StageResult]) -> tuple[dict[str, list[Link]], d
                         to_rows.setdefault(lid, []).append(Link(rid, label))
                         to_layers.setdefault(rid, []).append(Link(lid, layer.name))
     return to_rows, to_layers
+
+
+def engine_layer_id(engine_index: int, row_index: int) -> str:
+    return f"pf-e{engine_index}-l{row_index}"
+
+
+class PerfLinks(NamedTuple):
+    """Links of the perf stage's engine layers (`--exportLayerInfo` rows), by element id."""
+
+    to_rows: dict[str, list[Link]]  # engine layer id -> layerwise rows of its ONNX nodes
+    to_log: dict[str, list[Link]]  # engine layer id -> build-log layers of the same name or nodes
+    back: dict[str, list[Link]]  # layerwise row id or build-log layer id -> engine layers
+
+
+def engine_candidates(name: str, files: Sequence[str], models: Sequence[str], names: Sequence[str]) -> list[int]:
+    """Indices of the layerwise candidates an engine was built from: the candidate of the same name, else those
+    whose model file stem appears in one of the engine's file or folder names, else all."""
+    if name in names:
+        return [names.index(name)]
+    hits = [
+        i
+        for i, m in enumerate(models)
+        if (stem := PurePath(m).stem) and any(stem in PurePath(str(f)).name for f in files)
+    ]
+    return hits or list(range(len(models)))
+
+
+def perf_links(stages: Sequence[StageResult]) -> PerfLinks:
+    """Engine layers of the perf stage <-> layerwise rows (by the layer's ONNX nodes, as build-log layers are
+    linked) and <-> build-log layers (same layer name, or an ONNX node in common; with a layerwise stage, only
+    nodes that are layerwise rows count, and only logs of the engine's candidates)."""
+    out = PerfLinks({}, {}, {})
+    perf = next((s for s in stages if isinstance(s, PerfResult)), None)
+    if perf is None or not perf.engines:
+        return out
+    layerwise = next((s for s in stages if isinstance(s, LayerwiseResult)), None)
+    buildlog = next((s for s in stages if isinstance(s, BuildlogResult)), None)
+    candidates = layerwise.candidates or [] if layerwise is not None else []
+    models, names = [c.model for c in candidates], [c.name for c in candidates]
+    by_node: list[dict[str, list[Row]]] = []
+    for cand in candidates:
+        index: dict[str, list[Row]] = {}
+        for row in cand.rows:
+            if row.node:
+                index.setdefault(row.node, []).append(row)
+        by_node.append(index)
+    all_nodes = {n for index in by_node for n in index}
+    # build-log layers by name and by node: (log index, layer index, the log's candidates)
+    log_by_name: dict[str, list[tuple[int, int]]] = {}
+    log_by_node: dict[str, list[tuple[int, int]]] = {}
+    log_cands: list[set[int]] = []
+    logs = buildlog.logs or [] if buildlog is not None else []
+    for li, log in enumerate(logs):
+        log_cands.append(set(candidates_for_log(log.log, models)))
+        for ki, layer in enumerate(log.layers):
+            log_by_name.setdefault(layer.name, []).append((li, ki))
+            nodes = layer_nodes(layer.name, layer.onnx_nodes, all_nodes) if candidates else set(layer.onnx_nodes)
+            for n in nodes:
+                log_by_node.setdefault(n, []).append((li, ki))
+    for ei, engine in enumerate(perf.engines):
+        cis = engine_candidates(engine.name, engine.files, models, names) if candidates else []
+        for ri, layer in enumerate(engine.audit.rows):
+            eid = engine_layer_id(ei, ri)
+            label = f"{engine.name}: {layer.name}"
+            for ci in cis:
+                index = by_node[ci]
+                for node in sorted(
+                    layer_nodes(layer.name, layer.onnx_nodes, index), key=lambda n: index[n][0].topo_index
+                ):
+                    for row in index[node]:
+                        rid = row_id(ci, row.topo_index)
+                        out.to_rows.setdefault(eid, []).append(
+                            Link(rid, f"{candidates[ci].name} #{row.topo_index} {row.op_type or ''}".rstrip())
+                        )
+                        out.back.setdefault(rid, []).append(Link(eid, label))
+            nodes = layer_nodes(layer.name, layer.onnx_nodes, all_nodes) if candidates else set(layer.onnx_nodes)
+            hits = list(log_by_name.get(layer.name, []))
+            for n in sorted(nodes):
+                hits += [h for h in log_by_node.get(n, []) if not cis or log_cands[h[0]] & set(cis)]
+            for li, ki in sorted(set(hits)):
+                lid = layer_id(li, ki)
+                out.to_log.setdefault(eid, []).append(Link(lid, logs[li].layers[ki].name))
+                out.back.setdefault(lid, []).append(Link(eid, label))
+    return out

@@ -13,10 +13,12 @@ from trtverify.config.findings import SEVERITIES
 from trtverify.lint.findings import LintFinding
 from trtverify.repair.stage import RepairResult
 from trtverify.report.format import fmt
+from trtverify.report.perftext import perf_lines
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
 from trtverify.stages.e2e.models import E2EResult
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseResult, RootCause
+from trtverify.stages.perf import PerfResult
 
 MAX_FAILED = 20
 
@@ -157,6 +159,8 @@ def stage_lines(s: StageResult) -> list[str]:
         out += _e2e(s)
     if isinstance(s, RepairResult):
         out += _repair(s)
+    if isinstance(s, PerfResult):
+        out += perf_lines(s)
     for c in failed[:MAX_FAILED]:
         out.append(f"          {fail_line(c)}")
     if len(failed) > MAX_FAILED:
