@@ -17,7 +17,10 @@ class EngineLayer(Record):
 
     name: str
     type: str
-    precision: str | None = Field(description="of its output: FP32, FP16, BF16, INT8, FP8, INT32, ...")
+    precision: str | None = Field(
+        description="FP32, FP16, BF16, INT8, FP8, INT32, ...: its quantized weights' type where it has such weights, "
+        "else the narrowest of its outputs' types"
+    )
     tactic: str | None
     tactic_name: str | None
     onnx_nodes: list[str] = Field(description="the ONNX nodes fused into it, where the dump lists them")
@@ -31,6 +34,7 @@ _NEW = re.compile(r"^Name: (?P<name>.+?), LayerType: (?P<type>[^,]+),")
 _TACTIC_NAME = re.compile(r"TacticName: (?P<v>[^,]+)")
 _TACTIC_VALUE = re.compile(r"TacticValue: (?P<v>-?(?:0x)?[0-9a-fA-F]+)")
 _OUTPUTS = re.compile(r"Outputs: \[(?P<v>.*?)\}\s*\]", re.S)
+_CONSTANTS = re.compile(r"Constants: \[(?P<v>.*?)\}\s*\]", re.S)
 _FORMAT = re.compile(r"Datatype: (?P<v>[^,}]*)")
 _ONNX = re.compile(r"\[ONNX Layer: (?P<v>[^\]]*)\]")
 _OLD_OUT = re.compile(r"\[(?P<t>[A-Za-z0-9]+)\([^\[\]]*\)\]\s*$")
@@ -45,6 +49,17 @@ _PRECISION_WORDS = [
     ("INT64", re.compile(r"\b(?:Int64|INT64)\b")),
     ("BOOL", re.compile(r"\bBool\b", re.I)),
 ]
+
+
+_NARROW = {"INT4": 0, "FP8": 1, "INT8": 1, "FP16": 2, "BF16": 2, "FP32": 3}
+
+
+def narrowest(formats: list[str]) -> str | None:
+    """The narrowest floating or quantized type among output formats (a Myelin kernel that writes a marked FP32
+    output beside its INT8 one computes in INT8); else the first output's type."""
+    precs = [p for p in (precision_of(f) for f in formats) if p is not None]
+    ranked = [p for p in precs if p in _NARROW]
+    return min(ranked, key=lambda p: _NARROW[p]) if ranked else (precs[0] if precs else None)
 
 
 def precision_of(fmt: str) -> str | None:
@@ -71,12 +86,15 @@ def parse_layer_line(text: str, line: int = 0) -> EngineLayer | None:
     m = _NEW.match(text)
     if m:
         outs = _OUTPUTS.search(text)
-        fmt = _FORMAT.search(outs.group("v")) if outs else None
+        formats = [f.group("v") for f in _FORMAT.finditer(outs.group("v"))] if outs else []
+        consts = _CONSTANTS.search(text)
+        weights = [precision_of(f.group("v")) for f in _FORMAT.finditer(consts.group("v"))] if consts else []
+        quantized = [w for w in weights if w in ("INT4", "INT8", "FP8")]  # quantized weights: it computes in them
         tn, tv = _TACTIC_NAME.search(text), _TACTIC_VALUE.search(text)
         return EngineLayer(
             name=m.group("name"),
             type=m.group("type").strip(),
-            precision=precision_of(fmt.group("v")) if fmt else None,
+            precision=quantized[0] if quantized else narrowest(formats),
             tactic=tv.group("v") if tv else None,
             tactic_name=tn.group("v").strip() if tn else None,
             onnx_nodes=[x.strip() for x in _ONNX.findall(text)],

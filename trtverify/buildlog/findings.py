@@ -345,16 +345,31 @@ _PASSIVE_TYPES = {"reformat", "noop", "shuffle", "constant", "identity", "slice"
 _RANK = {"INT4": 0, "FP8": 1, "INT8": 1, "FP16": 2, "BF16": 2, "FP32": 3}
 
 
+_MYELIN_MOVES = {"Move", "Resh", "Tran", "Slic", "Conc", "Copy", "Pad"}
+_MYELIN_KERNEL = re.compile(r"^__myl_(?P<ops>[A-Za-z]+?)_myl\d+_\d+$")
+
+
+def _data_movement(row: EngineLayer) -> bool:
+    """A Myelin-generated kernel whose fused ops only move data (`__myl_Move_myl0_4`, `__myl_MoveResh_...`)."""
+    m = _MYELIN_KERNEL.match(row.name)
+    return bool(m) and all(op in _MYELIN_MOVES for op in re.findall(r"[A-Z][a-z]*", m.group("ops")))
+
+
 def precision_fallback(layers: Sequence[EngineLayer], requested: str | None) -> list[Hit]:
     """Compute layers that run above the lowest precision requested (INT8 requested, FP16
-    used, ...). With no stated request, a layer running INT8 shows INT8 was enabled."""
+    used, ...). With no stated request, a layer running INT8 shows INT8 was enabled. Not counted: layers that
+    only move data, and a copy of a layer that also runs at the requested precision (Myelin computes a node
+    twice when its output is marked: once in INT8 for the next layer, once in FP32 for the output)."""
     precs = {row.precision for row in layers}
     target = requested or ("INT8" if "INT8" in precs else "FP8" if "FP8" in precs else None)
     if target not in _RANK:
         return []
+    at_target = {frozenset(row.onnx_nodes) for row in layers if row.onnx_nodes and row.precision == target}
     hits = []
     for row in layers:
         p, typ = row.precision, row.type.lower()
+        if _data_movement(row) or (row.onnx_nodes and frozenset(row.onnx_nodes) in at_target):
+            continue
         if p in _RANK and _RANK[p] > _RANK[target] and typ not in _PASSIVE_TYPES and "reformat" not in row.name.lower():
             hits.append(
                 Hit(
