@@ -48,8 +48,26 @@ class Hit:
 Rule = Callable[[list[LogRecord]], Iterator[Hit]]
 
 
+_PY_WARNING = re.compile(
+    r"^#?\s*python warning:\s*(?P<cls>\w+Warning):\s*(?P<text>.*?)\s*(?:\((?P<where>[\w.]+:\d+)\))?$", re.I
+)
+_GARBLED_DEPRECATION = re.compile(
+    r"^Use Deprecated in (?P<since>[\w\- ]*?\d+(?:\.\d+)*)\.\s+(?P<what>.+?)\.?\s*instead\.?$"
+)
+
+
 def _msg(r: LogRecord) -> str:
-    return r.text.split("\n", 1)[0]
+    """The record's first line; a Python warning that a log captured says what it warns of and where."""
+    line = r.text.split("\n", 1)[0]
+    m = _PY_WARNING.match(line)
+    if not m:
+        return line
+    text = m.group("text")
+    g = _GARBLED_DEPRECATION.match(text)  # TensorRT-RTX's deprecation text, with its template words misplaced
+    if g:
+        text = f"{g.group('what').rstrip('.')} (deprecated since {g.group('since')})"
+    where = f", {m.group('where')}" if m.group("where") else ""
+    return f"{text} [Python {m.group('cls')}{where}]"
 
 
 def _simple(kind: str, category: str, severity: str, rx: str, layer_group: str | None = None) -> Rule:

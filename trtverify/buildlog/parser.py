@@ -94,7 +94,10 @@ _KNOWN_BARE = re.compile(r"^(?:Layer\(|Name: .*LayerType:|-{5,}\s*Timing|Tactic:
 class BuildLog(Record):
     """What a log says: TensorRT version, build options, findings and the engine layer table."""
 
-    version: str | None = Field(description="the TensorRT version the log states")
+    product: str = Field(
+        default="TensorRT", description="TensorRT, or TensorRT-RTX (named in the log, or its logger's dialect)"
+    )
+    version: str | None = Field(description="the version of `product` the log states")
     dialect: str | None = Field(description="the dialect of most lines (None: no line carries a known prefix)")
     dialects: dict[str, int] = Field(description="lines per dialect")
     options: dict[str, Any] = Field(description="build options the log states")
@@ -117,7 +120,9 @@ def parse(text: str) -> BuildLog:
     options = find_options(records)
     layers = layer_table(records)
     findings = collect(records, precision_fallback(layers, _requested_precision(options)))
+    rtx = "rtx" in dialects or any("TensorRT-RTX" in r.text or "tensorrt_rtx" in r.text for r in records)
     return BuildLog(
+        product="TensorRT-RTX" if rtx else "TensorRT",
         version=find_version(records),
         dialect=max(dialects, key=lambda k: dialects[k]) if dialects else None,
         dialects=dialects,
