@@ -61,6 +61,7 @@ def browser() -> Iterator[Any]:
             "--window-size=1366,900",
         ):
             opts.add_argument(arg)
+        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console messages, for console_errors()
         # an explicit driver: Selenium Manager never tries to download one
         driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=opts)
         try:
@@ -73,6 +74,11 @@ def open_report(driver: Any, path: Path) -> None:
     driver.set_window_size(1366, 900)
     driver.get(path.resolve().as_uri())
     assert driver.execute_script("return typeof Chart") == "function", "Chart.js did not load"
+
+
+def console_errors(driver: Any) -> list[str]:
+    """Console errors since the last call (reading the log empties it)."""
+    return [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
 
 def visible_values(driver: Any, table_id: str, col: int) -> list[float | None]:
@@ -303,3 +309,59 @@ def test_hostile_names_stay_text_in_chromium(browser: Any, hostile_run: Path):
     # the first divergence marker, over a tensor named like a script
     assert tooltip_of(browser, "lw-chart-0-0", "first", 0)["title"] == [HOSTILE_SCRIPT]
     assert browser.execute_script("return typeof window.__pwned") == "undefined"
+
+
+def test_perf_demo_report_shows_the_perf_section_without_console_errors(browser: Any, perf_run: Path):
+    stage = next(s for s in load(perf_run)["stages"] if s["name"] == "perf")
+    console_errors(browser)
+    open_report(browser, perf_run / "report.html")
+    assert console_errors(browser) == []
+    section = browser.find_element("id", "stage-perf")
+    assert section.is_displayed()
+    rows = browser.find_elements("css selector", "#pf-latency tbody tr")
+    assert len(rows) == len(stage["rows"]) and all(r.is_displayed() for r in rows)
+    # bars are drawn: the slowest fp32 layer fills its track, A and B bars of the qat diff have width
+    widths = browser.execute_script(
+        """
+        const w = el => el.getBoundingClientRect().width;
+        const track = document.querySelector('#pf-e0-layers .track');
+        const fp32 = Array.from(document.querySelectorAll('#pf-e0-layers .bar')).map(w);
+        const diff = Array.from(document.querySelectorAll('#pf-e2-diff tbody tr')).slice(0, 5)
+          .map(tr => Array.from(tr.querySelectorAll('.bar')).map(w));
+        return {track: w(track), max: Math.max(...fp32), diff: diff};
+        """
+    )
+    assert widths["max"] == pytest.approx(widths["track"], abs=1)
+    assert all(len(pair) == 2 and max(pair) > 0 for pair in widths["diff"])
+    # an engine with a diff keeps its layer table closed; a finding's layer link opens it at the row
+    table = browser.find_element("id", "pf-e2-layers")
+    assert not table.is_displayed()
+    browser.find_element("css selector", "#pf-e2 table.engine-findings a[href^='#pf-e2-l']").click()
+    target = browser.execute_script("return location.hash").lstrip("#")
+    assert target.startswith("pf-e2-l") and browser.find_element("id", target).is_displayed()
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.find_element("css selector", "a[href='#stage-perf']").click()
+    screenshot_section(browser, "stage-perf", ARTIFACTS / "report-perf.png", height=2600)
+    screenshot_section(browser, "pf-e2", ARTIFACTS / "report-perf-diff.png", height=1800)
+    assert console_errors(browser) == []
+
+
+def test_engine_layers_rows_and_log_layers_link_both_ways_in_chromium(browser: Any, linked_run: Path):
+    """Hand-made engine exports named after the demo's ONNX nodes (no TensorRT engine can be built here)."""
+    results = load(linked_run)
+    names = [s["name"] for s in results["stages"]]
+    int8 = [c["name"] for c in results["stages"][names.index("layerwise")]["candidates"]].index("int8")
+    console_errors(browser)
+    open_report(browser, linked_run / "report.html")
+    # layerwise row -> engine layer (in a closed <details>) -> build-log layer -> back to the engine layer
+    browser.find_element("id", f"lw-c{int8}-t3").find_element("css selector", 'a[href="#pf-e1-l4"]').click()
+    layer = browser.find_element("id", "pf-e1-l4")
+    assert layer.is_displayed() and "/features/block2/conv/Conv_myl0_6" in layer.text
+    layer.find_element("css selector", 'a[href="#bl-l0-6"]').click()
+    log_row = browser.find_element("id", "bl-l0-6")
+    assert log_row.is_displayed() and browser.execute_script("return location.hash") == "#bl-l0-6"
+    log_row.find_element("css selector", 'a[href="#pf-e1-l4"]').click()
+    assert browser.execute_script("return location.hash") == "#pf-e1-l4"
+    browser.find_element("id", "pf-e1-l4").find_element("css selector", f'a[href="#lw-c{int8}-t3"]').click()
+    assert browser.find_element("id", f"lw-c{int8}-t3").is_displayed()
+    assert console_errors(browser) == []

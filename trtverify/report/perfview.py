@@ -16,6 +16,7 @@ from trtverify.report.links import Link, PerfLinks, engine_layer_id
 from trtverify.stages.perf import EngineEntry, PerfResult, PerfRow
 
 MAX_DIFF_BARS = 40  # diff groups shown as bars, largest |delta| first
+OPEN_LAYERS = 80  # an engine without a diff shows its layer bars open up to this many layers
 # precisions with a colour of their own (CSS classes p-fp32 ...); anything else is p-other
 PRECISION_CLASSES = ("FP32", "TF32", "BF16", "FP16", "FP8", "INT8", "INT4", "INT32", "INT64", "BOOL")
 PRECISION_ORDER = {p: i for i, p in enumerate(PRECISION_CLASSES)}
@@ -175,4 +176,10 @@ def perf_view(stage: PerfResult, links: PerfLinks) -> dict[str, Any]:
         }
         for r in stage.rows or []
     ]
-    return {"rows": rows, "engines": views, "environments": _environments(stage), "max_bars": MAX_DIFF_BARS}
+    return {
+        "rows": rows,
+        "engines": views,
+        "environments": _environments(stage),
+        "max_bars": MAX_DIFF_BARS,
+        "open_layers": OPEN_LAYERS,
+    }
