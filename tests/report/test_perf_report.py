@@ -199,3 +199,19 @@ def test_perf_checks_are_junit_test_cases(demo: dict):
     assert {c.get("classname") for c in cases} == {"perf_demo.perf"}
     failure = cases[1].find("failure")
     assert failure is not None and failure.get("message") == "speedup = 1.2, limit >= 1.5"
+
+
+def test_a_perf_stage_without_rows_or_engines_renders(demo: dict):
+    r = copy.deepcopy(demo)
+    stage = perf_of(r)
+    stage.update(rows=None, engines=None, status="error", checks=[])
+    stage["error"] = {"kind": "user", "message": "stages.perf: no engine files", "exit_code": 2}
+    r["passed"] = False
+    html = render(r)
+    assert "stages.perf: no engine files" in html and 'id="pf-latency"' not in html
+    assert any("user error" in line for line in run_summary(typed(r)))
+    r = copy.deepcopy(demo)
+    perf_of(r)["engines"] = None
+    perf_of(r)["rows"] = [row for row in perf_of(r)["rows"] if row["role"] != "engine"]
+    html = render(r)
+    assert 'id="pf-latency"' in html and '<section class="engine"' not in html
