@@ -72,13 +72,15 @@ def test_a_baseline_from_elsewhere_is_shown_as_not_comparable_not_as_a_failure(d
     rows[0]["baseline"] = {"state": "not_comparable", "median_ms": 0.5, "why": why}
     rows[1]["baseline"] = {"state": "comparable", "median_ms": 1.0, "change": 0.25}
     rows[2]["baseline"] = {"state": "updated", "median_ms": rows[2]["median_ms"]}
+    rows[3]["baseline"] = {"state": "comparable", "median_ms": 1.0, "change": 0.001}
     body = table(render(r), "pf-latency")
-    first, second, third = re.findall(r'<tr id="pf-r\d+">(.*?)</tr>', body, re.S)[:3]
+    first, second, third, fourth = re.findall(r'<tr id="pf-r\d+">(.*?)</tr>', body, re.S)[:4]
     cell = re.search(r'<td class="baseline ([^"]*)"[^>]*>(.*?)</td>', first, re.S)
     assert cell and cell.group(1) == "nc" and cell.group(2) == f"not comparable: {why.replace('>', '&gt;')}"
     assert "fail-val" not in first and "bad" not in first
-    assert re.search(r'<td class="baseline slower"[^>]*>1 ms, \+25\.0%</td>', second)
+    assert re.search(r'<td class="baseline slower"[^>]*>1.000 ms, \+25\.0%</td>', second)
     assert "stored by this run" in third
+    assert re.search(r'<td class="baseline "[^>]*>1.000 ms, \+0\.1%</td>', fourth)  # within noise: no colour
 
 
 def test_engines_show_precision_mix_reformats_findings_and_layer_bars(demo: dict):

@@ -11,11 +11,11 @@ from typing import Any
 from trtverify.config.findings import SEVERITY_RANK
 from trtverify.engine.audit import Audit
 from trtverify.engine.diff import EngineDiff
-from trtverify.report.format import fmt
 from trtverify.report.links import Link, PerfLinks, engine_layer_id
 from trtverify.stages.perf import EngineEntry, PerfResult, PerfRow
 
 MAX_DIFF_BARS = 40  # diff groups shown as bars, largest |delta| first
+NOTICEABLE = 0.05  # a change against the baseline past this is coloured (slower red, faster green)
 OPEN_LAYERS = 80  # an engine without a diff shows its layer bars open up to this many layers
 # precisions with a colour of their own (CSS classes p-fp32 ...); anything else is p-other
 PRECISION_CLASSES = ("FP32", "TF32", "BF16", "FP16", "FP8", "INT8", "INT4", "INT32", "INT64", "BOOL")
@@ -96,6 +96,10 @@ def _findings(e: EngineEntry, ids: dict[str, str]) -> list[dict[str, Any]]:
     return out
 
 
+def _ms(v: float | None) -> str:
+    return f"{v:.3f}" if v is not None else "–"
+
+
 def speedup_text(value: float | None, vs: str | None) -> str:
     return f"{value:.2f}× vs {vs}" if value is not None else (f"– (no comparable {vs})" if vs else "–")
 
@@ -117,10 +121,12 @@ def baseline_view(r: PerfRow) -> dict[str, str]:
         return {"cls": "muted", "text": "stored by this run", "title": ""}
     if b.state == "not_comparable":
         return {"cls": "nc", "text": f"not comparable: {b.why or 'measured elsewhere'}",
-                "title": f"baseline median {fmt(b.median_ms)} ms"}  # fmt: skip
+                "title": f"baseline median {_ms(b.median_ms)} ms"}  # fmt: skip
     change = f"{b.change:+.1%}" if b.change is not None else "–"
-    cls = "slower" if b.change is not None and b.change > 0 else "faster" if b.change is not None else ""
-    return {"cls": cls, "text": f"{fmt(b.median_ms)} ms, {change}", "title": "comparable: same environment"}
+    cls = ""
+    if b.change is not None and abs(b.change) > NOTICEABLE:
+        cls = "slower" if b.change > 0 else "faster"
+    return {"cls": cls, "text": f"{_ms(b.median_ms)} ms, {change}", "title": "comparable: same environment"}
 
 
 def _environments(stage: PerfResult) -> list[dict[str, Any]]:
