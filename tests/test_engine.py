@@ -82,7 +82,7 @@ def test_commands_json_and_text(tmp_path: Path):
     assert r.code == 0, r.err
     data = json.loads(r.out)
     assert {"layers", "reformat_layers", "total_ms", "precisions", "rows", "findings"} <= set(data)
-    assert set(data["rows"][0]) == {"name", "type", "precision", "avg_ms", "share", "onnx_nodes"}
+    assert set(data["rows"][0]) == {"name", "type", "precision", "avg_ms", "share", "onnx_nodes", "reformat"}
     r = run_cli("engine", "diff", str(EXPORTS / "fp16"), "--vs", str(EXPORTS / "qat"))
     assert r.code == 0 and "B is slower than A" in r.out
     (tmp_path / "x.json").write_text("{not json")

@@ -200,6 +200,7 @@ def test_cli_audit_of_a_console_log_json_keys():
         "avg_ms",
         "share",
         "onnx_nodes",
+        "reformat",
     }
     schema = json.loads(run_cli("schema", "--engine").out)["audit"]
     assert set(data) <= set(schema["properties"])

@@ -38,6 +38,7 @@ class EngineRow(Record):
     avg_ms: float | None
     share: float | None = Field(description="of the sum of per-layer average ms")
     onnx_nodes: list[str]
+    reformat: bool = Field(default=False, description="a reformat layer (LayerType Reformat)")
 
 
 class EngineFinding(Record):
@@ -71,6 +72,7 @@ def _rows(layers: list[EngineLayer]) -> tuple[list[EngineRow], float | None]:
             avg_ms=layer.avg_ms,
             share=(layer.avg_ms / total) if total and layer.avg_ms is not None else None,
             onnx_nodes=layer.onnx_nodes,
+            reformat=layer.reformat,
         )
         for layer in layers
     ]
@@ -141,20 +143,22 @@ def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFindi
                 message=f"{len(below)} layers with weights run in higher precision than INT8 in an INT8 engine",
             )
         )
-    misaligned = []
+    misaligned: list[tuple[str, str]] = []
     for layer in layers:
         need = ALIGN.get(layer.precision or "")
         if need and "Convolution" in layer.type:
             cin, cout = _channels(layer)
             if (cin and cin % need) or (cout and cout % need):
-                misaligned.append(f"{layer.name} ({cin}->{cout}, {layer.precision} wants multiples of {need})")
+                misaligned.append(
+                    (layer.name, f"{layer.name} ({cin}->{cout}, {layer.precision} wants multiples of {need})")
+                )
     if misaligned:
         out.append(
             EngineFinding(
                 kind="channels_misaligned",
                 severity="info",
-                layers=[m.split(" (")[0] for m in misaligned],
-                message="channel counts that defeat tensor-core kernels: " + "; ".join(misaligned[:5]),
+                layers=[name for name, _ in misaligned],
+                message="channel counts that defeat tensor-core kernels: " + "; ".join(m for _, m in misaligned[:5]),
             )
         )
     regions = [layer.name for layer in layers if layer.name.startswith("{ForeignNode[") or "Myelin" in layer.type]

@@ -53,7 +53,9 @@ class BaselineCompare(Record):
 class PerfRow(Record):
     """One model at one batch size."""
 
-    key: str = Field(description="role:model:backend@bBATCH, the baseline's key")
+    key: str = Field(
+        description="role:model:backend@bBATCH (no @b part where the batch is not known), the baseline's key"
+    )
     model: str = Field(description="reference, a candidate's name, pytorch, or an engine's name")
     role: Role
     backend: str
@@ -175,7 +177,7 @@ def _engine_row(name: str, eng: PerfEngine, a: Audit) -> PerfRow:
     qps = summary.throughput_qps if summary else None
     throughput = qps * batch if qps is not None and batch else None
     return PerfRow(
-        key=f"engine:{name}:tensorrt@b{batch}",
+        key=f"engine:{name}:tensorrt" + (f"@b{batch}" if batch else ""),
         model=name,
         role="engine",
         backend="tensorrt",
