@@ -186,7 +186,7 @@ def run_summary(results: Results, quiet: bool = False) -> list[str]:
 def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes: BuildDiff | None) -> list[str]:
     out = [
         f"{log}: {parsed.lines} lines, dialect {parsed.dialect or 'unknown'}, "
-        f"TensorRT {parsed.version or 'version not stated'}"
+        f"{parsed.product} {parsed.version or '(the log does not state its version)'}"
     ]
     if parsed.options:
         out.append("options: " + ", ".join(f"{k}={v}" for k, v in parsed.options.items()))
@@ -202,11 +202,12 @@ def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes:
     if parsed.layers:
         by: dict[str, int] = {}
         for layer in parsed.layers:
-            by[str(layer.precision)] = by.get(str(layer.precision), 0) + 1
+            label = layer.precision or ("no output" if not layer.onnx_nodes else "not stated")
+            by[label] = by.get(label, 0) + 1
         out.append(f"layers: {len(parsed.layers)} ({', '.join(f'{k} {v}' for k, v in sorted(by.items()))})")
     out.append(f"unrecognised lines: {parsed.unknown_lines}")
     if changes is not None:
-        out.append(f"against {against} (TensorRT {changes.versions.old} -> {changes.versions.new}):")
+        out.append(f"against {against} ({parsed.product} {changes.versions.old} -> {changes.versions.new}):")
         for c in changes.layers_changed:
             out.append(f"  changed {c.layer}: " + "; ".join(f"{k} {v.old} -> {v.new}" for k, v in c.changes.items()))
         out.append(
