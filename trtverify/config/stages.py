@@ -381,7 +381,7 @@ class PerfStage(Strict):
         gt=0,
         description="stable when the coefficient of variation of the last 3 window medians is at most this",
     )
-    min_runs: int = Field(default=60, ge=1, description="timed runs at least")
+    min_runs: int = Field(default=60, ge=1, description="timed runs at least (the time budget does not cut these)")
     max_runs: int = Field(default=5000, ge=1, description="timed runs at most")
     budget_s: float = Field(default=10.0, gt=0, description="timed seconds at most, per model and batch size")
     require_stable: bool = Field(default=False, description="fail a measurement that did not become stable")

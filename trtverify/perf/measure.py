@@ -2,8 +2,9 @@
 
 The stability rule: runs are timed in windows of `window` calls; after each window the median of every window
 so far is known, and the measurement is stable when the coefficient of variation (standard deviation / mean)
-of the last `stable_windows` window medians is at most `max_cv`. It stops when stable (and at least
-`min_runs` ran), when `budget_s` of timed work is spent, or after `max_runs`; `stable` records which. The
+of the last `stable_windows` window medians is at most `max_cv`. `min_runs` timed runs always happen (the
+budget does not cut them); after them it stops when stable, when `budget_s` of timed work is spent, or after
+`max_runs`; `stable` records which. The
 per-run coefficient of variation (`cv`) is reported beside it: it says how noisy single calls are, the rule says
 whether the reported median can be trusted.
 """
@@ -112,7 +113,7 @@ def measure(fn: Callable[[], object], batch: int = 1, budget: Budget = Budget(),
         if wcv is not None and wcv <= budget.max_cv and len(times) >= budget.min_runs:
             stopped_by = "stable"
             break
-        if spent >= budget.budget_s:
+        if spent >= budget.budget_s and len(times) >= budget.min_runs:
             stopped_by = "budget"
             break
     return summarize(times, batch, budget.warmup, wcv, stopped_by, budget.max_cv)
