@@ -27,7 +27,7 @@ Setting up the peer (once; it is not in bench/requirements.txt because it cannot
 (as published, `import trex` fails: dtale pulls a dash 4 that dash_colorscales cannot load, and TREx's own
 ipywidgets==8.0.2 pin breaks the qgrid it also requires; the two extra pins are the only change.)
 
-Usage: python bench/engine_audit.py [--sizes 100,500,2000] [--repeat 5] [--out FILE] [--trex-python PY]
+Usage: python bench/engine_audit.py [--sizes 100,500,2000] [--repeat 3] [--out FILE] [--trex-python PY]
                                     [--peer-timeout 60]
 """
 
@@ -89,9 +89,9 @@ def job():
 
 
 out.update(job())
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 job()  # the same job again, warm: compared with trtverify's warm in-process call
-out["first_s"], out["work_s"] = t2 - t1, time.perf_counter() - t2
+out["first_s"], out["work_s"], out["work_cpu_s"] = t2 - t1, time.perf_counter() - t2, time.process_time() - c2
 print(json.dumps(out))
 """
 
@@ -167,13 +167,14 @@ def _trtverify_exe() -> list[str]:
 
 
 def time_api(a: dict, b: dict) -> dict:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     au = audit([a["dir"]])
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     d = diff([a["dir"]], [b["dir"]])
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     assert au.layers == a["layers"] and abs((au.total_ms or 0) - a["total_ms"]) < 1e-6, "audit miscounted the engine"
-    return {"audit_s": t1 - t0, "diff_s": t2 - t1, "findings": len(au.findings), "groups": len(d.rows)}
+    return {"audit_s": t1 - t0, "diff_s": t2 - t1, "audit_cpu_s": c1 - c0, "diff_cpu_s": c2 - c1,
+            "findings": len(au.findings), "groups": len(d.rows)}  # fmt: skip
 
 
 def _run(cmd: list[str], timeout: float | None = None) -> tuple[float, subprocess.CompletedProcess | None]:
@@ -256,6 +257,9 @@ def _machine() -> str:
             break
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "?"  # fmt: skip
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "trtverify"], capture_output=True,
+                           text=True).stdout.strip()  # fmt: skip
+    commit += " + uncommitted changes under trtverify/" if dirty else ""
     return (f"{os.cpu_count()} cores (`nproc`), CPU model \"{cpu}\"; Python {platform.python_version()}; "
             f"trtverify at commit `{commit}`")  # fmt: skip
 
@@ -291,6 +295,17 @@ def render(res: dict) -> tuple[str, str]:
     return text, "\n".join(md)
 
 
+def cpu_table(res: dict) -> str:
+    md = ["| layers | op | trtverify API CPU | TREx API CPU | ratio |", "|---|---|---|---|---|"]
+    for e in res["sizes"].values():
+        for op in ("audit", "diff"):
+            ours = _med(e["api"][f"{op}_cpu_s"])
+            theirs = _med(e.get("trex", {}).get(op, {}).get("cpu_s", []))
+            ratio = f"{ours / theirs:.3f}" if ours and theirs else "—"
+            md.append(f"| {e['a']['layers']} | {op} | {_fmt(ours, 'ms')} | {_fmt(theirs, 'ms')} | {ratio} |")
+    return "\n".join(md)
+
+
 def write_md(res: dict, table: str, out: Path) -> None:
     n0 = min(res["sizes"])
     e0 = res["sizes"][n0]
@@ -305,9 +320,15 @@ def write_md(res: dict, table: str, out: Path) -> None:
         "# `trtverify engine audit` / `engine diff` at scale",
         "",
         f"Generated {res['date']} by `{res['command']}`: median of {res['repeat']} repeats, the tools alternating "
-        "in every repeat. Machine: " + res["machine"] + ".",
+        "in every repeat. Machine: " + res["machine"] + f". 1-minute load average {res['load'][0]:.2f} before, "
+        f"{res['load'][1]:.2f} after, on 2 cores shared with other work; {res['total_s']:.0f} s in all.",
         "",
         table,
+        "",
+        "CPU seconds of the same API calls (user + system of the process; less sensitive than wall time to other "
+        "work on the machine):",
+        "",
+        cpu_table(res),
         "",
         f"**Issue acceptance (audit and diff of a {e0['a']['layers']}-layer engine under {TARGET_S:.0f} s):** "
         + ("met" if api_ok and cli_ok else "NOT met")
@@ -350,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--sizes", default="100,500,2000", help="engine sizes in layers [default: 100,500,2000]")
-    ap.add_argument("--repeat", type=int, default=5, help="runs per tool and size; the median is reported [5]")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per tool and size; the median is reported [3]")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "engine_audit.md", help="markdown results file")
     ap.add_argument("--trex-python", default=str(TREX_VENV_PY), help="Python of a venv with trt-engine-explorer")
     ap.add_argument("--peer-timeout", type=float, default=60.0, help="seconds before a TREx run is stopped [60]")
@@ -371,14 +392,15 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": {},
     }
     imports = []
+    res["load"] = [os.getloadavg()[0]]
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trtverify-engine-bench-") as tmp:
         engines = make_engines(Path(tmp), sizes)
         for n, (a, b) in engines.items():
-            e = res["sizes"][n] = {"a": a, "b": b, "api": {"audit_s": [], "diff_s": []},
-                                   "cli": {"audit_s": [], "diff_s": []}}  # fmt: skip
+            api = {k: [] for k in ("audit_s", "diff_s", "audit_cpu_s", "diff_cpu_s")}
+            e = res["sizes"][n] = {"a": a, "b": b, "api": api, "cli": {"audit_s": [], "diff_s": []}}
             if py:
-                e["trex"] = {"audit": {"work_s": [], "wall_s": []}, "diff": {"work_s": [], "wall_s": []}}
+                e["trex"] = {op: {"work_s": [], "wall_s": [], "cpu_s": []} for op in ("audit", "diff")}
             time_api(a, b)  # untimed: lazy imports and first-call costs
             for r in range(args.repeat):
                 steps = ["api", "cli", "trex"] if py else ["api", "cli"]
@@ -386,8 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                 for step in steps:
                     if step == "api":
                         t = time_api(a, b)
-                        e["api"]["audit_s"].append(t["audit_s"])
-                        e["api"]["diff_s"].append(t["diff_s"])
+                        for k in ("audit_s", "diff_s", "audit_cpu_s", "diff_cpu_s"):
+                            e["api"][k].append(t[k])
                     elif step == "cli":
                         t = time_cli(a, b)
                         e["cli"]["audit_s"].append(t["audit_s"])
@@ -404,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
                                 continue
                             slot["work_s"].append(t["work_s"])
                             slot["wall_s"].append(t["wall_s"])
+                            slot["cpu_s"].append(t["work_cpu_s"])
                             slot["result"] = {k: t[k] for k in ("layers", "pairs", "matched", "lint") if k in t}
                             imports.append(t["import_s"])
                 print(f"[{n} layers] repeat {r + 1}/{args.repeat} done ({time.perf_counter() - t_start:.0f} s)",
@@ -412,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
             for side in ("a", "b"):
                 e[side]["dir"] = e[side]["dir"].name
     res["trex_import_s"] = _med(imports)
+    res["load"].append(os.getloadavg()[0])
+    res["total_s"] = time.perf_counter() - t_start
     res["peer"] = peer_text(res, py, peer)
     text, md = render(res)
     print(text)
@@ -428,8 +453,9 @@ def peer_text(res: dict, py: str | None, peer: str) -> str:
                 "for the peer.")  # fmt: skip
     parts = [
         f"TensorRT Engine Explorer ran: {peer}, in its own venv (`bench/.cache/trex-venv`; it pins numpy<2 and "
-        "pandas<2, so it cannot share the project's). It was removed from the TensorRT repository in 11.1 but "
-        "a third party published it to PyPI as `trt-engine-explorer` (0.1.5, from release/8.6). As published, "
+        "pandas<2, so it cannot share the project's). TensorRT 11.1 removed TREx from its repository, but "
+        "`trt-engine-explorer` 0.1.5 is on PyPI: NVIDIA's TREx code (release/8.6 per its metadata) packaged by a "
+        "third party (author field Silky Arora). As published, "
         "`import trex` fails (dtale's dash 4 cannot load dash_colorscales; TREx's ipywidgets==8.0.2 pin breaks "
         'its qgrid); `"dash<3" "ipywidgets<8"` fixes both, and no TREx code is changed.',
     ]
