@@ -187,3 +187,17 @@ def test_suite_errors_name_the_key(tmp_path: Path):
     assert r.code == 2 and "unknown engine finding severity or kind 'qdq_unfsued'" in r.err
     r = run_cli("validate", str(_suite(tmp_path, f"    engines: {{x: {{files: [{tmp_path / 'nope'}]}}}}\n")))
     assert r.code == 2 and "file or folder not found" in r.err
+
+
+def test_tensorrt_candidate_from_its_files_or_through_polygraphy(tmp_path: Path):
+    """A TensorRT candidate named in `engines` gets its numbers from trtexec's files (TensorRT need not be
+    installed); without files it is measured through the backend's Polygraphy runner, which needs TensorRT
+    (not installable here: exit 3 naming what to install)."""
+    trt = f", qat: {{path: {FASHION / 'fashion_cnn_int8_qdq.onnx'}, backend: tensorrt}}"
+    files = f"    engines:\n      qat: {{files: [{EXPORTS / 'qat'}]}}\n"
+    r = run_cli("run", str(_suite(tmp_path, files, trt)), "--out", str(tmp_path / "a"), block=("tensorrt",))
+    assert r.code == 0, r.out + r.err
+    rows = {x["model"]: x for x in _stage(tmp_path / "a")["rows"]}
+    assert rows["qat"]["source"] == "trtexec" and rows["qat"]["median_ms"] == pytest.approx(0.882568)
+    r = run_cli("run", str(_suite(tmp_path, "", trt)), "--out", str(tmp_path / "b"), block=("tensorrt",))
+    assert r.code == 3 and "tensorrt" in (r.out + r.err).lower(), r.out + r.err
