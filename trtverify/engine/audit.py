@@ -202,7 +202,10 @@ def _times(paths: list[Path]) -> tuple[TimesSummary | None, str | None]:
     files = [p for p in paths if p.is_file() and p.suffix.lower() == ".json"]
     files += [f for p in paths if p.is_dir() for f in sorted(p.glob("*.json"))]
     named = [f for f in files if f.name.endswith(TIMES_NAMES)]
-    for f in named or [f for f in files if f.stat().st_size > 0]:
+    # told by content only among files not named as another export (read_engine parses those itself)
+    other = ("graph.json", "layer.json", "layers.json", "layerinfo.json", "profile.json", "metadata.json")
+    unnamed = [f for f in files if not f.name.endswith(other) and f.stat().st_size > 0]
+    for f in named or unnamed:
         data = load_json(f) if named else _peek_json(f)
         if named or is_times(data):
             return summarize_times(data, str(f)), str(f)
