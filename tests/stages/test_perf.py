@@ -56,9 +56,12 @@ class Clock:
 
 
 def test_stability_rule_stops_when_window_medians_agree():
-    stats = measure(lambda: None, budget=Budget(warmup=0, window=10, min_runs=30), clock=Clock([0.002]))
+    stats = measure(lambda: None, budget=Budget(warmup=0, window=10, min_runs=30, min_time_s=0), clock=Clock([0.002]))
     assert stats.stopped_by == "stable" and stats.stable and stats.runs == 30
     assert stats.median_ms == pytest.approx(2.0) and stats.throughput == pytest.approx(500.0)
+    # stability is judged only after min_time_s of timed work: 0.2 s of 2 ms runs is 100 runs
+    stats = measure(lambda: None, budget=Budget(warmup=0, window=10, min_runs=30, min_time_s=0.2), clock=Clock([0.002]))
+    assert stats.stopped_by == "stable" and stats.runs == 100
 
 
 def test_stability_rule_keeps_going_while_windows_drift():

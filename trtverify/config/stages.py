@@ -383,6 +383,9 @@ class PerfStage(Strict):
     )
     min_runs: int = Field(default=60, ge=1, description="timed runs at least (the time budget does not cut these)")
     max_runs: int = Field(default=5000, ge=1, description="timed runs at most")
+    min_time_s: float = Field(
+        default=0.5, ge=0, description="timed seconds at least before a measurement may be called stable"
+    )
     budget_s: float = Field(default=10.0, gt=0, description="timed seconds at most, per model and batch size")
     require_stable: bool = Field(default=False, description="fail a measurement that did not become stable")
     min_speedup: float | dict[Name, float] | None = Field(

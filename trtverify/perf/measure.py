@@ -3,7 +3,9 @@
 The stability rule: runs are timed in windows of `window` calls; after each window the median of every window
 so far is known, and the measurement is stable when the coefficient of variation (standard deviation / mean)
 of the last `stable_windows` window medians is at most `max_cv`. `min_runs` timed runs always happen (the
-budget does not cut them); after them it stops when stable, when `budget_s` of timed work is spent, or after
+budget does not cut them), and stability is judged only after `min_time_s` of timed work (or the budget, if
+smaller), so a model that flips between two speeds over a fraction of a second is not called stable on a few
+fast windows; after that it stops when stable, when `budget_s` of timed work is spent, or after
 `max_runs`; `stable` records which. The
 per-run coefficient of variation (`cv`) is reported beside it: it says how noisy single calls are, the rule says
 whether the reported median can be trusted.
@@ -32,6 +34,7 @@ class Budget:
     stable_windows: int = 3
     max_cv: float = 0.05
     min_runs: int = 60
+    min_time_s: float = 0.5
     max_runs: int = 5000
     budget_s: float = 10.0
 
@@ -110,7 +113,8 @@ def measure(fn: Callable[[], object], batch: int = 1, budget: Budget = Budget(),
         times += window
         medians.append(float(np.median(window)))
         wcv = window_cv(medians, budget.stable_windows)
-        if wcv is not None and wcv <= budget.max_cv and len(times) >= budget.min_runs:
+        enough = len(times) >= budget.min_runs and spent >= min(budget.min_time_s, budget.budget_s)
+        if wcv is not None and wcv <= budget.max_cv and enough:
             stopped_by = "stable"
             break
         if spent >= budget.budget_s and len(times) >= budget.min_runs:

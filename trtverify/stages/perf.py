@@ -120,7 +120,7 @@ def default_batches(samples: list[dict[str, np.ndarray]], inputs: list[TensorMet
 
 def _budget(cfg: PerfStage) -> Budget:
     return Budget(warmup=cfg.warmup, window=cfg.window, max_cv=cfg.max_cv, min_runs=cfg.min_runs,
-                  max_runs=cfg.max_runs, budget_s=cfg.budget_s)  # fmt: skip
+                  max_runs=cfg.max_runs, budget_s=cfg.budget_s, min_time_s=cfg.min_time_s)  # fmt: skip
 
 
 def _measured_row(model: str, role: Role, backend: str, stats: LatencyStats, fp: dict[str, str | None]) -> PerfRow:
