@@ -20,8 +20,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from trtverify.buildlog.parser import parse
-from trtverify.engine.perflog import parse_perf_summary
-from trtverify.engine.tables import parse_layer_listing, parse_profile_table
+from trtverify.toolout.perfsummary import parse_perf_summary
+from trtverify.toolout.tables import parse_layer_listing, parse_profile_table
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "logcorpus"
 KIND_FAMILY = {

@@ -124,7 +124,7 @@ PERF = {  # file: (format, throughput qps, latency mean ms, latency p99 ms, GPU 
 
 @pytest.mark.parametrize("name", list(PERF))
 def test_performance_summary_of_real_trtexec_logs(name: str):
-    from trtverify.engine.perflog import parse_perf_summary
+    from trtverify.toolout.perfsummary import parse_perf_summary
 
     fmt, qps, mean, p99, gpu = PERF[name]
     perf = parse_perf_summary((LOGS / name).read_text())

@@ -15,15 +15,15 @@ from hypothesis import strategies as st
 
 from tests.conftest import DATA, run_cli
 from trtverify.engine.audit import audit
-from trtverify.engine.perflog import parse_perf_summary
-from trtverify.engine.tables import (
+from trtverify.errors import UsageError
+from trtverify.toolout.perfsummary import parse_perf_summary
+from trtverify.toolout.tables import (
     parse_layer_listing,
     parse_layer_listings,
     parse_profile_table,
     parse_profile_tables,
     summarize_times,
 )
-from trtverify.errors import UsageError
 
 LOGS = DATA / "trtexec_logs"
 EXPORTS = DATA / "engine_exports"

@@ -10,19 +10,19 @@ from typing import Any
 from pydantic import Field
 
 from trtverify.engine.exports import TIMES_NAMES, EngineLayer, load_json, read_engine
-from trtverify.engine.perflog import PerfSummary, parse_perf_summary
-from trtverify.engine.tables import (
+from trtverify.engine.tables import console_layers
+from trtverify.errors import UsageError
+from trtverify.record import Record
+from trtverify.toolout.perfsummary import PerfSummary, parse_perf_summary
+from trtverify.toolout.tables import (
     LayerListing,
     ProfileTable,
     TimesSummary,
-    console_layers,
     is_times,
     parse_layer_listing,
     parse_profile_table,
     summarize_times,
 )
-from trtverify.errors import UsageError
-from trtverify.record import Record
 
 TOP = 5
 MAX_LOG = 64 << 20

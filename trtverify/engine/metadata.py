@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trtverify.engine.perflog import PerfSummary
+from trtverify.toolout.perfsummary import PerfSummary
 
 MAX_BYTES = 4 << 20
 SUMMARY_KEYS = {
