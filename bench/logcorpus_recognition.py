@@ -20,30 +20,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from trtverify.buildlog.parser import parse
-from trtverify.toolout.perfsummary import parse_perf_summary
-from trtverify.toolout.tables import parse_layer_listing, parse_profile_table
+from trtverify.config.findings import FAMILIES
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "logcorpus"
-KIND_FAMILY = {
-    "dla_fallback": "dla_placement",
-    "dla_unsupported": "dla_placement",
-    "dla_unused": "dla_placement",
-    "layer_precision_fallback": "precision_fallback",
-    "precision_constraints_not_obeyed": "precision_fallback",
-    "unsupported_op_plugin": "plugin_missing",
-    "missing_scale": "missing_scale",
-    "calibration_progress": "calibration",
-    "calibration_failure": "calibration",
-    "calibrator_not_used": "calibration",
-    "calibration_cache_read": "calibration_cache",
-    "calibration_cache_written": "calibration_cache",
-    "random_calibration_data": "polygraphy_random_calibration",
-    "tactic_choice": "tactic",
-    "tactic_skipped_workspace": "tactic",
-    "timing_cache": "tactic",
-    "layernorm_fp16": "fp16_layernorm",
-    "no_implementation": "no_implementation",
-}
 
 
 def holdout(rel: str) -> bool:
@@ -62,16 +41,12 @@ def corpus() -> list[tuple[str, set[str]]]:
 
 def recognised(text: str) -> tuple[set[str], Counter, object]:
     parsed = parse(text)
-    fams = {KIND_FAMILY[f.kind] for f in parsed.findings if f.kind in KIND_FAMILY}
-    per = Counter(KIND_FAMILY.get(f.kind, f.kind) for f in parsed.findings)
-    if parsed.layers or parse_layer_listing(text) is not None:
+    fams = {FAMILIES[f.kind] for f in parsed.findings if f.kind in FAMILIES}
+    per = Counter(FAMILIES.get(f.kind, f.kind) for f in parsed.findings)
+    if parsed.layers:
         fams.add("layer_info")
     if any("ForeignNode" in layer.name or "myelin" in layer.type.lower() for layer in parsed.layers):
         fams.add("myelin")
-    if parse_perf_summary(text) is not None:
-        fams.add("performance_summary")
-    if parse_profile_table(text) is not None:
-        fams.add("profile_table")
     return fams, per, parsed
 
 

@@ -464,8 +464,12 @@ def fold(hits: list[Hit]) -> list[Finding]:
     return out
 
 
-def collect(records: list[LogRecord], extra: list[Hit] = ()) -> list[Finding]:  # type: ignore[assignment]
+def collect(
+    records: list[LogRecord],
+    extra: list[Hit] = (),
+    rules: Sequence[Rule] = RULES,  # type: ignore[assignment]
+) -> list[Finding]:
     hits: list[Hit] = list(extra)
-    for rule in RULES:
+    for rule in rules:
         hits.extend(rule(records))
     return fold(hits)

@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.buildlog.findings import Finding, collect, precision_fallback
+from trtverify.buildlog import families, performance, polygraphy
+from trtverify.buildlog.findings import RULES, Finding, collect, precision_fallback
 from trtverify.buildlog.layers import EngineLayer, layer_table
 from trtverify.buildlog.lines import LogRecord, split_records
 from trtverify.record import Record
@@ -119,7 +120,8 @@ def parse(text: str) -> BuildLog:
             dialects[r.dialect] = dialects.get(r.dialect, 0) + 1
     options = find_options(records)
     layers = layer_table(records)
-    findings = collect(records, precision_fallback(layers, _requested_precision(options)))
+    extra = precision_fallback(layers, _requested_precision(options)) + performance.hits(text)
+    findings = collect(records, extra, RULES + polygraphy.RULES + families.RULES)
     rtx = "rtx" in dialects or any("TensorRT-RTX" in r.text or "tensorrt_rtx" in r.text for r in records)
     return BuildLog(
         product="TensorRT-RTX" if rtx else "TensorRT",

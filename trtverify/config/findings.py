@@ -10,7 +10,7 @@ Severity = Literal["high", "medium", "info"]
 SEVERITIES: tuple[Severity, ...] = ("high", "medium", "info")  # most severe first
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
-CATEGORIES = ("fallback", "calibration", "tactics", "accuracy", "build")
+CATEGORIES = ("fallback", "calibration", "tactics", "accuracy", "build", "performance", "comparison")
 
 KINDS: dict[str, str] = {
     "dla_fallback": "fallback",
@@ -42,6 +42,44 @@ KINDS: dict[str, str] = {
     "library_error": "build",
     "library_version_mismatch": "build",
 }
+
+# The message families of the log corpus (tests/data/logcorpus/*/families.txt): kind -> family. A rule matches a
+# family across versions, prefixes and wrapping; bench/logcorpus_recognition.py counts recognition by family.
+FAMILIES: dict[str, str] = {
+    "dla_fallback": "dla_placement",
+    "dla_unsupported": "dla_placement",
+    "dla_unused": "dla_placement",
+    "layer_precision_fallback": "precision_fallback",
+    "precision_constraints_not_obeyed": "precision_fallback",
+    "unsupported_op_plugin": "plugin_missing",
+    "missing_scale": "missing_scale",
+    "calibration_progress": "calibration",
+    "calibration_failure": "calibration",
+    "calibrator_not_used": "calibration",
+    "calibration_cache_read": "calibration_cache",
+    "calibration_cache_written": "calibration_cache",
+    "random_calibration_data": "polygraphy_random_calibration",
+    "tactic_choice": "tactic",
+    "tactic_skipped_workspace": "tactic",
+    "timing_cache": "tactic",
+    "layernorm_fp16": "fp16_layernorm",
+    "no_implementation": "no_implementation",
+}
+
+# New kinds by module, kind -> (category, family); each module's rules emit only its own kinds.
+PERFORMANCE_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/performance.py
+    "performance_summary": ("performance", "performance_summary"),
+    "profile_table": ("performance", "profile_table"),
+    "layer_listing": ("performance", "layer_info"),
+}
+POLYGRAPHY_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/polygraphy.py
+}
+FAMILY_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/families.py
+}
+for _table in (PERFORMANCE_KINDS, POLYGRAPHY_KINDS, FAMILY_KINDS):
+    for _kind, (_category, _family) in _table.items():
+        KINDS[_kind] = _category
+        FAMILIES[_kind] = _family
 
 
 # every kind the precision lint emits (trtverify.lint), with whether TensorRT itself is the reason

@@ -1,0 +1,65 @@
+"""What trtexec measured, as build-log findings with the numbers in `detail`: the performance summary
+(throughput; latency, enqueue, H2D, GPU compute, D2H statistics), `--dumpProfile` per-layer tables, and
+`--dumpLayerInfo` listings of names only (detailed listings become the parse's layer table). The readers are
+trtverify.toolout's, shared with the engine audit (one reader per format); they read the raw text, so line
+numbers are physical lines. Kinds: config.findings.PERFORMANCE_KINDS."""
+
+from __future__ import annotations
+
+import re
+
+from trtverify.buildlog.findings import Hit
+from trtverify.toolout.perfsummary import parse_perf_summary
+from trtverify.toolout.tables import parse_layer_listings, parse_profile_tables
+
+SUMMARY_LINE = re.compile(
+    r"(?:Throughput: [-+0-9.eE]+ qps|\b(?:Latency|GPU Compute Time|Host Latency|Enqueue Time)\b.*\b(?:min|mean)\b|"
+    r"\b(?:Host Latency|GPU Compute(?: Time)?|Enqueue Time):?\s*$|Average over \d+ runs)",
+    re.I,
+)
+TOP = 5
+MAX_ROWS = 500
+
+
+def _first(lines: list[str], rx: re.Pattern[str]) -> int:
+    return next((i + 1 for i, line in enumerate(lines) if rx.search(line)), 1)
+
+
+def hits(text: str) -> list[Hit]:
+    lines = text.split("\n")
+    out: list[Hit] = []
+    perf = parse_perf_summary(text)
+    if perf is not None:
+        lat = perf.stats.get("latency") or perf.stats.get("gpu_compute") or {}
+        parts = [f"throughput {perf.throughput_qps:g} qps" if perf.throughput_qps is not None else ""]
+        parts += [f"latency mean {lat['mean']:g} ms" if "mean" in lat else ""]
+        parts += [f"median {lat['median']:g} ms" if "median" in lat else ""]
+        parts += [f"p99 {lat['p99']:g} ms" if "p99" in lat else ""]
+        message = "performance summary: " + (", ".join(p for p in parts if p) or "no figures")
+        out.append(Hit("performance_summary", "performance", "info", message, _first(lines, SUMMARY_LINE), (),
+                       perf.dump()))  # fmt: skip
+    for table in parse_profile_tables(text):
+        if not table.rows:
+            continue
+        top = sorted(table.rows, key=lambda r: -(r.avg_ms or 0.0))[:TOP]
+        total = table.total.avg_ms if table.total is not None else None
+        detail = {
+            "format": table.format,
+            "iterations": table.iterations,
+            "layers": len(table.rows),
+            "total_avg_ms": total,
+            "rows": [[r.name, r.avg_ms, r.percent] for r in table.rows[:MAX_ROWS]],
+        }
+        slowest = ", ".join(f"{r.name[:60]} {r.avg_ms:g} ms" for r in top[:3])
+        head = f"per-layer profile ({table.format}): {len(table.rows)} layers"
+        message = f"{head}, total {total:g} ms; slowest: {slowest}" if total is not None else f"{head}; {slowest}"
+        out.append(Hit("profile_table", "performance", "info", message, table.line, tuple(r.name for r in top),
+                       detail, key=f"profile_table:{table.line}"))  # fmt: skip
+    for listing in parse_layer_listings(text):
+        if not listing.layers or listing.format != "names":
+            continue  # detailed and build-log listings are the parse's engine layer table (BuildLog.layers)
+        first = min((layer.line for layer in listing.layers if layer.line), default=1)
+        detail = {"format": listing.format, "layers": len(listing.layers), "bindings": listing.bindings[:50]}
+        message = f"engine layer listing ({listing.format}): {len(listing.layers)} layers"
+        out.append(Hit("layer_listing", "performance", "info", message, first, (), detail, key=f"layers:{first}"))
+    return out
