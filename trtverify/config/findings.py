@@ -73,8 +73,21 @@ PERFORMANCE_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/performa
     "layer_listing": ("performance", "layer_info"),
 }
 POLYGRAPHY_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/polygraphy.py
+    # one hit per output compared; layers: the output names; detail: runners, tolerances, error statistics
+    "polygraphy_compare_failed": ("comparison", "polygraphy_compare"),  # high
+    "polygraphy_compare_passed": ("comparison", "polygraphy_compare"),  # info
+    # `polygraphy debug build / precision / reduce`: iterations, pass rate, result; one hit per summary
+    "polygraphy_debug_summary": ("comparison", "polygraphy_debug"),  # medium when it found a failure, else info
 }
 FAMILY_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/families.py
+    "dla_layers": ("fallback", "dla_placement"),  # info: the "Layers running on DLA / GPU" lists, wrapped or not
+    "plugin_not_found": ("fallback", "plugin_missing"),  # high: a plugin or its creator is not registered
+    "strongly_typed_usage": ("build", "strongly_typed_error"),  # high: API misuse in a strongly typed network
+    "weak_typing_deprecated": ("build", "weak_typing_deprecated"),  # info: precision flags deprecated (TRT 10.x+)
+    "build_time": ("performance", "build_time"),  # info: how long the build took; detail: seconds
+    "calibration_cache_contents": ("calibration", "calibration_cache"),  # info: header and per-tensor scales
+    "tftrt_native_segment": ("fallback", "tftrt_fallback"),  # medium: TF-TRT ran a segment in TensorFlow
+    "ort_trt_ep_unsupported": ("fallback", "ort_trt_unsupported"),  # medium: nodes ONNX Runtime's TRT EP left out
 }
 for _table in (PERFORMANCE_KINDS, POLYGRAPHY_KINDS, FAMILY_KINDS):
     for _kind, (_category, _family) in _table.items():
