@@ -388,10 +388,10 @@ def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
     parsed = parse_file(log)
     changes = diff(parsed, parse_file(against)) if against else None
     if as_json:
-        out = parsed.dump()
-        if changes is not None:
-            out["against"] = {"log": str(against), **changes.dump()}
-        click.echo(to_json(out), nl=False)
+        from trtverify.buildlog.diff import AgainstLog, ParseLogOutput
+
+        old = AgainstLog(log=str(against), **dict(changes)) if changes is not None else None
+        click.echo(to_json(ParseLogOutput(**dict(parsed), against=old).dump()), nl=False)
         return
     for line in buildlog_summary(log, parsed, against, changes):
         click.echo(line)
@@ -405,9 +405,16 @@ def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
 @click.option(
     "--engine", "of_engine", is_flag=True, help="The JSON Schemas of `engine audit --json` and `engine diff --json`."
 )
-def schema(markdown: bool, of_results: bool, of_engine: bool) -> None:
+@click.option("--parse-log", "of_parse_log", is_flag=True, help="The JSON Schema of `parse-log --json`.")
+def schema(markdown: bool, of_results: bool, of_engine: bool, of_parse_log: bool) -> None:
     """Print the JSON Schema of suite files (for editor completion), or the suite reference."""
     import json
+
+    if of_parse_log:
+        from trtverify.buildlog.diff import ParseLogOutput
+
+        click.echo(json.dumps(ParseLogOutput.model_json_schema(), indent=2))
+        return
 
     if of_engine:
         from trtverify.engine.audit import Audit

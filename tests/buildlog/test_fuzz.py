@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 from trtverify.buildlog.parser import parse
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "buildlogs"
-REAL = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(DATA.glob("*.log"))][:40]
+CORPUS = DATA.parent / "logcorpus"
+# the old excerpts, the trtexec logs (performance summaries, profile tables, layer listings: the shared readers),
+# and the development part of the issue-20 corpus (the hold-out part is kept out of everything rules are tuned on)
+DEV = [
+    CORPUS / line.split("\t")[1] for line in (CORPUS / "SPLIT.txt").read_text().splitlines() if line.startswith("dev")
+]
+PATHS = sorted(DATA.glob("*.log")) + sorted((DATA.parent / "trtexec_logs").glob("*.log")) + DEV
+REAL = [p.read_text(encoding="utf-8", errors="replace") for p in PATHS]
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PREFIXES = [
     "[TRT] [W] ",

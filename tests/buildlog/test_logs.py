@@ -99,3 +99,22 @@ def test_every_shared_log_has_a_copy_and_an_expected_file() -> None:
         copy = DATA / log.name
         assert copy.read_bytes() == log.read_bytes(), f"{log.name}: tests/data copy differs"
         assert copy.with_name(log.name.replace(".log", ".expected.json")).exists(), f"{log.name}: no expected findings"
+
+
+def test_parse_log_json_follows_its_schema() -> None:
+    """`parse-log --json` (with --against) validates against `trtverify schema --parse-log`, and the text output
+    gives the unknown-line rate."""
+    import jsonschema
+
+    from tests.conftest import ROOT, run_cli
+
+    new = ROOT / "demo/fashion_mnist/buildlogs/fashion_cnn_int8_qdq__mark_all.log"
+    old = ROOT / "demo/fashion_mnist/buildlogs/fashion_cnn_fp32__mark_all.log"
+    r = run_cli("parse-log", str(new), "--against", str(old), "--json")
+    assert r.code == 0, r.err
+    schema = run_cli("schema", "--parse-log")
+    jsonschema.validate(json.loads(r.out), json.loads(schema.out))
+    assert json.loads(r.out)["against"]["log"] == str(old)
+    text = run_cli("parse-log", str(DATA / "rtx1_7_build_resnet18_verbose.log")).out
+    assert "TensorRT-RTX (the log does not state its version)" in text
+    assert "unrecognised lines: 4 of 1424 (0.3%)" in text and "no output 12" in text

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from trtverify.buildlog.findings import Finding
 from trtverify.buildlog.parser import BuildLog
-from trtverify.record import Record
+from trtverify.record import Record, optional
 
 COMPARED = ("precision", "tactic", "onnx_nodes", "type")
 
@@ -63,3 +65,15 @@ def diff(new: BuildLog, old: BuildLog) -> BuildDiff:
         new_findings=[f for f in new.findings if _key(f) not in old_f],
         gone_findings=[f for f in old.findings if _key(f) not in new_f],
     )
+
+
+class AgainstLog(BuildDiff):
+    """What changed from an older build's log."""
+
+    log: str = Field(description="the older log")
+
+
+class ParseLogOutput(BuildLog):
+    """`trtverify parse-log --json` (stable keys; schema: `trtverify schema --parse-log`)."""
+
+    against: AgainstLog | None = optional("with --against OLD.log: what changed")

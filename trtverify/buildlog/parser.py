@@ -104,8 +104,13 @@ class BuildLog(Record):
     options: dict[str, Any] = Field(description="build options the log states")
     findings: list[Finding] = Field(default_factory=list)
     layers: list[EngineLayer] = Field(default_factory=list)
-    unknown_lines: int = 0
+    unknown_lines: int = Field(default=0, description="lines no dialect, rule or reader recognised")
     lines: int = 0
+
+    @property
+    def unknown_rate(self) -> float:
+        """The share of the log's lines that nothing recognised."""
+        return self.unknown_lines / self.lines if self.lines else 0.0
 
 
 def parse(text: str) -> BuildLog:

@@ -205,7 +205,7 @@ def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes:
             label = layer.precision or ("no output" if not layer.onnx_nodes else "not stated")
             by[label] = by.get(label, 0) + 1
         out.append(f"layers: {len(parsed.layers)} ({', '.join(f'{k} {v}' for k, v in sorted(by.items()))})")
-    out.append(f"unrecognised lines: {parsed.unknown_lines}")
+    out.append(f"unrecognised lines: {parsed.unknown_lines} of {parsed.lines} ({parsed.unknown_rate:.1%})")
     if changes is not None:
         out.append(f"against {against} ({parsed.product} {changes.versions.old} -> {changes.versions.new}):")
         for c in changes.layers_changed:

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from trtverify.buildlog.diff import BuildDiff, diff
+from trtverify.buildlog.diff import AgainstLog, diff
 from trtverify.buildlog.parser import BuildLog, parse_file
 from trtverify.compare.checks import CheckResult, limit_check
 from trtverify.config.findings import selects
@@ -20,12 +20,6 @@ from trtverify.record import optional
 from trtverify.stages.base import StageContext, StageResult, status_of
 
 NAME = "buildlog"
-
-
-class AgainstLog(BuildDiff):
-    """What changed from an older build's log."""
-
-    log: str = Field(description="the older log")
 
 
 class LogResult(BuildLog):
