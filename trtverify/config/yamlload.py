@@ -16,6 +16,72 @@ from trtverify.errors import Problem, SuiteError
 
 PathKey = tuple[str | int, ...]
 
+# Reader limits: a suite is a few kilobytes; these stop hostile files in well under a second.
+MAX_SUITE_BYTES = 1024 * 1024
+MAX_DEPTH = 64  # nesting of mappings and lists, aliases expanded
+MAX_NODES = 100_000  # values in the document, aliases expanded (a "billion laughs" stops here)
+
+
+class SuiteLimit(Exception):
+    """A suite exceeds a reader limit; carries the line where it was noticed."""
+
+    def __init__(self, line: int, message: str):
+        self.line = line
+        super().__init__(message)
+
+
+class BoundedSafeLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that bounds nesting depth and the document's size with aliases expanded.
+
+    Aliases compose to shared nodes, so the expanded size and depth of each node are computed
+    once, as it is composed: a bomb of nested aliases is refused after a few hundred events,
+    before anything walks it. An alias inside its own anchor (a recursive structure) is refused.
+    """
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+        self._sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, expanded depth)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = self.anchors.get(event.anchor)
+            if node is not None and id(node) not in self._sizes:
+                raise SuiteLimit(
+                    event.start_mark.line + 1,
+                    f"alias '*{event.anchor}' is inside its own anchor (a recursive structure); "
+                    "suites must be finite trees",
+                )
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            mark = self.peek_event().start_mark
+            raise SuiteLimit(mark.line + 1, f"nested more than {MAX_DEPTH} levels deep; a suite is a few levels deep")
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            children = []
+        sizes = [self._sizes[id(c)] for c in children]
+        size = 1 + sum(s for s, _ in sizes)
+        depth = 1 + max((d for _, d in sizes), default=0)
+        if size > MAX_NODES:
+            raise SuiteLimit(
+                node.start_mark.line + 1,
+                f"more than {MAX_NODES:,} values once aliases are expanded (an alias bomb?); "
+                "a suite holds a few hundred",
+            )
+        if depth > MAX_DEPTH:
+            raise SuiteLimit(
+                node.start_mark.line + 1, f"nested more than {MAX_DEPTH} levels deep once aliases are expanded"
+            )
+        self._sizes[id(node)] = (size, depth)
+        return node
+
 
 class LocatedDocument:
     """A parsed YAML document plus the line (1-based) of each path in it."""
@@ -39,7 +105,7 @@ _PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 
 
 def _walk(
-    loader: yaml.SafeLoader,
+    loader: BoundedSafeLoader,
     node: yaml.Node,
     path: PathKey,
     lines: dict[PathKey, int],
@@ -134,15 +200,31 @@ def load_yaml(path: Path, display: str | None = None) -> LocatedDocument:
     """Parse one YAML file; every problem is raised together as a SuiteError."""
     file = display or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:  # read at most one byte past the cap: /dev/zero and FIFOs end too
+            raw = fh.read(MAX_SUITE_BYTES + 1)
+        if len(raw) > MAX_SUITE_BYTES:
+            raise SuiteError(
+                [
+                    Problem(
+                        file,
+                        None,
+                        "",
+                        f"larger than {MAX_SUITE_BYTES // 1024} KiB; a suite file is a few KiB of YAML "
+                        "(is this the right file? keep data in the inputs/dataset files it names)",
+                    )
+                ]
+            )
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SuiteError([Problem(file, None, "", "file not found")]) from None
     except IsADirectoryError:
         raise SuiteError([Problem(file, None, "", "is a directory, expected a YAML file")]) from None
+    except OSError as exc:
+        raise SuiteError([Problem(file, None, "", f"cannot be read ({exc.strerror or exc})")]) from None
     except UnicodeDecodeError as exc:
         raise SuiteError([Problem(file, None, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
     try:  # PyYAML checks that the text is printable here, before any parsing
-        loader = yaml.SafeLoader(text)
+        loader = BoundedSafeLoader(text)
     except yaml.reader.ReaderError as exc:
         raise SuiteError([_unprintable(file, text, exc)]) from None
     problems: list[Problem] = []
@@ -152,6 +234,8 @@ def load_yaml(path: Path, display: str | None = None) -> LocatedDocument:
             raise SuiteError([Problem(file, 1, "", "the file is empty; a suite needs at least 'name' and 'models'")])
         lines: dict[PathKey, int] = {}
         data = _walk(loader, node, (), lines, problems, file)
+    except SuiteLimit as exc:
+        raise SuiteError([Problem(file, exc.line, "", str(exc))]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
