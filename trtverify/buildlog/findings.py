@@ -142,7 +142,9 @@ rule_random_calibration = _simple(
     "random_calibration_data",
     "calibration",
     "high",
-    r"(?:random|synthetic) (?:data|inputs?) (?:for|during) calibration|calibrat\w+ (?:with|using) random",
+    # Polygraphy (0.3x-0.5x): `Int8 Calibration is using randomly generated input data.` + two indented lines
+    r"(?:random|synthetic) (?:data|inputs?) (?:for|during) calibration"
+    r"|calibrat\w+\s+(?:is\s+)?(?:with|using)\s+random",
 )
 
 _CALIB = re.compile(
