@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, write_suite
 from trtverify.config.loader import load_suite
 from trtverify.config.yamlload import MAX_SUITE_BYTES
 from trtverify.errors import SuiteError, TrtVerifyError
@@ -150,3 +151,161 @@ def test_fuzz_suites_random_yaml(tmp_path: Path, text: str):
     t = time.perf_counter()
     _load_suite_text(tmp_path, text.encode("utf-8", errors="surrogatepass"))
     assert time.perf_counter() - t < 2
+
+
+# ---- npz / npy inputs and npz datasets ----------------------------------------------------------
+
+INPUT_SUITE = (
+    "name: t\nmodels: {reference: tiny.onnx, candidates: {c: tiny.onnx}}\n"
+    "inputs: {file: FILE}\nstages: {layerwise: {}}\n"
+)
+
+
+def _good_npz(path: Path) -> bytes:
+    np.savez(path, input=np.zeros((4, 1, 8, 8), np.float32))
+    return path.read_bytes()
+
+
+def _inputs_from(tiny_dir: Path, name: str) -> None:
+    from trtverify.inputs import build_samples
+
+    loaded = load_suite(write_suite(tiny_dir, INPUT_SUITE.replace("FILE", name)), check_files=False)
+    build_samples(loaded)
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "message"),
+    [
+        ("t.npz", lambda p: p.write_bytes(_good_npz(p)[:200]), "not a readable .npy/.npz file"),
+        ("t.npz", lambda p: p.write_bytes(b"PK\x03\x04" + b"\0" * 100), "not a readable .npy/.npz file"),
+        ("t.npz", lambda p: p.write_bytes(b"hello, not numpy at all\n"), "not a readable .npy/.npz file"),
+        (
+            "t.npy",
+            lambda p: p.write_bytes(b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, "),
+            "not a readable",
+        ),
+        ("t.npz", lambda p: np.savez(p, input=np.array([object()], dtype=object)), "without pickle"),
+        ("t.npz", lambda p: np.savez(p, input=np.array(["a", "b"])), "has dtype <U1"),
+        ("t.npz", lambda p: np.savez(p, input=np.zeros(3, dtype=[("a", "f4")])), "has dtype"),
+    ],
+    ids=["truncated", "zip-header-only", "text", "npy-header-cut", "object", "strings", "structured"],
+)
+def test_hostile_inputs_file_is_a_usage_error_naming_it(tiny_dir: Path, name: str, make, message: str):
+    from trtverify.errors import UsageError
+
+    make(tiny_dir / name)
+    if name.endswith(".npy"):
+        with pytest.raises(TrtVerifyError) as info:
+            loaded = load_suite(
+                write_suite(tiny_dir, INPUT_SUITE.replace("{file: FILE}", "{file: t.npy, arrays: {input: {}}}")),
+                check_files=False,
+            )
+            from trtverify.inputs import build_samples
+
+            build_samples(loaded)
+    else:
+        with pytest.raises(UsageError) as info:
+            _inputs_from(tiny_dir, name)
+    assert str(info.value).startswith(str(tiny_dir / name)) and message in str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_truncated_npz_through_the_cli_is_exit_2(tiny_dir: Path):
+    p = tiny_dir / "t.npz"
+    p.write_bytes(_good_npz(p)[:300])
+    r = run_cli("run", str(write_suite(tiny_dir, INPUT_SUITE.replace("FILE", "t.npz"))), "--out", str(tiny_dir / "o"))
+    assert r.code == 2, r.out + r.err
+    assert "t.npz: not a readable .npy/.npz file" in r.err and "Traceback" not in r.err
+
+
+@FUZZ
+@given(cut=st.floats(0, 1), flip=st.integers(0, 10_000), byte=st.integers(0, 255))
+def test_fuzz_npz_inputs_truncated_and_flipped(tiny_dir: Path, cut: float, flip: int, byte: int):
+    p = tiny_dir / "t.npz"
+    raw = bytearray(_good_npz(p))
+    raw[flip % len(raw)] = byte
+    p.write_bytes(bytes(raw[: max(1, int(len(raw) * cut))]))
+    try:
+        _inputs_from(tiny_dir, "t.npz")
+    except TrtVerifyError as exc:
+        assert exc.exit_code == 2 and str(exc).startswith(str(p)), str(exc)
+
+
+def test_hostile_npz_dataset(tmp_path: Path):
+    from trtverify.config.stages import Dataset
+    from trtverify.tasks.datasets import open_dataset
+
+    p = tmp_path / "d.npz"
+    np.savez(p, images=np.zeros((4, 8, 8, 3), np.uint8), labels=np.arange(4))
+    raw = p.read_bytes()
+    p.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(TrtVerifyError, match=f"^{p}: not a readable .npz file"):
+        open_dataset(Dataset(npz=p))
+    np.savez(p, images=np.zeros((4, 8, 8, 3), np.uint8), labels=np.array(["a", "b", "c", "d"]))
+    with pytest.raises(TrtVerifyError, match=f"^{p}: array 'labels' has dtype <U1"):
+        open_dataset(Dataset(npz=p))
+    np.savez(p, images=np.zeros((4, 8, 8, 3), np.uint8), labels=np.array(3))
+    with pytest.raises(TrtVerifyError, match="one label per image"):
+        open_dataset(Dataset(npz=p))
+
+
+# ---- images -------------------------------------------------------------------------------------
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that declares `width` x `height` RGB pixels and holds none: a decompression bomb's header."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _real_png(path: Path, size: tuple[int, int] = (16, 16)) -> bytes:
+    from PIL import Image
+
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)).save(path)  # L: a mask too
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("reader", ["_read_image", "read_mask"])
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.write_bytes(_png_header(100_000, 100_000)), "decompression bomb"),
+        (lambda p: p.write_bytes(_png_header(15_000, 15_000)), "decompression bomb"),  # PIL only warns here
+        (lambda p: p.write_bytes(_real_png(p)[:100]), "cannot read"),
+        (lambda p: p.write_bytes(b"GIF89a" + b"\xff" * 20), "cannot read"),
+        (lambda p: p.write_bytes(b""), "cannot read"),
+    ],
+    ids=["bomb", "bomb-warning-range", "truncated", "garbage-gif", "empty"],
+)
+def test_hostile_image_is_a_usage_error_naming_it(tmp_path: Path, reader: str, make, message: str):
+    from trtverify.tasks import datasets
+
+    p = tmp_path / "x.png"
+    make(p)
+    err = refused_quickly(getattr(datasets, reader), p, limit=2.0)
+    assert err.exit_code == 2 and str(err).startswith(f"{p}: ") and message in str(err)
+
+
+@FUZZ
+@given(cut=st.integers(0, 2000), flip=st.integers(0, 2000), byte=st.integers(0, 255))
+def test_fuzz_images_truncated_and_flipped(tmp_path: Path, cut: int, flip: int, byte: int):
+    from trtverify.tasks.datasets import _read_image
+
+    seed = sorted((ROOT / "demo" / "shapes" / "val").rglob("*.png"))[0]
+    raw = bytearray(seed.read_bytes())
+    raw[flip % len(raw)] = byte
+    p = tmp_path / "x.png"
+    p.write_bytes(bytes(raw[: len(raw) - cut % len(raw)]))
+    try:
+        _read_image(p)
+    except TrtVerifyError as exc:
+        assert str(exc).startswith(f"{p}: "), str(exc)

@@ -112,3 +112,61 @@ def test_check_samples():
         check_samples([{"x": np.zeros(1)}], meta, "x")
     with pytest.raises(UsageError, match="dimension 1 is 3"):
         check_samples([{"input": np.zeros((1, 3, 8, 8))}], meta, "x")
+
+
+def _fixed_batch_model(path: Path, batch: int = 4) -> Path:
+    """A real ONNX model whose input fixes the batch: x [4, 3, 8, 8] -> Relu -> y."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        "fixed_batch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3, 8, 8])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+FIXED_SUITE = """\
+name: fixed
+models: {reference: fixed.onnx, candidates: {same: fixed.onnx}}
+inputs: {file: x.npz}
+stages: {layerwise: {}}
+"""
+
+
+def test_an_array_of_exactly_the_fixed_input_shape_is_one_sample(tmp_path: Path):
+    from trtverify.runner import preflight
+
+    _fixed_batch_model(tmp_path / "fixed.onnx")
+    x = np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    loaded = load_suite(write_suite(tmp_path, FIXED_SUITE))
+    samples = build_samples(loaded)
+    assert len(samples) == 1 and samples[0]["x"].shape == (4, 3, 8, 8)
+    np.testing.assert_array_equal(samples[0]["x"], x)
+    check_samples(samples, preflight(loaded), "fixed")
+
+
+def test_the_fixed_batch_model_runs_end_to_end_with_one_sample(tmp_path: Path):
+    from tests.conftest import run_cli
+
+    _fixed_batch_model(tmp_path / "fixed.onnx")
+    np.savez(tmp_path / "x.npz", x=np.ones((4, 3, 8, 8), np.float32))
+    r = run_cli("run", str(write_suite(tmp_path, FIXED_SUITE)), "--out", str(tmp_path / "out"), timeout=120)
+    assert r.code == 0, r.out + r.err
+
+
+def test_rows_of_a_fixed_batch_model_still_need_batch_size(tmp_path: Path):
+    _fixed_batch_model(tmp_path / "fixed.onnx")
+    np.savez(tmp_path / "x.npz", x=np.ones((8, 3, 8, 8), np.float32))  # two batches of 4, not one sample
+    loaded = load_suite(write_suite(tmp_path, FIXED_SUITE))
+    with pytest.raises(UsageError, match=r"dimension 0 is 1 but the model fixes it to 4.*inputs.batch_size: N"):
+        check_samples(build_samples(loaded), [TensorMeta("x", "float32", (4, 3, 8, 8))], "fixed")
+    loaded = load_suite(write_suite(tmp_path, FIXED_SUITE.replace("{file: x.npz}", "{file: x.npz, batch_size: 4}")))
+    assert [s["x"].shape for s in build_samples(loaded)] == [(4, 3, 8, 8)] * 2

@@ -13,7 +13,7 @@ from trtverify.config.loader import LoadedSuite
 from trtverify.config.models import GeneratedInput
 from trtverify.errors import Problem, SuiteError, UsageError
 from trtverify.hooks import load_hook
-from trtverify.onnxinfo import TensorMeta, feed_mismatch, shape_matches
+from trtverify.onnxinfo import TensorMeta, feed_mismatch, graph_io, load_io, shape_matches
 
 DEFAULT_GENERATED_SAMPLES = 4
 
@@ -41,7 +41,9 @@ class HookError(UsageError):
     """The user's input hook raised; its traceback is the user's to read."""
 
 
-def build_samples(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
+def build_samples(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta] | None = None) -> list[dict[str, np.ndarray]]:
+    """The suite's samples; `model_inputs` (else read from the reference) decide whether a file
+    whose arrays have exactly the model's fixed input shapes is one sample rather than rows."""
     cfg = loaded.suite.inputs
     if cfg.generate is not None:
         n = cfg.samples or DEFAULT_GENERATED_SAMPLES
@@ -54,22 +56,95 @@ def build_samples(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
             for i in range(n)
         ]
     if cfg.file is not None:
-        return _from_file(loaded)
+        return _from_file(loaded, model_inputs)
     return _from_hook(loaded)
 
 
-def _from_file(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
+NUMERIC_KINDS = "biuf"  # bool, signed, unsigned, float: what a model input can be fed from a file
+
+
+def open_array_file(path: Path) -> Any:
+    """np.load of an .npy/.npz without pickle; a UsageError naming the file for anything unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+        if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):
+            # np.load would take it for a pickle and say so: say what it is not instead
+            raise UsageError(f"{path}: not a readable .npy/.npz file (it starts with {magic!r}, not a numpy header)")
+        return np.load(path, allow_pickle=False)
+    except UsageError:
+        raise
+    except FileNotFoundError:
+        raise UsageError(f"{path}: file not found") from None
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise UsageError(f"{path}: cannot read without pickle ({exc}); store plain numeric arrays") from None
+        raise UsageError(f"{path}: not a readable .npy/.npz file ({exc}); is it truncated?") from None
+    except Exception as exc:  # BadZipFile, EOFError, zlib.error, OSError...: a damaged or foreign file
+        raise UsageError(
+            f"{path}: not a readable .npy/.npz file ({type(exc).__name__}: {exc}); is it truncated or another format?"
+        ) from None
+
+
+def read_member(data: Any, key: str, path: Path) -> np.ndarray:
+    """One array of an open .npz, read now (members load lazily) and checked to be numeric."""
+    try:
+        arr = data[key]
+    except ValueError as exc:  # object arrays fail here
+        if "allow_pickle" in str(exc):
+            raise UsageError(
+                f"{path}: array '{key}' cannot be read without pickle ({exc}); store plain numeric arrays"
+            ) from None
+        raise UsageError(f"{path}: array '{key}' is not readable ({exc}); is the file truncated?") from None
+    except Exception as exc:  # a damaged member: BadZipFile (CRC), EOFError, zlib.error
+        raise UsageError(
+            f"{path}: array '{key}' is not readable ({type(exc).__name__}: {exc}); is the file truncated?"
+        ) from None
+    return numeric(arr, f"{path}: array '{key}'")
+
+
+def numeric(arr: np.ndarray, what: str) -> np.ndarray:
+    if arr.dtype.kind not in NUMERIC_KINDS:
+        raise UsageError(
+            f"{what} has dtype {arr.dtype}; model inputs are read from bool, integer or float arrays "
+            "(convert it with numpy before saving)"
+        )
+    return arr
+
+
+def _model_inputs(loaded: LoadedSuite) -> dict[str, TensorMeta]:
+    """The reference's declared inputs, for the one-sample rule; empty when it cannot be read here
+    (preflight reports that, naming the file)."""
+    from trtverify.errors import TrtVerifyError
+
+    try:
+        inputs, _ = graph_io(load_io(Path(loaded.suite.models.reference)))
+    except TrtVerifyError:
+        return {}
+    return {m.name: m for m in inputs}
+
+
+def is_one_sample(columns: dict[str, np.ndarray], declared: dict[str, TensorMeta]) -> bool:
+    """True when every array has exactly its model input's fully fixed shape: the file is one sample
+    (a model with batch fixed at 4 fed one [4, 3, H, W] array), not rows."""
+    if not columns:
+        return False
+    for name, arr in columns.items():
+        meta = declared.get(name)
+        if meta is None or meta.shape is None:
+            return False
+        if not all(isinstance(d, int) and d > 0 for d in meta.shape) or tuple(meta.shape) != arr.shape:
+            return False
+    return True
+
+
+def _from_file(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta] | None = None) -> list[dict[str, np.ndarray]]:
     cfg = loaded.suite.inputs
     path = Path(cfg.file)  # type: ignore[arg-type]
-    try:
-        data = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise UsageError(f"{path}: cannot read without pickle ({exc}); store plain numeric arrays") from exc
-    except OSError as exc:
-        raise UsageError(f"{path}: not a readable .npy/.npz file ({exc})") from exc
+    data = open_array_file(path)
     if isinstance(data, np.ndarray):
         ((name, spec),) = cfg.arrays.items()  # type: ignore[union-attr]
-        columns = {name: (data, spec)}
+        columns = {name: (numeric(data, str(path)), spec)}
     else:
         with data:
             mapping = cfg.arrays
@@ -86,12 +161,10 @@ def _from_file(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
                         ("inputs", "arrays", name),
                         f"{path.name} has no array '{key}' (it has: {', '.join(data.files)})",
                     )
-                try:
-                    columns[name] = (data[key], spec)
-                except ValueError as exc:  # npz members load lazily: object arrays fail here
-                    raise UsageError(
-                        f"{path}: array '{key}' cannot be read without pickle ({exc}); store plain numeric arrays"
-                    ) from exc
+                columns[name] = (read_member(data, key, path), spec)
+    declared = {m.name: m for m in model_inputs} if model_inputs is not None else _model_inputs(loaded)
+    if cfg.batch_size is None and is_one_sample({n: a for n, (a, _) in columns.items()}, declared):
+        return [{name: _convert(arr, spec) for name, (arr, spec) in columns.items()}]
     rows_per_array = {n: (a.shape[0] if a.ndim else 0) for n, (a, _) in columns.items()}
     rows = set(rows_per_array.values())
     if len(rows) != 1 or 0 in rows:
@@ -115,14 +188,17 @@ def _from_file(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
     for i in range(n):
         feed = {}
         for name, (arr, spec) in columns.items():
-            x = arr[i * batch : (i + 1) * batch]
-            if spec.scale != 1.0 or spec.offset != 0.0:
-                x = x.astype(np.float64) * spec.scale + spec.offset
-            if spec.dtype is not None:
-                x = x.astype(np_dtype(spec.dtype))
-            feed[name] = np.ascontiguousarray(x)
+            feed[name] = _convert(arr[i * batch : (i + 1) * batch], spec)
         out.append(feed)
     return out
+
+
+def _convert(x: np.ndarray, spec: Any) -> np.ndarray:
+    if spec.scale != 1.0 or spec.offset != 0.0:
+        x = x.astype(np.float64) * spec.scale + spec.offset
+    if spec.dtype is not None:
+        x = x.astype(np_dtype(spec.dtype))
+    return np.ascontiguousarray(x)
 
 
 def _from_hook(loaded: LoadedSuite) -> list[dict[str, np.ndarray]]:
@@ -216,5 +292,10 @@ def check_samples(samples: list[dict[str, np.ndarray]], model_inputs: Sequence[T
             raise UsageError(f"{source}: sample {i} {why}")
         for name, arr in feed.items():
             why = shape_matches(declared[name].shape, tuple(arr.shape))
+            if why and why.startswith("dimension 0 "):
+                why += (
+                    "; the first axis of an inputs file is rows (inputs.batch_size: N reads N rows per sample), "
+                    "and a file whose arrays have exactly the model's fixed input shapes is one sample"
+                )
             if why:
                 raise UsageError(f"{source}: sample {i}, input '{name}': {why}")

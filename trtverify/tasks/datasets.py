@@ -40,28 +40,83 @@ class Reader:
         return len(self.ids)
 
 
-def _read_image(path: Path) -> np.ndarray:
-    pil = require("PIL.Image", "reading image files (stage e2e)")
+MAX_IMAGE_BYTES = 256 * 1024 * 1024  # a validation image is kilobytes; this refuses a wrong file early
+_bomb_filter_installed = False
+
+
+def _pil(why: str) -> Any:
+    """PIL.Image, with its decompression-bomb warning (more than Image.MAX_IMAGE_PIXELS) made an error."""
+    global _bomb_filter_installed
+    pil = require("PIL.Image", why)
+    if not _bomb_filter_installed:
+        import warnings
+
+        warnings.filterwarnings("error", category=pil.DecompressionBombWarning)
+        _bomb_filter_installed = True
+    return pil
+
+
+def _open_image(path: Path, what: str, read: Callable[[Any], np.ndarray]) -> np.ndarray:
+    """`read(image)` of the image file at `path`; a UsageError naming the file for anything it cannot be."""
+    pil = _pil(f"reading {what}s (stage e2e)")
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_IMAGE_BYTES:
+            raise UsageError(
+                f"{path}: {size:,} bytes, more than the {MAX_IMAGE_BYTES // 2**20} MiB allowed for one {what}"
+            )
         # one read of the whole file: PIL's chunked reads from disk cost more than the bytes
         with pil.open(io.BytesIO(Path(path).read_bytes())) as im:
-            return np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: cannot read image ({exc})") from exc
+            return read(im)
+    except UsageError:
+        raise
+    except (pil.DecompressionBombError, pil.DecompressionBombWarning) as exc:
+        raise UsageError(
+            f"{path}: refused as a decompression bomb ({exc}); one {what} of more than "
+            f"{pil.MAX_IMAGE_PIXELS:,} pixels is not a validation image"
+        ) from None
+    except FileNotFoundError:
+        raise UsageError(f"{path}: {what} not found") from None
+    except Exception as exc:  # PIL's plugins raise OSError, SyntaxError, struct.error... on damaged files
+        raise UsageError(f"{path}: cannot read {what} ({type(exc).__name__}: {exc})") from None
+
+
+def _read_image(path: Path) -> np.ndarray:
+    return _open_image(path, "image", lambda im: np.asarray(im if im.mode == "RGB" else im.convert("RGB")))
+
+
+def _npz_array(data: Any, key: str, path: Any) -> np.ndarray:
+    """One array of an open .npz, read now (members load lazily); UsageError naming the file and key."""
+    try:
+        arr = data[key]
+    except KeyError:
+        raise UsageError(f"{path}: no array '{key}' (it has: {', '.join(data.files)})") from None
+    except ValueError as exc:
+        why = "cannot be read without pickle" if "allow_pickle" in str(exc) else "is not readable (truncated?)"
+        raise UsageError(f"{path}: array '{key}' {why} ({exc})") from None
+    except Exception as exc:  # a damaged member: BadZipFile (CRC), EOFError, zlib.error
+        raise UsageError(f"{path}: array '{key}' is not readable ({type(exc).__name__}: {exc}); truncated?") from None
+    if arr.dtype.kind not in "biuf":
+        raise UsageError(f"{path}: array '{key}' has dtype {arr.dtype}; expected bool, integer or float values")
+    return arr
 
 
 def _npz(ds: Dataset, masks: bool) -> Reader:
     key = ds.masks_key if masks else ds.labels_key
     try:
+        with open(ds.npz, "rb") as fh:  # type: ignore[arg-type]
+            if not fh.read(4).startswith(b"PK"):  # np.load would take it for a pickle
+                raise ValueError("it is not a zip archive")
         data = np.load(ds.npz, allow_pickle=False)
-        images = data[ds.images_key]
-        labels = data[key]
-    except KeyError as exc:
-        raise UsageError(
-            f"{ds.npz}: no array {exc} (it has: {', '.join(np.load(ds.npz, allow_pickle=False).files)})"
-        ) from exc
-    except ValueError as exc:
-        raise UsageError(f"{ds.npz}: cannot read without pickle ({exc})") from exc
+    except FileNotFoundError:
+        raise UsageError(f"{ds.npz}: file not found") from None
+    except Exception as exc:  # BadZipFile, EOFError, ValueError, OSError: a damaged or foreign file
+        raise UsageError(f"{ds.npz}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
+    if isinstance(data, np.ndarray):
+        raise UsageError(f"{ds.npz}: an .npy holds one array; the dataset needs an .npz with images and labels")
+    with data:
+        images = _npz_array(data, ds.images_key, ds.npz)
+        labels = _npz_array(data, key, ds.npz)
     if images.ndim == 3:
         images = images[..., None]  # N,H,W -> N,H,W,1
     elif images.ndim != 4:
@@ -71,6 +126,8 @@ def _npz(ds: Dataset, masks: bool) -> Reader:
     layout = ds.layout or ("NCHW" if images.shape[1] in (1, 3, 4) and images.shape[-1] not in (1, 3, 4) else "NHWC")
     if layout == "NCHW":
         images = images.transpose(0, 2, 3, 1)
+    if labels.ndim == 0:
+        raise UsageError(f"{ds.npz}: '{key}' is a single value; expected one label per image")
     if len(labels) != len(images):
         raise UsageError(f"{ds.npz}: {len(images)} images but {len(labels)} {'masks' if masks else 'labels'}")
     if masks and (labels.ndim != 3 or labels.shape[1:] != images.shape[1:3] or labels.dtype.kind not in "iu"):
@@ -87,14 +144,13 @@ def _npz(ds: Dataset, masks: bool) -> Reader:
 
 def read_mask(path: Path) -> np.ndarray:
     """A label image: one channel of class indices (8 or 16 bit greyscale, or a palette PNG's indices)."""
-    pil = require("PIL.Image", "reading label images (stage e2e)")
-    try:
-        with pil.open(io.BytesIO(Path(path).read_bytes())) as im:
-            if im.mode not in ("L", "P", "I;16", "I"):
-                raise UsageError(f"{path}: a label image must have one channel of class indices, got mode {im.mode}")
-            return np.asarray(im)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: cannot read label image ({exc})") from exc
+
+    def read(im: Any) -> np.ndarray:
+        if im.mode not in ("L", "P", "I;16", "I"):
+            raise UsageError(f"{path}: a label image must have one channel of class indices, got mode {im.mode}")
+        return np.asarray(im)
+
+    return _open_image(path, "label image", read)
 
 
 def _masks(ds: Dataset) -> Reader:
