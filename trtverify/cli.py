@@ -186,6 +186,26 @@ def execute(
     shard: Any = None,
     update_baseline: bool = False,
 ) -> None:
+    from trtverify.fsutil import folder_lock
+
+    with folder_lock(out):  # before any work: exit 2 if OUT cannot be written or another run writes there
+        _execute(
+            loaded, out, stages, update_reference, reference_dir, quiet, samples_override, junit, shard, update_baseline
+        )
+
+
+def _execute(
+    loaded: Any,
+    out: Path,
+    stages: tuple[str, ...],
+    update_reference: bool,
+    reference_dir: Path | None,
+    quiet: bool,
+    samples_override: Any,
+    junit: Path | None,
+    shard: Any,
+    update_baseline: bool,
+) -> None:
     from trtverify.report.html import write_report
     from trtverify.results.record import run_and_record
 
@@ -239,118 +259,22 @@ def merge(
 ) -> None:
     """Combine the results of every shard of a run (`run --shard I/N`) into one results.json and report;
     each model's e2e accumulators are merged and the metrics computed over all samples. Exits like `run`."""
-    from trtverify.report.html import write_report
+    from trtverify.fsutil import folder_lock
     from trtverify.results.merge import merge_runs
-    from trtverify.results.record import write_results
 
     results = merge_runs(dirs, suite_path)
-    out = out_dir or Path("reports") / results.suite.name
+    with folder_lock(out_dir or Path("reports") / results.suite.name) as out:
+        _write_merged(results, out, quiet, junit)
+
+
+def _write_merged(results: Any, out: Path, quiet: bool, junit: Path | None) -> None:
+    from trtverify.report.html import write_report
+    from trtverify.results.record import write_results
+
     write_results(out / "results.json", results)
     write_report(results, out / "report.html")
     _finish(results, out, quiet, junit)
     sys.exit(results.exit_code)
-
-
-@cli.command()
-@click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.argument("candidates", nargs=-1, type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option(
-    "--inputs",
-    "inputs_file",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help=".npz/.npy of inputs (keys = input names, first axis = rows) [default: random inputs].",
-)
-@click.option(
-    "--samples", type=click.IntRange(min=1), help="Number of samples [default: 1 generated, or every row of --inputs]."
-)
-@click.option(
-    "--dim",
-    "dims",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Value of a dynamic dimension for generated inputs (repeatable) [default: 1].",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated inputs.")
-@click.option(
-    "--backend",
-    default="onnxruntime",
-    show_default=True,
-    type=click.Choice(["onnxruntime", "tensorrt", "tensorrt-rtx"]),
-    help="Backend running the candidates.",
-)
-@click.option(
-    "--precision",
-    "precisions",
-    multiple=True,
-    type=click.Choice(["fp16", "bf16", "int8", "fp8", "tf32"]),
-    help="TensorRT <= 10 builder flag (repeatable); with no CANDIDATE the reference itself is built.",
-)
-@click.option(
-    "--check",
-    "checks",
-    multiple=True,
-    metavar="METRIC<=X|METRIC>=X",
-    help="Check for every tensor (repeatable) [default: by the candidate's precision, docs/stages/layerwise.md].",
-)
-@click.option(
-    "--fail-on-lint",
-    "fail_on_lint",
-    multiple=True,
-    metavar="SEVERITY|KIND",
-    help="Fail on lint findings of this severity (high, medium, info) or kind (repeatable) [default: none].",
-)
-@click.option(
-    "--memory-budget", type=float, metavar="MB", help="Bound on intermediates held in memory [default: 2048]."
-)
-@click.option("--root-causes", type=click.IntRange(min=1), help="How many suspects to report [default: 5].")
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Output folder [default: reports/layerwise-<reference name>].",
-)
-@QUIET
-def layerwise(
-    reference: Path,
-    candidates: tuple[Path, ...],
-    inputs_file: Path | None,
-    samples: int | None,
-    dims: tuple[str, ...],
-    seed: int,
-    backend: str,
-    precisions: tuple[str, ...],
-    checks: tuple[str, ...],
-    fail_on_lint: tuple[str, ...],
-    memory_budget: float | None,
-    root_causes: int | None,
-    out_dir: Path | None,
-    quiet: bool,
-) -> None:
-    """Compare every intermediate tensor of REFERENCE with each CANDIDATE, without a suite file.
-
-    Writes the suite it ran (suite.yaml) beside results.json and report.html, so the run
-    can be repeated and extended with `trtverify run`.
-    """
-    from trtverify.adhoc import layerwise_suite
-    from trtverify.config.loader import load_suite
-
-    out = out_dir or Path("reports") / f"layerwise-{reference.stem}"
-    path = layerwise_suite(
-        out,
-        reference,
-        list(candidates),
-        inputs_file=inputs_file,
-        samples=samples,
-        dims=dims,
-        seed=seed,
-        backend=backend,
-        precisions=list(precisions),
-        checks=list(checks),
-        fail_on_lint=list(fail_on_lint),
-        memory_budget=memory_budget,
-        root_causes=root_causes,
-    )
-    execute(load_suite(path), out, ("layerwise",), False, None, quiet)
 
 
 @cli.command()
@@ -450,17 +374,35 @@ def report(results: Path, out: Path | None) -> None:
     click.echo(f"report: {target}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where SIGINT raises KeyboardInterrupt: a run stops the same way (results.json
+    keeps what ran, marked incomplete) and exits 143 (128 + 15) instead of 130."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         cli.main(args=argv, prog_name="trtverify", standalone_mode=False)
     except TrtVerifyError as exc:
         _fail(exc)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except click.exceptions.Abort as exc:  # click turns KeyboardInterrupt (SIGINT, and our SIGTERM) into Abort
+        if isinstance(exc.__cause__, Terminated):
+            click.echo("terminated (SIGTERM)", err=True)
+            sys.exit(143)
+        click.echo("interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
         sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
+    except Terminated:
+        click.echo("terminated (SIGTERM)", err=True)
+        sys.exit(143)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
@@ -474,7 +416,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def _register() -> None:
     from trtverify.cli_engine import engine
+    from trtverify.cli_init import init
+    from trtverify.cli_layerwise import layerwise
     from trtverify.cli_repair import convert, repair
+
+    cli.add_command(layerwise)
+    cli.add_command(init)
 
     cli.add_command(repair)
     cli.add_command(convert)

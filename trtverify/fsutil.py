@@ -1,14 +1,27 @@
-"""Atomic file writes and hashing."""
+"""Atomic file writes, the lock of an output folder, and hashing."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+from trtverify.errors import EXIT_USAGE, TrtVerifyError
+
+LOCK_NAME = ".trtverify.lock"
+
+
+class WriteError(TrtVerifyError):
+    """A file could not be written (full disk, read-only or missing folder): exit 2, the old file kept."""
+
+    exit_code = EXIT_USAGE
+
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
@@ -17,11 +30,15 @@ os.umask(_UMASK)
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write through a temporary file in the same folder, fsync, then rename over `path`.
 
-    A crash at any point leaves either the old file or the new one, never a partial file.
+    A crash at any point leaves either the old file or the new one, never a partial file. An OSError
+    (a full disk, a folder that cannot be written) is raised as WriteError, which says the old file was kept.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results and reports are for sharing (CI artifacts)
         with os.fdopen(fd, "wb") as fh:
@@ -29,11 +46,14 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            kept = "the previous file is unchanged" if path.exists() else "nothing was written"
+            raise WriteError(f"cannot write {path}: {exc.strerror or exc} ({kept})") from exc
         raise
 
 
@@ -74,3 +94,73 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def writable_folder(folder: Path, what: str = "--out") -> Path:
+    """Create `folder` if needed and prove a file can be made in it; UsageError (exit 2) if not."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".trtverify-probe.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if isinstance(exc, (FileExistsError, NotADirectoryError)) or exc.errno in (errno.EEXIST, errno.ENOTDIR):
+            why = "a file (not a folder) is in the way"
+        raise WriteError(f"{what} {folder}: cannot write there: {why}") from exc
+    return folder
+
+
+@contextmanager
+def folder_lock(folder: Path, what: str = "--out") -> Iterator[Path]:
+    """Hold FOLDER/.trtverify.lock (created with O_EXCL, holding our pid) for the body.
+
+    Another live process holding it is a UsageError (exit 2) naming the folder and its pid; a lock
+    left by a process that is gone (killed) is taken over. Released (deleted) when the body ends.
+    """
+    folder = writable_folder(folder, what)
+    lock = folder / LOCK_NAME
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                text = lock.read_text(encoding="ascii", errors="replace").strip()
+            except FileNotFoundError:
+                continue  # released meanwhile: try again
+            if text.isdigit() and int(text) != os.getpid() and _pid_alive(int(text)):
+                raise TrtVerifyError(
+                    f"{what} {folder}: another trtverify run (pid {text}) is writing there; wait for it to end "
+                    f"or choose another folder (if no such run exists, delete {lock})"
+                ) from None
+            try:  # stale: its process is gone (killed), or the file was never filled in
+                lock.unlink()
+            except FileNotFoundError:
+                pass
+            continue
+        except OSError as exc:
+            raise WriteError(f"{what} {folder}: cannot write there: {exc.strerror or exc}") from exc
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(f"{os.getpid()}\n")
+        break
+    else:
+        raise TrtVerifyError(f"{what} {folder}: could not take the lock {lock}; another run keeps taking it")
+    try:
+        yield folder
+    finally:
+        try:
+            if lock.read_text(encoding="ascii").strip() == str(os.getpid()):
+                lock.unlink()
+        except OSError:
+            pass

@@ -101,7 +101,12 @@ def run_and_record(
     plans = list(plans) if plans is not None else make_plan(loaded, stages, shard)
     out_dir = Path(out_dir)
     recorder = Recorder(loaded, out_dir, shard)
-    done = run_stages(loaded, plans, out_dir=out_dir, progress=progress, on_stage=recorder.update, **kw)
+    try:
+        done = run_stages(loaded, plans, out_dir=out_dir, progress=progress, on_stage=recorder.update, **kw)
+    except KeyboardInterrupt:  # SIGINT, and SIGTERM (the CLI raises a KeyboardInterrupt for it too)
+        if recorder.written is None:  # stopped before the first stage ended: say so, listing every stage as not run
+            recorder.update([], [p.name for p in plans])
+        raise  # after a stage, on_stage already wrote what ran, marked incomplete
     if recorder.written is None:  # no stage ran; otherwise on_stage wrote the whole run after the last stage
         recorder.update(done, [])
     assert recorder.written is not None

@@ -1,0 +1,113 @@
+"""Command `trtverify layerwise` (registered on the main group in cli.py): a layerwise run without a suite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+
+
+@click.command()
+@click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("candidates", nargs=-1, type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option(
+    "--inputs",
+    "inputs_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help=".npz/.npy of inputs (keys = input names, first axis = rows) [default: random inputs].",
+)
+@click.option(
+    "--samples", type=click.IntRange(min=1), help="Number of samples [default: 1 generated, or every row of --inputs]."
+)
+@click.option(
+    "--dim",
+    "dims",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Value of a dynamic dimension for generated inputs (repeatable) [default: 1].",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated inputs.")
+@click.option(
+    "--backend",
+    default="onnxruntime",
+    show_default=True,
+    type=click.Choice(["onnxruntime", "tensorrt", "tensorrt-rtx"]),
+    help="Backend running the candidates.",
+)
+@click.option(
+    "--precision",
+    "precisions",
+    multiple=True,
+    type=click.Choice(["fp16", "bf16", "int8", "fp8", "tf32"]),
+    help="TensorRT <= 10 builder flag (repeatable); with no CANDIDATE the reference itself is built.",
+)
+@click.option(
+    "--check",
+    "checks",
+    multiple=True,
+    metavar="METRIC<=X|METRIC>=X",
+    help="Check for every tensor (repeatable) [default: by the candidate's precision, docs/stages/layerwise.md].",
+)
+@click.option(
+    "--fail-on-lint",
+    "fail_on_lint",
+    multiple=True,
+    metavar="SEVERITY|KIND",
+    help="Fail on lint findings of this severity (high, medium, info) or kind (repeatable) [default: none].",
+)
+@click.option(
+    "--memory-budget", type=float, metavar="MB", help="Bound on intermediates held in memory [default: 2048]."
+)
+@click.option("--root-causes", type=click.IntRange(min=1), help="How many suspects to report [default: 5].")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Output folder [default: reports/layerwise-<reference name>].",
+)
+@QUIET
+def layerwise(
+    reference: Path,
+    candidates: tuple[Path, ...],
+    inputs_file: Path | None,
+    samples: int | None,
+    dims: tuple[str, ...],
+    seed: int,
+    backend: str,
+    precisions: tuple[str, ...],
+    checks: tuple[str, ...],
+    fail_on_lint: tuple[str, ...],
+    memory_budget: float | None,
+    root_causes: int | None,
+    out_dir: Path | None,
+    quiet: bool,
+) -> None:
+    """Compare every intermediate tensor of REFERENCE with each CANDIDATE, without a suite file.
+
+    Writes the suite it ran (suite.yaml) beside results.json and report.html, so the run
+    can be repeated and extended with `trtverify run`.
+    """
+    from trtverify.adhoc import layerwise_suite
+    from trtverify.cli import execute
+    from trtverify.config.loader import load_suite
+    from trtverify.fsutil import writable_folder
+
+    out = writable_folder(out_dir or Path("reports") / f"layerwise-{reference.stem}")
+    path = layerwise_suite(
+        out,
+        reference,
+        list(candidates),
+        inputs_file=inputs_file,
+        samples=samples,
+        dims=dims,
+        seed=seed,
+        backend=backend,
+        precisions=list(precisions),
+        checks=list(checks),
+        fail_on_lint=list(fail_on_lint),
+        memory_budget=memory_budget,
+        root_causes=root_causes,
+    )
+    execute(load_suite(path), out, ("layerwise",), False, None, quiet)
