@@ -77,7 +77,12 @@ def _simple(kind: str, category: str, severity: str, rx: str, layer_group: str |
         for r in records:
             m = pattern.search(r.text)
             if m:
-                layers = (m.group(layer_group).strip(),) if layer_group and m.group(layer_group) else ()
+                name = (
+                    (m.group(layer_group) or next((v for v in m.groupdict().values() if v), None))
+                    if layer_group
+                    else None
+                )
+                layers = (name.strip(),) if name else ()
                 yield Hit(kind, category, severity, _msg(r), r.first, layers)
 
     rule.__name__ = f"rule_{kind}"
@@ -86,18 +91,24 @@ def _simple(kind: str, category: str, severity: str, rx: str, layer_group: str |
 
 # --- F1 fallbacks -------------------------------------------------------------------------
 
+# 6-8.4 `DLA is enabled but layer X is not supported on DLA, falling back`; 8.5+ `Layer 'X' (T): Unsupported on DLA.`
 rule_dla_fallback = _simple(
     "dla_fallback",
     "fallback",
     "medium",
-    r"DLA is enabled but layer (?P<layer>.+?) is not (?:supported|running) on DLA,? falling back to GPU",
+    r"(?:DLA is enabled but layer (?P<layer>.+?) is not (?:supported|running) on DLA,? falling back to GPU"
+    r"|Layer '(?P<q>.+?)' \([A-Z_0-9]+\):? (?:Unsupported on DLA|is not supported on DLA)"
+    r"|Validation failed for DLA layer:? (?P<v>.+?)\.? Switching to GPU fallback"
+    r"|DLA only supports \w+(?: and \w+)* precision type\. Switching (?P<p>.+?) device type to GPU)",
     "layer",
 )
 rule_dla_unsupported = _simple(
     "dla_unsupported",
     "fallback",
     "info",
-    r"^(?P<layer>.+?): (?:.*\bnot supported for DLA\b|.*\bon DLA requires\b)",
+    r"^(?P<layer>.+?): (?:.*\bnot supported for DLA\b|.*\bon DLA requires\b|DLA (?:only supports|does not support))"
+    r"|DLA Layer (?P<l2>.+?) does not support"
+    r"|This version of DLA does not support",
     "layer",
 )
 rule_dla_unused = _simple("dla_unused", "fallback", "medium", r"no layer in the network can run on DLA")
@@ -123,7 +134,7 @@ rule_missing_scale = _simple(
     "missing_scale",
     "calibration",
     "medium",
-    r"Missing scale and zero-point for tensor (?P<layer>.+?), expect fall back",
+    r"Missing (?:scale and zero-point|dynamic range) for tensor (?P<layer>.+?),\s*expect fall ?back",
     "layer",
 )
 rule_calibration_failure = _simple(
@@ -148,26 +159,20 @@ rule_random_calibration = _simple(
 )
 
 _CALIB = re.compile(
-    r"Starting Calibration with batch size (?P<bs>\d+)|Calibrated batch (?P<b>\d+) in (?P<bt>[\d.eE+-]+)"
+    r"Starting Calibration(?: with batch size (?P<bs>\d+))?|Calibrated batch (?P<b>\d+) in (?P<bt>[\d.eE+-]+)"
     r"|Post Processing Calibration data in (?P<pp>[\d.eE+-]+)|Calibration completed in (?P<done>[\d.eE+-]+)"
+    r"|Calibration Profile is not defined\. Calibrating with Profile (?P<prof>\d+)"
 )
+_CALIB_DETAIL = (("bs", "batch_size", int), ("b", "batch", int), ("pp", "post_processing_s", float),
+                 ("done", "completed_s", float), ("prof", "profile", int))  # fmt: skip
 
 
 def rule_calibration_progress(records: list[LogRecord]) -> Iterator[Hit]:
     for r in records:
         m = _CALIB.search(r.text)
-        if not m:
-            continue
-        d: dict[str, Any] = {}
-        if m.group("bs"):
-            d["batch_size"] = int(m.group("bs"))
-        if m.group("b"):
-            d["batch"] = int(m.group("b"))
-        if m.group("pp"):
-            d["post_processing_s"] = float(m.group("pp"))
-        if m.group("done"):
-            d["completed_s"] = float(m.group("done"))
-        yield Hit("calibration_progress", "calibration", "info", _msg(r), r.first, (), d)
+        if m:
+            d = {key: cast(m.group(g)) for g, key, cast in _CALIB_DETAIL if m.group(g)}
+            yield Hit("calibration_progress", "calibration", "info", _msg(r), r.first, (), d)
 
 
 # --- F3 tactics ---------------------------------------------------------------------------
@@ -269,13 +274,26 @@ rule_int64_cast = _simple(
 rule_int32_clamp = _simple(
     "int32_clamp", "accuracy", "high", r"weights outside the range of INT32 (?:was|were) clamped|clamped to INT32"
 )
-rule_layernorm = _simple(
-    "layernorm_fp16",
-    "accuracy",
-    "medium",
-    r"Detected layernorm nodes in FP16|layernorm (?:after self-attention )?in FP16 may cause overflow|"
-    r"LayerNorm.* in FP16 .*overflow",
+_LAYERNORM = re.compile(
+    r"Detected layernorm nodes in FP16|layernorm (?:after self-attention )?(?:in|with) FP16\b.{0,40}?may cause "
+    r"overflow|LayerNorm.* in FP16 .*overflow",
+    re.I,
 )
+_NODE_LIST = re.compile(r"^[^\s,:]+(?:\s*,\s*[^\s,:]+)+,?$")
+
+
+def rule_layernorm(records: list[LogRecord]) -> Iterator[Hit]:
+    """FP16 layernorm warnings; layers: the nodes after `... in FP16:` or on the next (verbose) record (8.6-10)."""
+    for i, r in enumerate(records):
+        m = _LAYERNORM.search(r.text)
+        if m:
+            nxt = [x.text.replace("\n", " ").strip() for x in records[i + 1 : i + 3] if x.dialect != "blank"]
+            cands = [r.text[m.end() :].lstrip(".: ").strip()] + (nxt[:1] if m.group(0)[:3].lower() == "det" else [])
+            nodes = next((c for c in cands if _NODE_LIST.match(c)), "")
+            layers = tuple(dict.fromkeys(x.strip() for x in nodes.split(",") if x.strip()))
+            yield Hit("layernorm_fp16", "accuracy", "medium", _msg(r), r.first, layers)
+
+
 rule_weights_conversion = _simple(
     "weight_conversion_issues", "accuracy", "info", r"encountered issues when converting weights between types"
 )
@@ -283,7 +301,8 @@ rule_no_implementation = _simple(
     "no_implementation",
     "build",
     "high",
-    r"Could not find any implementation for node (?P<layer>.+?)\.?\)?\s*$",
+    r"Could not find any implementation for node (?P<layer>.+?)"
+    r"(?:\.?\)\s*$|\.? In \w+ at |, try increasing|\.\s*$|\s*$)",
     "layer",
 )
 rule_build_failure = _simple(
@@ -291,7 +310,8 @@ rule_build_failure = _simple(
     "build",
     "high",
     r"Builder failed while configuring|enginePtr != nullptr|Engine could not be created|Unable to create engine|"
-    r"Failed to create engine|Network validation failed|engine (?:is )?null|Engine build failed",
+    r"Failed to create (?:TensorRT |TRT )?engine|Network validation failed|engine (?:is )?null|Engine build failed|"
+    r"Building engine failed|Engine set up failed",
 )
 rule_library_error = _simple("library_error", "build", "high", r"(?:cuBLAS|cuDNN|cuBLASLt|CUDA) Error in \w+")
 rule_library_mismatch = _simple(
