@@ -309,3 +309,113 @@ def test_fuzz_images_truncated_and_flipped(tmp_path: Path, cut: int, flip: int, 
         _read_image(p)
     except TrtVerifyError as exc:
         assert str(exc).startswith(f"{p}: "), str(exc)
+
+
+# ---- results.json for report and merge ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The results.json of a real (tiny) run: the seed the tampering starts from."""
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("run")
+    shutil.copy(ROOT / "tests" / "data" / "tiny" / "tiny.onnx", folder)
+    suite = INPUT_SUITE.replace("{file: FILE}", "{generate: {input: {shape: [2, 1, 8, 8]}}}")
+    r = run_cli("run", str(write_suite(folder, suite)), "--out", str(folder / "out"), "-q")
+    assert r.code == 0, r.out + r.err
+    return json.loads((folder / "out" / "results.json").read_text(encoding="utf-8"))
+
+
+def _write_json(path: Path, data: object) -> Path:
+    import json
+
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        (lambda d: {**d, "schema_version": 99}, "results of schema version 99; this trtverify reads version"),
+        (lambda d: {k: v for k, v in d.items() if k != "schema_version"}, "schema version None"),
+        (lambda d: {**d, "stages": 5}, "not a valid results.json (1 problem(s): stages"),
+        (lambda d: {**d, "suite": None}, "not a valid results.json"),
+        (lambda d: [d], "not a trtverify results.json"),
+        (lambda d: "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (lambda d: "{not json", "not valid JSON"),
+        (lambda d: "\0\0\0", "not valid JSON"),
+    ],
+    ids=["schema-99", "no-schema", "stages-int", "suite-null", "list", "deep", "not-json", "nul"],
+)
+def test_tampered_results_are_refused_naming_the_file(tmp_path: Path, real_results: dict, tamper, message: str):
+    from trtverify.results.io import load_results
+
+    data = tamper(real_results)
+    p = tmp_path / "results.json"
+    if isinstance(data, str):
+        p.write_text(data, encoding="utf-8")
+    else:
+        _write_json(p, data)
+    err = refused_quickly(load_results, p)
+    assert err.exit_code == 2 and str(err).startswith(f"{p}: ") and message in str(err), str(err)
+
+
+def test_huge_results_are_refused_by_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from trtverify.results import io
+
+    monkeypatch.setattr(io, "MAX_RESULTS_BYTES", 1000)
+    p = tmp_path / "results.json"
+    p.write_text(" " * 2000 + "{}", encoding="utf-8")
+    assert "larger than" in str(refused_quickly(io.load_results, p))
+
+
+def test_report_and_merge_of_another_schema_version_are_exit_2(tmp_path: Path, real_results: dict):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        _write_json(tmp_path / name / "results.json", {**real_results, "schema_version": 1})
+    r = run_cli("report", str(tmp_path / "a" / "results.json"))
+    assert r.code == 2 and "results of schema version 1; this trtverify reads version" in r.err, r.err
+    r = run_cli("merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m"))
+    assert r.code == 2 and "schema version 1" in r.err and "Traceback" not in r.err, r.err
+
+
+def _leaves(data: object, path: tuple = ()) -> list[tuple]:
+    if isinstance(data, dict):
+        return [path] + [p for k, v in data.items() for p in _leaves(v, (*path, k))]
+    if isinstance(data, list):
+        return [path] + [p for i, v in enumerate(data) for p in _leaves(v, (*path, i))]
+    return [path]
+
+
+_json_value = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@FUZZ
+@given(pick=st.integers(0, 10**6), value=_json_value)
+def test_fuzz_results_with_one_value_replaced(tmp_path: Path, real_results: dict, pick: int, value: object):
+    """Any one value of a real results.json replaced: it loads and renders, or is refused naming the file."""
+    import copy
+
+    from trtverify.report.html import write_report
+    from trtverify.results.io import load_results
+
+    data = copy.deepcopy(real_results)
+    leaves = _leaves(data)[1:]
+    path = leaves[pick % len(leaves)]
+    node = data
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    p = _write_json(tmp_path / "results.json", data)
+    try:
+        results = load_results(p)
+    except TrtVerifyError as exc:
+        assert exc.exit_code == 2 and str(exc).startswith(f"{p}: "), str(exc)
+        return
+    write_report(results, tmp_path / "report.html")

@@ -11,6 +11,8 @@ from pydantic import ValidationError
 from trtverify.errors import UsageError
 from trtverify.results.models import SCHEMA_VERSION, Results
 
+MAX_RESULTS_BYTES = 512 * 1024 * 1024  # a results.json of a large e2e run is a few MB
+
 
 def parse_results(data: Any, source: str) -> Results:
     """`data` (parsed JSON) as Results; UsageError naming `source` when it is not one this version reads."""
@@ -24,6 +26,8 @@ def parse_results(data: Any, source: str) -> Results:
         )
     try:
         return Results.model_validate(data)
+    except RecursionError:
+        raise UsageError(f"{source}: not a valid results.json (nested too deeply to be one)") from None
     except ValidationError as exc:
         where = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)[:5]
@@ -32,13 +36,23 @@ def parse_results(data: Any, source: str) -> Results:
 
 
 def load_results(path: Path) -> Results:
+    """The results.json at `path`; UsageError naming it when it is missing, huge, not JSON or not results."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as fh:  # at most one byte past the cap: a FIFO or /dev/zero ends too
+            raw = fh.read(MAX_RESULTS_BYTES + 1)
     except FileNotFoundError:
         raise UsageError(f"{path}: not found") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a folder, expected a results.json") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_RESULTS_BYTES:
+        raise UsageError(f"{path}: larger than {MAX_RESULTS_BYTES // 2**20} MiB; not a results.json trtverify wrote")
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not a results.json (JSON nested too deeply)") from None
     return parse_results(data, str(path))
