@@ -419,3 +419,118 @@ def test_fuzz_results_with_one_value_replaced(tmp_path: Path, real_results: dict
         assert exc.exit_code == 2 and str(exc).startswith(f"{p}: "), str(exc)
         return
     write_report(results, tmp_path / "report.html")
+
+
+# ---- build logs, trtexec exports and console logs -----------------------------------------------
+
+LOGS = sorted((ROOT / "tests" / "data" / "buildlogs").glob("*.log")) + sorted(
+    (ROOT / "tests" / "data" / "trtexec_logs").glob("*.log")
+)
+
+
+def test_binary_build_log_is_refused_naming_the_file_and_line(tmp_path: Path):
+    from trtverify.buildlog.parser import parse_file
+
+    p = tmp_path / "build.log"
+    p.write_bytes(b"[I] TensorRT version: 10.4.0\n[I] building\n\x7fELF\x00\x00\x01")
+    err = refused_quickly(parse_file, p)
+    assert str(err).startswith(f"{p}: a NUL byte on line 3: a binary file, not a build log")
+
+
+def test_utf16_build_log_from_powershell_is_read(tmp_path: Path):
+    from trtverify.buildlog.parser import parse_file
+
+    p = tmp_path / "build.log"
+    text = LOGS[0].read_text(encoding="utf-8", errors="replace")
+    p.write_bytes(text.encode("utf-16"))  # with a BOM, as PowerShell's '>' writes it
+    assert parse_file(p) == parse_file(LOGS[0])
+
+
+def test_huge_build_log_is_refused_by_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from trtverify.buildlog import parser
+
+    monkeypatch.setattr(parser, "MAX_LOG_BYTES", 1000)
+    p = tmp_path / "build.log"
+    p.write_text("[I] x\n" * 1000, encoding="utf-8")
+    assert "larger than" in str(refused_quickly(parser.parse_file, p))
+
+
+def test_binary_build_log_in_the_cli_is_exit_2(tmp_path: Path):
+    p = tmp_path / "build.log"
+    p.write_bytes(b"\x00" * 64)
+    r = run_cli("parse-log", str(p))
+    assert r.code == 2 and "a binary file, not a build log" in r.err and "Traceback" not in r.err, r.err
+
+
+@FUZZ
+@given(seed=st.sampled_from(LOGS), cut=st.floats(0, 1), junk=st.binary(max_size=32))
+def test_fuzz_build_logs_truncated_and_spliced(tmp_path: Path, seed: Path, cut: float, junk: bytes):
+    from trtverify.buildlog.parser import parse_file
+
+    raw = seed.read_bytes()
+    at = int(len(raw) * cut)
+    p = tmp_path / "build.log"
+    p.write_bytes(raw[:at] + junk)
+    t = time.perf_counter()
+    try:
+        parse_file(p)
+    except TrtVerifyError as exc:
+        assert exc.exit_code == 2 and str(exc).startswith(f"{p}: ") and b"\0" in junk, str(exc)
+    assert time.perf_counter() - t < 5
+
+
+EXPORTS = ROOT / "tests" / "data" / "engine_exports" / "fp16"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\x00\x01\x02 binary", "not a JSON trtexec export"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'[{"count": 1}, {"name": "conv", "averageMs": "fast"}]', "averageMs must be a number"),
+    ],
+    ids=["binary", "deep", "averageMs-string"],
+)
+def test_hostile_trtexec_export_is_a_usage_error(tmp_path: Path, content: bytes, message: str):
+    from trtverify.engine.exports import read_profile
+
+    p = tmp_path / "x.profile.json"
+    p.write_bytes(content)
+    err = refused_quickly(read_profile, p)
+    assert str(err).startswith(f"{p}: ") and message in str(err), str(err)
+
+
+def test_huge_trtexec_export_is_refused_by_size(tmp_path: Path):
+    from trtverify.engine.exports import MAX_BYTES, load_json
+
+    p = tmp_path / "x.graph.json"
+    with open(p, "wb") as fh:  # sparse
+        fh.seek(MAX_BYTES + 1)
+        fh.write(b"\n")
+    assert "larger than a trtexec export" in str(refused_quickly(load_json, p))
+
+
+def test_binary_trtexec_console_log_is_refused(tmp_path: Path):
+    from trtverify.engine.audit import audit
+
+    p = tmp_path / "trtexec.log"
+    p.write_bytes(b"&&&& RUNNING TensorRT.trtexec\n\x00\x00\x00")
+    assert "a binary file, not a trtexec console log" in str(refused_quickly(audit, [p]))
+
+
+@FUZZ
+@given(seed=st.sampled_from(sorted(EXPORTS.glob("*.json"))), cut=st.floats(0, 1), junk=st.binary(max_size=16))
+def test_fuzz_trtexec_exports_truncated(tmp_path: Path, seed: Path, cut: float, junk: bytes):
+    import shutil
+
+    from trtverify.engine.audit import audit
+
+    folder = tmp_path / "engine"
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(EXPORTS, folder)
+    raw = seed.read_bytes()
+    (folder / seed.name).write_bytes(raw[: int(len(raw) * cut)] + junk)
+    try:
+        audit([folder])
+    except TrtVerifyError as exc:
+        assert exc.exit_code == 2, str(exc)

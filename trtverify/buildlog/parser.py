@@ -18,6 +18,7 @@ from trtverify.buildlog import families, performance, polygraphy
 from trtverify.buildlog.findings import RULES, Finding, collect, precision_fallback
 from trtverify.buildlog.layers import EngineLayer, layer_table
 from trtverify.buildlog.lines import LogRecord, split_records
+from trtverify.errors import UsageError
 from trtverify.record import Record
 
 __all__ = ["BuildLog", "Finding", "parse", "parse_file"]
@@ -141,5 +142,36 @@ def parse(text: str) -> BuildLog:
     )
 
 
+MAX_LOG_BYTES = 256 << 20  # a verbose build of a large model logs tens of MB
+
+
+def read_log_text(path: str | Path) -> str:
+    """A build log's text: size-bounded, UTF-16 with a BOM (PowerShell's `>`) decoded, binary refused."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:  # at most one byte past the cap: a FIFO or /dev/zero ends too
+            raw = fh.read(MAX_LOG_BYTES + 1)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: build log not found") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a folder, expected a build log") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_LOG_BYTES:
+        raise UsageError(f"{path}: larger than {MAX_LOG_BYTES >> 20} MB; is it a build log?")
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        text = raw.decode("utf-16", errors="replace")
+    else:
+        text = raw.decode("utf-8", errors="replace")
+    nul = text.find("\0")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise UsageError(
+            f"{path}: a NUL byte on line {line}: a binary file, not a build log "
+            "(give the text TensorRT printed, e.g. trtexec ... 2>&1 | tee build.log)"
+        )
+    return text
+
+
 def parse_file(path: str | Path) -> BuildLog:
-    return parse(Path(path).read_bytes().decode("utf-8", errors="replace"))
+    return parse(read_log_text(path))

@@ -180,7 +180,10 @@ def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFindi
 def _read_log(log: Path) -> str:
     if log.stat().st_size > MAX_LOG:
         raise UsageError(f"{log}: {log.stat().st_size >> 20} MB, larger than a trtexec log should be")
-    return log.read_text(encoding="utf-8", errors="replace")
+    text = log.read_text(encoding="utf-8", errors="replace")
+    if "\0" in text:
+        raise UsageError(f"{log}: holds NUL bytes: a binary file, not a trtexec console log")
+    return text
 
 
 def _console(paths: list[Path]) -> tuple[PerfSummary | None, ProfileTable | None, LayerListing | None, list[str]]:

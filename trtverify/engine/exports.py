@@ -81,6 +81,8 @@ def _load(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{path}: not a JSON trtexec export ({exc})") from exc
+    except RecursionError:
+        raise UsageError(f"{path}: not a trtexec export (JSON nested too deeply)") from None
 
 
 def read_layer_info(path: Path) -> list[EngineLayer]:
@@ -110,7 +112,10 @@ def read_profile(path: Path) -> dict[str, float]:
     out = {}
     for item in data:
         if isinstance(item, dict) and "name" in item and "averageMs" in item:
-            out[str(item["name"])] = float(item["averageMs"])
+            ms = item["averageMs"]
+            if not isinstance(ms, (int, float)) or isinstance(ms, bool):
+                raise UsageError(f"{path}: layer '{item['name']}': averageMs must be a number, got {ms!r}")
+            out[str(item["name"])] = float(ms)
     if not out:
         raise UsageError(f"{path}: no layer timings (name, averageMs) found")
     return out
