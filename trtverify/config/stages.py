@@ -298,7 +298,17 @@ class E2EStage(Strict):
     ignore_index: int | None = Field(
         default=255, ge=0, description="segmentation: label value of pixels that count for nothing (null: none)"
     )
-    worst: int = Field(default=20, ge=0, description="how many most-disagreeing samples to list")
+    worst: int = Field(
+        default=20, ge=0, description="how many changed samples to list (only samples whose prediction changed)"
+    )
+    reference_sanity: Literal["warn", "fail", "ignore"] = Field(
+        default="warn",
+        description="a degenerate reference (one class for more than 90 % of its predictions and at least 10 points "
+        "more than the labels give it; accuracy, pixel accuracy near chance: at most chance + 0.05 x (1 - chance), "
+        "chance being the most frequent label's share; detection: no detections, or mAP under 0.01) makes every drop "
+        "gate meaningless. warn: a note; fail: also the failing check 'reference sanity: not degenerate'; "
+        "ignore: not looked at",
+    )
 
     def gate_metrics(self) -> tuple[str, ...]:
         """The metrics a gate may name for this task."""

@@ -33,6 +33,14 @@ from trtverify.tasks.datasets import Reader, open_dataset
 
 State = dict[str, np.ndarray]
 
+# A reference is degenerate (`Task.sanity`) when one class takes more than DOMINANT_SHARE of its
+# predictions and at least DOMINANT_MARGIN more than the labels give that class, or when its
+# accuracy is near chance: at most chance + CHANCE_MARGIN x (1 - chance), chance being the share of
+# the most frequent label (what always predicting that class scores: 1 / classes when balanced).
+DOMINANT_SHARE = 0.9
+DOMINANT_MARGIN = 0.1
+CHANCE_MARGIN = 0.05
+
 
 class TaskMetrics(Record):
     """A task's metrics of one model: scalar metrics by name, per-class rows and task extras."""
@@ -110,6 +118,44 @@ def class_deltas(
     return out
 
 
+def dominant_class(
+    predicted: Sequence[int], labelled: Sequence[int], names: Sequence[str], what: str = "samples"
+) -> str | None:
+    """Why the predictions look degenerate, or None: one class takes more than DOMINANT_SHARE of
+    them, and at least DOMINANT_MARGIN more than the labels give it. `predicted` and `labelled`: counts
+    per class; `names`: how each class is named ('class 3 (Dress)')."""
+    total, total_labels = sum(predicted), sum(labelled)
+    if total <= 0:
+        return None
+    k = max(range(len(predicted)), key=lambda i: (predicted[i], -i))
+    share = predicted[k] / total
+    label_share = labelled[k] / total_labels if total_labels else 0.0
+    if share > DOMINANT_SHARE and share - label_share >= DOMINANT_MARGIN:
+        return f"{share:.1%} of the {what} predicted as {names[k]}; the labels give it {label_share:.1%}"
+    return None
+
+
+def class_label(index: int, name: str | None) -> str:
+    """'class 3 (Dress)', or 'class 3' when the name is the index."""
+    return f"class {index}" if name is None or name == str(index) else f"class {index} ({name})"
+
+
+def near_chance(metric: str, value: float, labelled: Sequence[int]) -> str | None:
+    """Why `value` (an accuracy) is near chance, or None: at most chance + CHANCE_MARGIN x (1 - chance),
+    chance being the share of the most frequent label in `labelled` (counts per class)."""
+    total = sum(labelled)
+    if total <= 0 or value != value:
+        return None
+    chance = max(labelled) / total
+    limit = chance + CHANCE_MARGIN * (1 - chance)
+    if value <= limit:
+        return (
+            f"{metric} {value:.4f} is near chance: always predicting the most frequent label scores {chance:.4f} "
+            f"(limit {limit:.4f})"
+        )
+    return None
+
+
 def largest_drops(
     reference: dict[Any, float], candidate: dict[Any, float], position: Callable[[Any], int]
 ) -> list[tuple[float, Any]]:
@@ -169,6 +215,11 @@ class Task(ABC):
     def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
         """The `n` samples whose result changed most: `reference` and `candidate` are `per_sample` of
         the reference's and the candidate's accumulator."""
+
+    def sanity(self, metrics: TaskMetrics) -> list[str]:
+        """Why a model's metrics (the reference's) look degenerate: one class for nearly every
+        prediction, or an accuracy near chance. Empty when they do not."""
+        return []
 
     @abstractmethod
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:

@@ -26,7 +26,18 @@ from pydantic import ConfigDict, Field
 
 from trtverify.errors import UsageError
 from trtverify.record import Record, optional
-from trtverify.tasks.base import ClassRow, State, Task, TaskMetrics, call_hook, class_deltas, select_output
+from trtverify.tasks.base import (
+    ClassRow,
+    State,
+    Task,
+    TaskMetrics,
+    call_hook,
+    class_deltas,
+    class_label,
+    dominant_class,
+    near_chance,
+    select_output,
+)
 from trtverify.tasks.batches import Batch
 
 INVALID = -1  # prediction of a score row holding a NaN
@@ -311,14 +322,14 @@ class ClassDelta(ClassRow):
 
 
 class ClassificationWorst(Record):
-    """A sample whose prediction changed: flipped ones the reference got right first."""
+    """A sample whose predicted class changed: those the reference got right first."""
 
     index: int = Field(description="position in the dataset")
     id: Any = Field(description="the dataset's id of the sample (npz position, file name)")
     label: int
     reference: int = Field(description="the reference's predicted class")
     candidate: int = Field(description="the candidate's predicted class")
-    flipped: bool
+    flipped: bool = Field(description="the predicted class changed (always: only such samples are listed)")
     lost: bool = Field(description="flipped away from a correct reference prediction")
     prob_change: float = Field(description="|change| of the probability of the reference's class")
 
@@ -356,15 +367,17 @@ class ClassificationTask(Task):
         return acc.predictions()
 
     def worst(self, reference: Any, candidate: Any, n: int) -> list[Record]:
+        """The samples whose predicted class changed (no other): those the reference got right first,
+        then by the change of the probability of the reference's class."""
         rows = []
         for i, (rp, rprob) in reference.items():
             cp, cprob = candidate[i]
+            if rp == cp:
+                continue
             label = self.reader.label(i)
-            score = abs(float(rprob[rp]) - float(cprob[rp]))
-            flipped = rp != cp
-            lost = flipped and rp == label
-            rows.append((lost, flipped, score, i, rp, cp, label))
-        rows.sort(key=lambda r: (not r[0], not r[1], -r[2], r[3]))
+            score = abs(float(rprob[rp]) - float(cprob[rp])) if rp >= 0 else float("nan")
+            rows.append((rp == label, score, i, rp, cp, label))
+        rows.sort(key=lambda r: (not r[0], -r[1] if r[1] == r[1] else 0.0, r[2]))
         return [
             ClassificationWorst(
                 index=i,
@@ -372,12 +385,20 @@ class ClassificationTask(Task):
                 label=label,
                 reference=rp,
                 candidate=cp,
-                flipped=flipped,
+                flipped=True,
                 lost=lost,
                 prob_change=score,
             )
-            for lost, flipped, score, i, rp, cp, label in rows[:n]
+            for lost, score, i, rp, cp, label in rows[:n]
         ]
+
+    def sanity(self, metrics: TaskMetrics) -> list[str]:
+        assert isinstance(metrics, ClassificationMetrics)
+        predicted = np.asarray(metrics.confusion, dtype=np.int64).sum(axis=0).tolist()
+        labelled = [row.support for row in metrics.per_class]
+        names = [class_label(row.class_, row.name) for row in metrics.per_class]
+        reasons = [dominant_class(predicted, labelled, names), near_chance("accuracy", metrics.accuracy, labelled)]
+        return [r for r in reasons if r]
 
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         assert isinstance(reference, ClassificationMetrics) and isinstance(candidate, ClassificationMetrics)

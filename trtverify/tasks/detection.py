@@ -45,6 +45,7 @@ from trtverify.tasks.base import (
     TaskMetrics,
     call_hook,
     class_deltas,
+    dominant_class,
     input_size,
     largest_drops,
     select_output,
@@ -61,6 +62,8 @@ from trtverify.tasks.coco import (
     is_int,
     mean_valid,
 )
+
+NEAR_ZERO_MAP = 0.01  # a reference mAP below this is degenerate (`DetectionTask.sanity`)
 
 # --- accumulator -------------------------------------------------------------------------
 
@@ -405,6 +408,25 @@ class DetectionTask(Task):
             )
             for d, k in rows[:n]
         ]
+
+    def sanity(self, metrics: TaskMetrics) -> list[str]:
+        """No detection at all (or none at the score threshold), nearly all of one category, or a mAP
+        under NEAR_ZERO_MAP."""
+        assert isinstance(metrics, DetectionMetrics)
+        if metrics.detections == 0:
+            return ["no detections at all"]
+        rows = metrics.per_class
+        predicted = [r.tp + r.fp for r in rows]
+        if sum(predicted) == 0:
+            return [f"no detection scores >= score_threshold {metrics.score_threshold:g}"]
+        reasons = []
+        if len(rows) > 1:
+            names = [f"category {r.category_id} ({r.name})" for r in rows]
+            one = dominant_class(predicted, [r.tp + r.fn for r in rows], names, "detections")
+            reasons += [one] if one else []
+        if metrics.map == metrics.map and metrics.map < NEAR_ZERO_MAP:
+            reasons.append(f"map {metrics.map:.4f} is below {NEAR_ZERO_MAP:g}: next to nothing is found")
+        return reasons
 
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         assert isinstance(reference, DetectionMetrics) and isinstance(candidate, DetectionMetrics)

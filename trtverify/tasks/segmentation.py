@@ -34,7 +34,10 @@ from trtverify.tasks.base import (
     TaskMetrics,
     call_hook,
     class_deltas,
+    class_label,
+    dominant_class,
     largest_drops,
+    near_chance,
     select_output,
 )
 from trtverify.tasks.batches import Batch
@@ -345,6 +348,17 @@ class SegmentationTask(Task):
             )
             for d, i in rows[:n]
         ]
+
+    def sanity(self, metrics: TaskMetrics) -> list[str]:
+        assert isinstance(metrics, SegmentationMetrics)
+        predicted = [r.predicted for r in metrics.per_class]
+        labelled = [r.support for r in metrics.per_class]
+        names = [class_label(r.class_, r.name) for r in metrics.per_class]
+        reasons = [
+            dominant_class(predicted, labelled, names, "pixels"),
+            near_chance("pixel_accuracy", metrics.pixel_accuracy, labelled),
+        ]
+        return [r for r in reasons if r]
 
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         assert isinstance(reference, SegmentationMetrics) and isinstance(candidate, SegmentationMetrics)

@@ -25,12 +25,22 @@ class DatasetInfo(Record):
     samples: int = Field(description="samples in the dataset (all of them, not only this shard's)")
 
 
+class ReferenceSanity(Record):
+    """Whether the reference's predictions are degenerate (one class nearly always, a metric near chance)."""
+
+    mode: Literal["warn", "fail"] = Field(description="stages.e2e.reference_sanity: fail adds a failing check")
+    degenerate: bool
+    reasons: list[str] = Field(description="what looks degenerate; empty when nothing does")
+
+
 class E2ECandidate(Record):
     name: str
     metrics: TaskMetricsRecord  # type: ignore[valid-type]
     deltas: dict[str, int | float] = Field(description="candidate - reference, per scalar metric")
     per_class: list[PerClassRecord]  # type: ignore[valid-type]
-    worst: list[WorstRecord] = Field(description="the samples that changed most, worst first")  # type: ignore[valid-type]
+    worst: list[WorstRecord] = Field(  # type: ignore[valid-type]
+        description="the samples whose prediction changed (no other), most changed first"
+    )  # type: ignore[valid-type]
     passed: bool = Field(description="every gate of this candidate passed")
 
 
@@ -46,6 +56,9 @@ class E2EResult(StageResult):
     samples: int | None = optional("samples evaluated")
     gated: list[str] | None = optional("the metrics the gates name, in the suite's order")
     reference: TaskMetricsRecord | None = optional("the reference's metrics")  # type: ignore[valid-type]
+    reference_sanity: ReferenceSanity | None = optional(
+        "whether the reference looks degenerate (stages.e2e.reference_sanity; absent with ignore)"
+    )
     candidates: list[E2ECandidate] | None = optional()
     shard_slice: list[int] | None = optional("[start, stop) of the dataset positions this shard evaluated")
     shard_states: dict[str, str] | None = optional("model -> its accumulator state file, for `trtverify merge`")

@@ -28,7 +28,7 @@ from trtverify.config.stages import E2EStage
 from trtverify.errors import UsageError
 from trtverify.fsutil import atomic_write
 from trtverify.stages.base import StageContext, status_of, sum_timings, timed
-from trtverify.stages.e2e.models import DatasetInfo, E2ECandidate, E2EResult
+from trtverify.stages.e2e.models import DatasetInfo, E2ECandidate, E2EResult, ReferenceSanity
 from trtverify.tasks.base import Task, TaskMetrics
 from trtverify.tasks.batches import Batch, batches, default_workers, make_preprocess
 from trtverify.tasks.datasets import open_dataset
@@ -212,11 +212,14 @@ def _save_states(out_dir: Path, models: list[_Model]) -> dict[str, Any]:
     return {"shard_states": files}
 
 
-def gate_checks(cfg: E2EStage, name: str, ref: TaskMetrics, cand: TaskMetrics) -> list[CheckResult]:
-    """The suite's gates on one candidate's metrics against the reference's."""
+def gate_checks(
+    cfg: E2EStage, name: str, ref: TaskMetrics, cand: TaskMetrics, worst_sample: int | None = None
+) -> list[CheckResult]:
+    """The suite's gates on one candidate's metrics against the reference's; `worst_sample`: the dataset
+    position of the sample that changed most, which a failing gate names."""
     checks = []
     ref_s, cand_s = ref.scalars(), cand.scalars()
-    where = {"candidate": name}
+    where: dict[str, Any] = {"candidate": name, "worst_sample": worst_sample}
     for g in cfg.gates:
         r, c = ref_s.get(g.metric), cand_s.get(g.metric)
         if (
@@ -263,17 +266,45 @@ def gate_checks(cfg: E2EStage, name: str, ref: TaskMetrics, cand: TaskMetrics) -
     return checks
 
 
+SANITY_CHECK = "reference sanity: not degenerate"
+
+
+def reference_sanity(task: Task, ref: TaskMetrics) -> tuple[ReferenceSanity | None, list[CheckResult], list[str]]:
+    """The reference's sanity record, its check (with reference_sanity: fail) and its warning note."""
+    mode = task.cfg.reference_sanity
+    if mode == "ignore":
+        return None, [], []
+    reasons = task.sanity(ref)
+    record = ReferenceSanity(mode=mode, degenerate=bool(reasons), reasons=reasons)
+    notes = []
+    if reasons:
+        then = "fails" if mode == "fail" else "warns (stages.e2e.reference_sanity: fail makes it a failing check)"
+        notes.append(
+            f"warning: the reference looks degenerate: {'; '.join(reasons)}. Drop gates against it say little; "
+            f"check its preprocessing, post-processing and labels. This {then}"
+        )
+    checks = []
+    if mode == "fail":
+        detail = {"reasons": reasons} if reasons else {}
+        checks.append(limit_check(SANITY_CHECK, NAME, "reference_degenerate", len(reasons), 0, "<=", detail=detail))
+    return record, checks, notes
+
+
 def finalize(task: Task, models: Sequence[_Model], evaluated: int, **fields: Any) -> E2EResult:
     """Metrics, deltas, worst samples and gates from the models' accumulators."""
     cfg = task.cfg
     metrics = {m.name: m.acc.compute() for m in models}
     ref = metrics[models[0].name]
     checks = [limit_check("samples evaluated", NAME, "samples", evaluated, 1, ">=")]
+    sanity, sanity_checks, sanity_notes = reference_sanity(task, ref)
+    checks += sanity_checks
+    fields["notes"] = [*fields.get("notes", []), *sanity_notes]
     cands = []
     ref_samples = task.per_sample(models[0].acc) if models[1:] else None  # once, not once per candidate
     for m in models[1:]:
         cm = metrics[m.name]
-        gates = gate_checks(cfg, m.name, ref, cm)
+        worst = task.worst(ref_samples, task.per_sample(m.acc), max(cfg.worst, 1))  # the first names a failing gate's
+        gates = gate_checks(cfg, m.name, ref, cm, worst[0].index if worst else None)  # type: ignore[attr-defined]
         checks += gates
         cand_s = cm.scalars()
         cands.append(
@@ -282,7 +313,7 @@ def finalize(task: Task, models: Sequence[_Model], evaluated: int, **fields: Any
                 metrics=cm,
                 deltas={k: cand_s[k] - v for k, v in ref.scalars().items() if k in cand_s},
                 per_class=task.per_class(ref, cm),
-                worst=task.worst(ref_samples, task.per_sample(m.acc), cfg.worst),
+                worst=worst[: cfg.worst],
                 passed=all(c.passed for c in gates),
             )
         )
@@ -294,6 +325,7 @@ def finalize(task: Task, models: Sequence[_Model], evaluated: int, **fields: Any
         samples=evaluated,
         gated=list(dict.fromkeys(g.metric for g in cfg.gates)),
         reference=ref,
+        reference_sanity=sanity,
         candidates=cands,
         **fields,
     )
