@@ -72,6 +72,7 @@ def test_reference_sanity_fail_makes_it_a_failing_check(tmp_path: Path):
     check = next(c for c in _stage(tmp_path / "o")["checks"] if not c["passed"])
     assert check["name"] == "reference sanity: not degenerate" and check["metric"] == "reference_degenerate"
     assert len(check["detail"]["reasons"]) == 2
+    assert "FAIL reference sanity: not degenerate: 2 (limit <= 0): 100.0% of the samples predicted as class 3" in r.out
 
 
 def test_a_sound_reference_passes_the_check_and_ignore_records_nothing(tmp_path: Path):

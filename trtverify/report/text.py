@@ -17,7 +17,7 @@ from trtverify.report.perftext import perf_lines
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
 from trtverify.stages.e2e.models import E2EResult
-from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseResult, RootCause
+from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
 from trtverify.stages.perf import PerfResult
 
 MAX_FAILED = 20
@@ -60,6 +60,9 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
         if rc is not None:
             label = "root cause #1" if fd is not None else "largest own error"
             out.append(f"          {cand.name}: {label} {cause_text(rc, cand.root_cause_method)}")
+        unpaired = unmatched_text(cand)
+        if unpaired:
+            out.append(f"          {cand.name}: unmatched tensors: {unpaired}")
     return out
 
 
@@ -99,15 +102,99 @@ def lint_lines(results: Results) -> list[str]:
     ]
 
 
-def fail_line(c: CheckResult) -> str:
-    """`FAIL int8: rel_l2 <= 0.01 at /layer3/Conv_output_0 (worst sample 2): 2.09` for checks on tensors."""
+def fail_line(c: CheckResult, stage: StageResult | None = None) -> str:
+    """`FAIL int8: rel_l2 <= 0.01 at /layer3/Conv_output_0 (worst sample 2): 2.09` for checks on tensors; for the
+    others the name, the value and the limit, then what the check is about: its tensor, worst sample, the
+    findings or unmatched names behind it (`stage`: the result it belongs to, for what the check does not hold)."""
     if c.tensor is not None and c.threshold is not None and c.metric in METRICS:
         who = f"{c.candidate}: " if c.candidate else ""
         sample = f" (worst sample {c.worst_sample})" if c.worst_sample is not None else ""
         failing = c.detail.get("tensors_failed")
         more = f" [{failing} of {c.detail.get('tensors')} tensors fail]" if failing and failing > 1 else ""
         return f"FAIL {who}{c.metric} {c.op} {c.threshold:g} at {c.tensor}{sample}: {fmt(c.value)}{more}"
-    return f"FAIL {c.name}: {fmt(c.value)} (limit {c.op} {fmt(c.threshold)})"
+    limit = f"{c.threshold:g}" if c.threshold is not None else fmt(None)
+    line = f"FAIL {c.name}: {fmt(c.value)} (limit {c.op} {limit})"
+    about = where(c, stage)
+    return f"{line}: {about}" if about else line
+
+
+def where(c: CheckResult, stage: StageResult | None = None) -> str:
+    """What a failing check is about, in words: '' when its name already says all there is."""
+    d = c.detail
+    parts: list[str] = []
+    if "reference" in d and "candidate" in d and c.stage == "e2e":
+        parts.append(f"reference {fmt(d['reference'])} -> {c.candidate or 'candidate'} {fmt(d['candidate'])}")
+    if c.tensor is not None and c.tensor not in c.name:
+        parts.append(f"at {c.tensor}")
+    if c.metric == "nonfinite_mismatch" and isinstance(stage, LayerwiseResult):
+        first = _first_nonfinite(stage, c.candidate)
+        if first:
+            parts.append(first)
+    if c.worst_sample is not None and c.tensor is None:
+        parts.append(f"worst sample {c.worst_sample}")
+    if isinstance(d.get("reason"), str):
+        parts.append(d["reason"])
+    parts += [str(r) for r in d.get("reasons", [])]
+    parts += _finding_words(d)
+    if c.metric == "unmatched" and "rename" not in c.name:
+        names = [*d.get("pytorch_only", []), *d.get("onnx_only", [])]
+        if names:
+            parts.append(f"{', '.join(names)}: pair them with stages.framework.rename or leave them out with ignore")
+    if c.metric == "pairs" and c.stage == "layerwise" and isinstance(stage, LayerwiseResult):
+        parts += [u for cand in stage.candidates or [] if cand.name == c.candidate for u in [unmatched_text(cand)] if u]
+    if "window_cv" in d and "max_cv" in d:
+        parts.append(f"window_cv {fmt(d['window_cv'])} over max_cv {fmt(d['max_cv'])} after {fmt(d.get('runs'))} runs")
+    if "baseline_ms" in d:
+        parts.append(f"{fmt(d.get('median_ms'))} ms against the baseline's {fmt(d['baseline_ms'])} ms")
+    return "; ".join(parts)
+
+
+def _finding_words(d: dict) -> list[str]:
+    """The first findings behind a findings check: kind, lines, layers."""
+    out = []
+    for f in d.get("findings", [])[:3]:
+        lines = f.get("lines") or []
+        at = f" (line {', '.join(str(n) for n in lines[:3])}{'...' if len(lines) > 3 else ''})" if lines else ""
+        layers = f.get("layers") or []
+        on = f" at {', '.join(layers[:2])}{'...' if len(layers) > 2 else ''}" if layers else ""
+        count = f" x{f['count']}" if f.get("count", 1) > 1 else ""
+        out.append(f"{f.get('kind')}{count}{at}{on}")
+    if len(d.get("findings", [])) > 3:
+        out.append(f"{len(d['findings']) - 3} more kinds (see results.json)")
+    lines = d.get("lines")
+    if lines:
+        out.append(f"line {', '.join(str(n) for n in lines[:6])}{'...' if len(lines) > 6 else ''}")
+    return out
+
+
+def _first_nonfinite(s: LayerwiseResult, candidate: str | None) -> str:
+    """The first tensor (topological order) where reference and candidate disagree about finiteness."""
+    for cand in s.candidates or []:
+        if cand.name != candidate:
+            continue
+        for row in cand.rows:  # in the reference's topological order
+            if row.nonfinite_mismatch:
+                return f"first at {row.tensor} ({row.nonfinite_mismatch} values)"
+    return ""
+
+
+def _names(names: list[str], limit: int = 6) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def unmatched_text(cand: LayerwiseCandidate) -> str:
+    """The layerwise candidate's unpaired tensors a rename could pair, by name, with the rename to write; ''
+    when there are none (tensors only the reference has because the candidate fused them, alone, are normal)."""
+    u = cand.unmatched
+    other = u.candidate_only.other + u.candidate_only.renamed
+    parts = []
+    if u.bad_renames:
+        parts.append(f"rename sources the reference does not have: {_names(u.bad_renames)}")
+    if u.reference_only and other:
+        parts.append(f"only in the reference: {_names(u.reference_only)}; only in {cand.name}: {_names(other)}")
+        pairs = ", ".join(f"{r}: {c}" for r, c in zip(u.reference_only[:3], other[:3]))
+        parts.append(f"pair them with stages.layerwise.rename: {{{pairs}}}")
+    return "; ".join(parts)
 
 
 def _e2e(s: E2EResult) -> list[str]:
@@ -125,7 +212,8 @@ def _e2e(s: E2EResult) -> list[str]:
         out.append(f"          {cand.name}: " + ", ".join(parts))
         if cand.worst:
             ids = ", ".join(str(w.id) for w in cand.worst[:8])
-            out.append(f"          {cand.name}: most changed samples: {ids}")
+            more = f" (of {len(cand.worst)} listed)" if len(cand.worst) > 8 else ""
+            out.append(f"          {cand.name}: most changed samples: {ids}{more}")
     return out
 
 
@@ -162,7 +250,7 @@ def stage_lines(s: StageResult) -> list[str]:
     if isinstance(s, PerfResult):
         out += perf_lines(s)
     for c in failed[:MAX_FAILED]:
-        out.append(f"          {fail_line(c)}")
+        out.append(f"          {fail_line(c, s)}")
     if len(failed) > MAX_FAILED:
         out.append(f"          ... and {len(failed) - MAX_FAILED} more failed checks (see results.json)")
     if s.error is not None:
