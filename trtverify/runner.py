@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtverify.config.against_models import model_problems
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import STAGES
 from trtverify.convert.recipes import materialize
@@ -99,14 +100,15 @@ def make_plan(loaded: LoadedSuite, requested: Sequence[str] = (), shard: Shard |
 
 
 def preflight(loaded: LoadedSuite) -> list[TensorMeta]:
-    """Checks that need the model file but run nothing; raises SuiteError with every problem."""
+    """Checks that need the model files but run nothing (`validate`, and `run` before any stage):
+    inputs, and every name and size a stage reads from the models; raises SuiteError with every problem."""
     ref = loaded.suite.models.reference
     try:
         model = load_io(Path(ref))
     except UsageError as exc:
         raise SuiteError([loaded.problem(("models", "reference"), str(exc))]) from None
-    inputs, _ = graph_io(model)
-    problems = static_input_problems(loaded, inputs)
+    inputs, outputs = graph_io(model)
+    problems = static_input_problems(loaded, inputs) + model_problems(loaded, inputs, outputs)
     if problems:
         raise SuiteError(problems)
     return inputs

@@ -1,0 +1,278 @@
+"""The suite checked against its models, before anything runs: every name or size a later stage
+reads from a model file is looked up here, so a typo is exit 2 at `validate` (and at the start of
+`run`), not exit 1 after other stages ran.
+
+Reads only the ONNX files' inputs and outputs (and, where a suite names intermediate tensors, the
+node outputs; never the weights' values); imports neither torch nor TensorRT. A candidate that
+cannot be read is left to the stages, where a broken model under test is a failed check (exit 1).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trtverify.errors import Problem
+from trtverify.onnxinfo import TensorMeta, graph_io, load_io
+
+if TYPE_CHECKING:
+    from trtverify.config.loader import LoadedSuite
+
+PathKey = tuple[str | int, ...]
+
+
+def _names(metas: Sequence[TensorMeta]) -> str:
+    return ", ".join(m.name for m in metas) or "none"
+
+
+def _kind(dtype: str) -> str:
+    """Comparable families: a float16 candidate of a float32 reference is expected; int vs float is not."""
+    if "float" in dtype:
+        return "float"
+    if dtype.startswith(("int", "uint")):
+        return "int"
+    return dtype
+
+
+def _rank(meta: TensorMeta) -> int | None:
+    return None if meta.shape is None else len(meta.shape)
+
+
+def graph_tensors(path: Path) -> set[str] | None:
+    """Every tensor name of an ONNX graph (inputs, initializers, node outputs); None if unreadable."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # the stages report an unreadable model
+        return None
+    g = model.graph
+    names = {v.name for v in g.input} | {v.name for v in g.output} | {i.name for i in g.initializer}
+    for node in g.node:
+        names.update(o for o in node.output if o)
+    return names
+
+
+class _Checker:
+    def __init__(self, loaded: LoadedSuite, inputs: list[TensorMeta], outputs: list[TensorMeta]):
+        self.loaded = loaded
+        self.suite = loaded.suite
+        self.inputs, self.outputs = inputs, outputs
+        self.ref = Path(self.suite.models.reference).name
+        self.problems: list[Problem] = []
+        self._cand_io: dict[str, tuple[list[TensorMeta], list[TensorMeta]] | None] = {}
+
+    def add(self, loc: PathKey, message: str) -> None:
+        self.problems.append(self.loaded.problem(loc, message))
+
+    def candidate_io(self, name: str) -> tuple[list[TensorMeta], list[TensorMeta]] | None:
+        if name not in self._cand_io:
+            cand = self.suite.models.candidates[name]
+            io = None
+            if cand.path is not None:
+                try:
+                    io = graph_io(load_io(Path(cand.path)))
+                except Exception:  # unreadable candidate: the stages fail it (exit 1)
+                    io = None
+            self._cand_io[name] = io
+        return self._cand_io[name]
+
+    # --- models.candidates: the same interface as the reference
+    def candidates(self) -> None:
+        for name in self.suite.models.candidates:
+            io = self.candidate_io(name)
+            if io is None:
+                continue
+            loc: PathKey = ("models", "candidates", name)
+            cand = Path(self.suite.models.candidates[name].path or "").name
+            for kind, ref_side, cand_side in (("input", self.inputs, io[0]), ("output", self.outputs, io[1])):
+                theirs = {m.name: m for m in cand_side}
+                missing = [m.name for m in ref_side if m.name not in theirs]
+                if missing and kind == "output" and self._renamed_outputs(name, missing):
+                    missing = []
+                if missing:
+                    self.add(
+                        loc,
+                        f"{cand} has no {kind}(s) {', '.join(missing)} of the reference {self.ref} "
+                        f"({cand} {kind}s: {_names(cand_side)}; reference {kind}s: {_names(ref_side)})",
+                    )
+                if kind == "input":
+                    extra = [m.name for m in cand_side if m.name not in {r.name for r in ref_side}]
+                    if extra:
+                        self.add(loc, f"{cand} has input(s) {', '.join(extra)} that the reference {self.ref} lacks")
+                for r in ref_side:
+                    c = theirs.get(r.name)
+                    if c is None:
+                        continue
+                    if _kind(r.dtype) != _kind(c.dtype):
+                        self.add(loc, f"{kind} '{r.name}' is {c.dtype} in {cand} but {r.dtype} in {self.ref}")
+                    if _rank(r) is not None and _rank(c) is not None and _rank(r) != _rank(c):
+                        self.add(
+                            loc,
+                            f"{kind} '{r.name}' has rank {_rank(c)} {list(c.shape or ())} in {cand} but rank "
+                            f"{_rank(r)} {list(r.shape or ())} in {self.ref}",
+                        )
+
+    def _renamed_outputs(self, candidate: str, missing: list[str]) -> bool:
+        """Outputs a layerwise rename or ignore accounts for are not missing."""
+        lw = self.suite.stages.layerwise
+        if lw is None or candidate not in self.suite.candidates_of(lw):
+            return False
+        return all(m in lw.rename or m in lw.ignore for m in missing)
+
+    # --- stages.framework: rename values and ignore/outputs names against the ONNX outputs
+    def framework(self) -> None:
+        fw = self.suite.stages.framework
+        if fw is None:
+            return
+        onnx_names = [m.name for m in self.outputs]
+        pt = self.suite.models.pytorch
+        pt_names = list(pt.output_names) if pt is not None and pt.output_names is not None else None
+        for src, dst in fw.rename.items():
+            if dst not in onnx_names:
+                self.add(
+                    ("stages", "framework", "rename", src),
+                    f"'{dst}' is not an output of {self.ref} (its outputs: {_names(self.outputs)})",
+                )
+            if pt_names is not None and src not in pt_names:
+                self.add(
+                    ("stages", "framework", "rename", src),
+                    f"'{src}' is not one of models.pytorch.output_names ({', '.join(pt_names)})",
+                )
+        if pt_names is None:
+            return  # PyTorch output names are known only when the model runs: ignore/outputs keys may be those
+        known = set(onnx_names) | set(pt_names)
+        for i, name in enumerate(fw.ignore):
+            if name not in known:
+                self.add(
+                    ("stages", "framework", "ignore", i),
+                    f"'{name}' is neither an output of {self.ref} ({', '.join(onnx_names)}) nor of the PyTorch "
+                    f"model ({', '.join(pt_names)})",
+                )
+        for name in fw.outputs:
+            if name not in pt_names:
+                self.add(
+                    ("stages", "framework", "outputs", name),
+                    f"'{name}' is not one of the PyTorch model's outputs ({', '.join(pt_names)})",
+                )
+
+    # --- stages.layerwise: rename, ignore and tensors name graph tensors
+    def layerwise(self) -> None:
+        lw = self.suite.stages.layerwise
+        if lw is None or not (lw.rename or lw.ignore or lw.tensors):
+            return
+        ref_tensors = graph_tensors(Path(self.suite.models.reference))
+        if ref_tensors is None:
+            return
+        cands = [n for n in self.suite.candidates_of(lw) if self.suite.models.candidates[n].path is not None]
+        cand_tensors = {n: graph_tensors(Path(self.suite.models.candidates[n].path or "")) for n in cands}
+        readable = [t for t in cand_tensors.values() if t is not None]
+        recipes = len(readable) < len(self.suite.candidates_of(lw))  # a recipe's tensors exist only once it is made
+        any_cand = set().union(*readable) if readable else set()
+        for src, dst in lw.rename.items():
+            if src not in ref_tensors:
+                self.add(("stages", "layerwise", "rename", src), f"'{src}' is not a tensor of {self.ref}")
+            if readable and not recipes and dst not in any_cand:
+                self.add(
+                    ("stages", "layerwise", "rename", src),
+                    f"'{dst}' is not a tensor of any candidate ({', '.join(cands)})",
+                )
+        for i, name in enumerate(lw.ignore):
+            if name not in ref_tensors and (recipes or name not in any_cand):
+                self.add(("stages", "layerwise", "ignore", i), f"'{name}' is not a tensor of {self.ref} or a candidate")
+        for name in lw.tensors:
+            if name not in ref_tensors:
+                self.add(("stages", "layerwise", "tensors", name), f"'{name}' is not a tensor of {self.ref}")
+
+    # --- stages.e2e: the output post-processing reads, class_names, dataset files
+    def e2e(self) -> None:
+        e2e = self.suite.stages.e2e
+        if e2e is None:
+            return
+        post = e2e.postprocess
+        out_names = [m.name for m in self.outputs]
+        read = self.outputs[0] if self.outputs else None
+        if post.output is not None:
+            read = next((m for m in self.outputs if m.name == post.output), None)
+            if read is None:
+                self.add(
+                    ("stages", "e2e", "postprocess", "output"),
+                    f"'{post.output}' is not an output of {self.ref} (its outputs: {', '.join(out_names)})",
+                )
+            for name in e2e.candidates or list(self.suite.models.candidates):
+                io = self.candidate_io(name) if name in self.suite.models.candidates else None
+                if io is not None and read is not None and post.output not in {m.name for m in io[1]}:
+                    self.add(
+                        ("stages", "e2e", "postprocess", "output"),
+                        f"'{post.output}' is not an output of candidate '{name}' (its outputs: {_names(io[1])})",
+                    )
+        pre = e2e.preprocess
+        if pre.input is not None and pre.input not in {m.name for m in self.inputs}:
+            self.add(
+                ("stages", "e2e", "preprocess", "input"),
+                f"'{pre.input}' is not an input of {self.ref} (its inputs: {_names(self.inputs)})",
+            )
+        names = e2e.dataset.class_names
+        if names is not None and read is not None and post.hook is None and read.shape is not None:
+            axis = {"classification": -1, "segmentation": 1}.get(e2e.task)
+            width = read.shape[axis] if axis is not None and len(read.shape) >= 2 else None
+            if isinstance(width, int) and width > 0 and len(names) != width:
+                self.add(
+                    ("stages", "e2e", "dataset", "class_names"),
+                    f"{len(names)} class names but output '{read.name}' of {self.ref} has {width} classes "
+                    f"(shape {list(read.shape)})",
+                )
+        self.dataset_files(e2e.dataset)
+
+    def dataset_files(self, ds: Any) -> None:
+        for key in ("npz", "csv", "coco", "folder", "images", "masks", "image_root"):
+            value = getattr(ds, key, None)
+            if value is None:
+                continue
+            path = Path(value)
+            loc: PathKey = ("stages", "e2e", "dataset", key)
+            try:
+                if path.is_dir():
+                    os.listdir(path)
+                else:
+                    with open(path, "rb") as fh:
+                        fh.read(1)
+            except FileNotFoundError:
+                self.add(loc, f"{path}: not found")
+                continue
+            except OSError as exc:
+                self.add(loc, f"{path}: cannot be read ({exc.strerror or exc})")
+                continue
+            if key == "npz":
+                self._npz_keys(ds, path, loc)
+
+    def _npz_keys(self, ds: Any, path: Path, loc: PathKey) -> None:
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as z:
+                keys = [n[: -len(".npy")] for n in z.namelist() if n.endswith(".npy")]
+        except (zipfile.BadZipFile, OSError) as exc:
+            self.add(loc, f"{path}: not a readable .npz ({exc})")
+            return
+        e2e = self.suite.stages.e2e
+        wanted = ["images_key", "masks_key" if e2e is not None and e2e.task == "segmentation" else "labels_key"]
+        for key in wanted:
+            name = getattr(ds, key)
+            if name not in keys:
+                self.add(
+                    ("stages", "e2e", "dataset", key if key in ds.model_fields_set else "npz"),
+                    f"{path.name} has no array '{name}' ({key}; its arrays: {', '.join(keys) or 'none'})",
+                )
+
+
+def model_problems(loaded: LoadedSuite, inputs: list[TensorMeta], outputs: list[TensorMeta]) -> list[Problem]:
+    """Every problem of the suite against its reference's and candidates' inputs and outputs."""
+    checker = _Checker(loaded, inputs, outputs)
+    checker.candidates()
+    checker.framework()
+    checker.layerwise()
+    checker.e2e()
+    return checker.problems
