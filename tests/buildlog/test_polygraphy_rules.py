@@ -282,6 +282,18 @@ def test_synthetic_other_failure_reasons_and_non_verdicts() -> None:
     assert (f.count, f.lines, f.layers) == (2, (3, 5), ("a", "b"))
 
 
+def test_synthetic_prefix_variants_and_wraps() -> None:
+    """`--log-format line-info`, another logger's date in front, torch shapes, a summary wrapped after `0/1`."""
+    text = f"""[I] [polygraphy/comparator/compare.py:236] Comparing Output: 'x' (dtype=float32, shape=torch.Size([1, 3])) with 'x' (dtype=float32, shape=torch.Size([1, 3]))
+2024-01-01 10:00:00,123 [E] FAILED | Output: 'x' | Difference exceeds tolerance (rel=1e-05, abs=1e-05)
+> [E] Accuracy Summary | {R0} vs. {R1} | Passed: 0/1
+iterations | Pass Rate: 0.0%
+"""
+    f = _findings(parse(text))["polygraphy_compare_failed"]
+    assert (f.count, f.lines, f.layers) == (1, (2,), ("x",))
+    assert f.detail["shape"] == [1, 3] and f.detail["pass_rate"] == 0.0 and f.detail["runners"] == [R0, R1]
+
+
 def test_synthetic_all_passed_summary_without_verdict_lines() -> None:
     """Passing outputs log their verdict at info; a cut or filtered log may show only the summary."""
     text = f"""[I] Accuracy Comparison | {R0} vs. {R1}

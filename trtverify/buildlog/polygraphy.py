@@ -33,7 +33,10 @@ from trtverify.buildlog.lines import LogRecord
 _NUM = r"[-+]?(?:nan|inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _Q = "['`\"]"
 # what Polygraphy's logger may put before a message once lines.py took the `[I] ` letter off
-_LEAD = re.compile(r"^(?:\[[VIWEFXSU!]\]\s*|\(\d{1,2}:\d{2}:\d{2}\)\s*|\[[^\]\s]*\.py:\d+\]\s*)+")
+_LEAD = re.compile(  # + a pasted `> ` and another logger's date/time in front
+    r"^(?:\[[VIWEFXSU!]\]\s*|\(\d{1,2}:\d{2}:\d{2}\)\s*|\[[^\]\s]*\.py:\d+\]\s*|>\s*"
+    r"|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\s*|\[\d{1,2}/\d{1,2}/\d{4}-\d{1,2}:\d\d:\d\d\]\s*)+"
+)
 
 
 def _num(s: str) -> float | str:
@@ -86,14 +89,14 @@ def _tol(text: str) -> dict[str, Any]:
 
 _HEADER = re.compile(r"Accuracy Comparison \| (?P<a>.+?) vs\.? (?P<b>.+?)$")
 _SUMMARY = re.compile(
-    r"Accuracy Summary \| (?P<a>.+?) vs\.? (?P<b>.+?) \| Passed: (?P<p>\d+) ?/ ?(?P<t>\d+) iter\w*"
+    r"Accuracy Summary \| (?P<a>.+?) vs\.? (?P<b>.+?) \| Passed: (?P<p>\d+) ?/ ?(?P<t>\d+)(?: iter\w*)?"
     r"(?: \| Pass ?(?:Rate:? ?(?P<r>" + _NUM + r") ?%?)?)?"
 )
-_RATE_TAIL = re.compile(r"^(?:Pass ?)?Rate: ?(?P<r>" + _NUM + r") ?%")
+_RATE_TAIL = re.compile(r"^(?:iter\w* ?)?(?:\| ?)?(?:Pass ?)?Rate: ?(?P<r>" + _NUM + r") ?%$")
 _ITERATION = re.compile(r"^Iteration:? (?P<i>\d+)$")
-_COMPARING = re.compile(
-    r"Comparing Output: " + _Q + r"(?P<name>.*?)" + _Q + r" \((?:dtype=(?P<dtype>[^,]+), )?shape=\((?P<shape>[^)]*)\)\)"
-    r"(?P<rest>.*)$"
+_COMPARING = re.compile(r"Comparing Output: " + _Q + r"(?P<name>.*?)" + _Q + r"(?P<rest>.*)$")
+_DTYPE_SHAPE = re.compile(
+    r"^ ?\((?:dtype=(?P<dtype>[^,)]+),? ?)?(?:shape=(?:torch\.Size\()?[(\[](?P<shape>[^)\]]*)[)\]])?"
 )
 _TOLERANCE = re.compile(r"(?<!Required )Tolerance: \[(?P<t>[^\]]*)\](?: \| Checking (?P<check>\w+) error)?")
 _REQUIRED = re.compile(r"Minimum Required Tolerance: (?P<check>\w+) error \| (?P<t>\[.*?\](?: OR \[.*?\])*)")
@@ -171,7 +174,7 @@ def _scan_compare(items: list[tuple[int, str]]) -> tuple[list[_Output], list[_Su
             rate: float | str | None = _num(m.group("r")) if m.group("r") else None
             if rate is None and k + 1 < len(items) and (tail := _RATE_TAIL.match(items[k + 1][1])):
                 rate = _num(tail.group("r"))  # `| Pass` / `Rate: 0.0%` wrapped onto the next line
-                t = t + " " + items[k + 1][1] if t.endswith("Pass") else t
+                t = f"{t} {items[k + 1][1]}"
             runners = [m.group("a"), m.group("b")]
             summaries.append(_Summary(line, runners, int(m.group("p")), int(m.group("t")), rate, t))
             cur = None
@@ -181,9 +184,10 @@ def _scan_compare(items: list[tuple[int, str]]) -> tuple[list[_Output], list[_Su
             cur = None
             o = block(line)
             o.name = m.group("name")
-            if m.group("dtype"):
-                o.data["dtype"] = m.group("dtype").strip()
-            o.data["shape"] = _shape(m.group("shape"))
+            if (ds := _DTYPE_SHAPE.match(m.group("rest"))) and ds.group("dtype"):
+                o.data["dtype"] = ds.group("dtype").strip()
+            if ds and ds.group("shape") is not None:
+                o.data["shape"] = _shape(ds.group("shape"))
             if tm := _TOLERANCE.search(m.group("rest")):
                 o.data["tolerance"] = _tol(tm.group("t"))
                 if tm.group("check"):
@@ -271,23 +275,18 @@ def rule_polygraphy_compare(records: list[LogRecord]) -> Iterator[Hit]:
     owner = {id(o): s for s in summaries for o in s.outputs}
     hits: list[Hit] = []
     for s in summaries:
-        shown = [o for o in s.outputs if o.status is not None]
         unknown = [o for o in s.outputs if o.status is None]
-        if s.passed == s.total and s.total > 0:
+        d = {"runners": list(s.runners), "iterations": {"passed": s.passed, "total": s.total}}
+        d.update({"pass_rate": s.rate} if s.rate is not None else {})
+        if s.passed == s.total > 0:
             for o in unknown:  # every iteration passed: so did every output compared
                 o.status, o.verdict_line, o.message = "PASS", s.line, s.message
-        elif s.passed < s.total and not any(o.status == "FAIL" for o in shown):
+            if not s.outputs:
+                hits.append(Hit("polygraphy_compare_passed", "comparison", "info", s.message, s.line, (), d))
+        elif s.passed < s.total and not any(o.status == "FAIL" for o in s.outputs):
             names = tuple(dict.fromkeys(o.name for o in unknown if o.name))
-            d = {"runners": list(s.runners), "iterations": {"passed": s.passed, "total": s.total}}
-            if s.rate is not None:
-                d["pass_rate"] = s.rate
-            d.update(verdict_from="accuracy_summary", outputs_without_verdict=list(names))
+            d.update(verdict_from="accuracy_summary", **({"outputs_without_verdict": list(names)} if names else {}))
             hits.append(Hit("polygraphy_compare_failed", "comparison", "high", s.message, s.line, names, d))
-        if not s.outputs and s.passed == s.total:
-            d = {"runners": list(s.runners), "iterations": {"passed": s.passed, "total": s.total}}
-            if s.rate is not None:
-                d["pass_rate"] = s.rate
-            hits.append(Hit("polygraphy_compare_passed", "comparison", "info", s.message, s.line, (), d))
     for o in outs:
         if o.status is None or o.verdict_line is None:
             continue
@@ -306,7 +305,7 @@ def rule_polygraphy_compare(records: list[LogRecord]) -> Iterator[Hit]:
     hits.sort(key=lambda h: h.line)
     seen: set[str] = set()
     for h in hits:
-        if h.kind not in seen:
+        if h.kind not in seen and listing:
             seen.add(h.kind)
             h.detail["outputs"] = listing
         yield h
