@@ -10,6 +10,7 @@ Only logs marked `dev` in tests/data/logcorpus/SPLIT.txt are read here.
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -461,6 +462,13 @@ SYNTH = [OLD_020, V30, _v05(), DEBUG_BUILD, DEBUG_PRECISION, DEBUG_REDUCE]
 PIECES = ["[I] ", "[E] ", "FAILED | ", "PASSED | Output: '", "Accuracy Summary | a vs. b | Passed: ", "Stats: mean=",
           "Comparing Output: '", "Iteration: ", "Finished 2 iteration(s) | Passed: ", "Pass Rate: ", "Minimum Bad Model:",
           "Required tolerances: [atol=", "nan", "1e-05", "/", "%", "'", " | ", "\n", "    "]  # fmt: skip
+
+
+def test_findings_survive_json() -> None:
+    """Details hold only JSON types (non-finite numbers as strings), so a dump reads back equal."""
+    for text in POLY + SYNTH:
+        log = parse(text)
+        assert type(log).model_validate(json.loads(json.dumps(log.dump(), allow_nan=False))) == log
 
 
 def _run(text: str) -> None:
