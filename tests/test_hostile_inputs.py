@@ -534,3 +534,105 @@ def test_fuzz_trtexec_exports_truncated(tmp_path: Path, seed: Path, cut: float, 
         audit([folder])
     except TrtVerifyError as exc:
         assert exc.exit_code == 2, str(exc)
+
+
+# ---- ONNX models: the reference (preflight, exit 2) and a candidate (the model under test, exit 1) ----
+
+
+def _onnx_models(folder: Path) -> dict[str, Path]:
+    """Real ONNX files, hostile in one way each: truncated, a cycle, external data missing."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def model(nodes: list, inits: list = ()) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+            initializer=list(inits),
+        )
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        return m
+
+    weight = numpy_helper.from_array(np.eye(3, dtype=np.float32), "W")
+    good = model([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], [weight])
+    out = {name: folder / f"{name}.onnx" for name in ("good", "truncated", "cyclic", "external")}
+    onnx.save(good, str(out["good"]))
+    raw = out["good"].read_bytes()
+    out["truncated"].write_bytes(raw[: len(raw) - 20])
+    cyclic = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="n1"),
+        helper.make_node("Relu", ["a"], ["b"], name="n2"),
+        helper.make_node("Identity", ["a"], ["y"], name="n3"),
+    ]
+    onnx.save(model(cyclic), str(out["cyclic"]))
+    onnx.save(good, str(out["external"]), save_as_external_data=True, location="external.bin", size_threshold=0)
+    (folder / "external.bin").unlink()
+    return out
+
+
+ONNX_CASES = {
+    "truncated": "is truncated",
+    "cyclic": "the graph has a cycle: 3 node(s) on or after it, e.g. n1, n2, n3",
+    "external": "tensor 'W' is stored in external data file 'external.bin', which is not beside the model",
+}
+ONNX_SUITE = (
+    "name: t\nmodels: {reference: REF, candidates: {c: CAND}}\n"
+    "inputs: {generate: {x: {shape: [2, 3]}}}\nstages: {layerwise: {}}\n"
+)
+
+
+@pytest.mark.parametrize("case", list(ONNX_CASES))
+def test_hostile_reference_model_is_a_suite_error_at_preflight(tmp_path: Path, case: str):
+    from trtverify.runner import preflight
+
+    models = _onnx_models(tmp_path)
+    suite = write_suite(tmp_path, ONNX_SUITE.replace("REF", models[case].name).replace("CAND", "good.onnx"))
+    err = refused_quickly(preflight, load_suite(suite))
+    assert isinstance(err, SuiteError) and err.exit_code == 2
+    assert f"models.reference: {models[case]}: " in str(err) and ONNX_CASES[case] in str(err), str(err)
+
+
+@pytest.mark.parametrize("case", list(ONNX_CASES))
+def test_hostile_candidate_model_is_a_backend_error(tmp_path: Path, case: str):
+    from trtverify.backends.onnxruntime import OnnxRuntimeBackend
+    from trtverify.config.backends import Backends
+    from trtverify.errors import BackendError
+
+    models = _onnx_models(tmp_path)
+    err = refused_quickly(lambda: OnnxRuntimeBackend.from_config(models[case], Backends()).load())
+    assert isinstance(err, BackendError) and err.exit_code == 1
+    assert str(models[case]) in str(err) and ONNX_CASES[case] in str(err), str(err)
+
+
+def test_hostile_models_through_the_cli(tmp_path: Path):
+    models = _onnx_models(tmp_path)
+    ref_bad = write_suite(tmp_path, ONNX_SUITE.replace("REF", "external.onnx").replace("CAND", "good.onnx"), "a.yaml")
+    r = run_cli("run", str(ref_bad), "--out", str(tmp_path / "a"))
+    assert r.code == 2 and "which is not beside the model" in r.err and "Traceback" not in r.err, r.err
+    cand_bad = write_suite(tmp_path, ONNX_SUITE.replace("REF", "good.onnx").replace("CAND", "external.onnx"), "b.yaml")
+    r = run_cli("run", str(cand_bad), "--out", str(tmp_path / "b"))
+    assert r.code == 1 and "which is not beside the model" in r.out + r.err and "Traceback" not in r.err, r.err
+    assert models
+
+
+ONNX_SEEDS = [ROOT / "tests" / "data" / "tiny" / "tiny.onnx", ROOT / "demo" / "fashion_mnist" / "fashion_cnn_fp32.onnx"]
+
+
+@FUZZ
+@given(seed=st.sampled_from(ONNX_SEEDS), cut=st.floats(0, 1), flip=st.integers(0, 10**7), byte=st.integers(0, 255))
+def test_fuzz_onnx_truncated_and_flipped(tmp_path: Path, seed: Path, cut: float, flip: int, byte: int):
+    from trtverify.onnxinfo import graph_io, load_io
+
+    raw = bytearray(seed.read_bytes())
+    raw[flip % len(raw)] = byte
+    p = tmp_path / "m.onnx"
+    p.write_bytes(bytes(raw[: int(len(raw) * cut)]))
+    t = time.perf_counter()
+    try:
+        graph_io(load_io(p))
+    except TrtVerifyError as exc:
+        assert exc.exit_code == 2 and str(exc).startswith(f"{p}: "), str(exc)
+    assert time.perf_counter() - t < 2

@@ -60,14 +60,20 @@ def load_onnx(path: Path, with_weights: bool = False) -> Any:
 
 def load_io(path: Path) -> Any:
     """A ModelProto with only the graph's inputs, outputs and initializer names (no weights read)."""
-    from trtverify.onnxwire import io_model
+    from trtverify.onnxwire import graph_problem, io_model
 
     try:
-        return io_model(Path(path))
+        model = io_model(Path(path))
+        problem = graph_problem(Path(path))
     except FileNotFoundError as exc:
         raise UsageError(f"{path}: file not found") from exc
+    except IsADirectoryError as exc:
+        raise UsageError(f"{path}: is a folder, expected an ONNX model") from exc
     except Exception as exc:  # malformed protobuf: the file is not an ONNX model
         raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+    if problem:
+        raise UsageError(f"{path}: {problem}")
+    return model
 
 
 def graph_io(model: Any) -> tuple[list[TensorMeta], list[TensorMeta]]:

@@ -18,7 +18,8 @@ from typing import Any
 # field numbers from onnx.proto
 MODEL_GRAPH = 7
 GRAPH_NODE, GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT = 1, 5, 11, 12
-TENSOR_NAME = 8
+NODE_INPUT, NODE_OUTPUT, NODE_NAME = 1, 2, 3
+TENSOR_NAME, TENSOR_EXTERNAL_DATA, TENSOR_DATA_LOCATION = 8, 13, 14
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -26,6 +27,8 @@ _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 def _varint(buf: Any, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
+        if pos >= len(buf) or shift > 63:
+            raise ValueError(f"a varint at byte {pos} is cut off or too long: the file is truncated or not ONNX")
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -63,6 +66,10 @@ def fields(buf: Any, start: int = 0, end: int | None = None) -> Iterator[tuple[i
             pos += 8
         elif wt == _LEN:
             length, pos = _varint(buf, pos)
+            if pos + length > end:
+                raise ValueError(
+                    f"field {num} at byte {fstart} runs {pos + length - end} bytes past the end: the file is truncated"
+                )
             yield num, wt, fstart, pos, pos + length
             pos += length
         elif wt == _I32:
@@ -121,6 +128,80 @@ class MappedModel:
                     names.add(bytes(self.buf[s:e]).decode("utf-8"))
                     break
         return names
+
+    def nodes(self) -> list[tuple[str, list[str], list[str]]]:
+        """(name, inputs, outputs) of each top-level node, without parsing attributes (Constant tensors)."""
+        out = []
+        for vs, ve in self.graph_fields(GRAPH_NODE):
+            name, ins, outs = "", [], []
+            for num, wt, _, s, e in fields(self.buf, vs, ve):
+                if wt != _LEN:
+                    continue
+                if num == NODE_INPUT:
+                    ins.append(bytes(self.buf[s:e]).decode("utf-8", "replace"))
+                elif num == NODE_OUTPUT:
+                    outs.append(bytes(self.buf[s:e]).decode("utf-8", "replace"))
+                elif num == NODE_NAME:
+                    name = bytes(self.buf[s:e]).decode("utf-8", "replace")
+            out.append((name, ins, outs))
+        return out
+
+    def external_data(self) -> list[tuple[str, dict[str, str]]]:
+        """(tensor name, {location, offset, length}) of each initializer stored outside the file."""
+        import onnx
+
+        out = []
+        for vs, ve in self.graph_fields(GRAPH_INITIALIZER):
+            name, entries, external = "", {}, False
+            for num, wt, _, s, e in fields(self.buf, vs, ve):
+                if num == TENSOR_NAME and wt == _LEN:
+                    name = bytes(self.buf[s:e]).decode("utf-8", "replace")
+                elif num == TENSOR_EXTERNAL_DATA and wt == _LEN:
+                    entry = onnx.StringStringEntryProto.FromString(bytes(self.buf[s:e]))
+                    entries[entry.key] = entry.value
+                elif num == TENSOR_DATA_LOCATION and wt == _VARINT:
+                    external = _varint(self.buf, s)[0] == onnx.TensorProto.EXTERNAL
+            if external:
+                out.append((name, entries))
+        return out
+
+
+def graph_problem(path: Path) -> str | None:
+    """Why the graph at `path` cannot run, where that is visible without its weights: a cycle among its
+    nodes, or external data that is missing or shorter than a tensor needs; None when neither."""
+    with MappedModel(path) as mm:
+        nodes = mm.nodes()
+        for tensor, entries in mm.external_data():
+            location = entries.get("location", "")
+            data = Path(path).parent / location
+            if not location or not data.is_file():
+                return f"tensor '{tensor}' is stored in external data file '{location}', which is not beside the model"
+            try:
+                need = int(entries.get("offset", 0)) + int(entries.get("length", 0))
+            except ValueError:
+                return f"tensor '{tensor}': external data offset/length are not numbers ({entries})"
+            if need > data.stat().st_size:
+                return f"tensor '{tensor}' needs {need:,} bytes of '{location}', which holds {data.stat().st_size:,}"
+    producer = {o: i for i, (_, _, outs) in enumerate(nodes) for o in outs if o}
+    waiting = [sum(1 for x in set(ins) if x in producer) for _, ins, _ in nodes]
+    users: dict[int, list[int]] = {}
+    for i, (_, ins, _) in enumerate(nodes):
+        for x in set(ins):
+            if x in producer:
+                users.setdefault(producer[x], []).append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for j in users.get(i, []):
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    if done < len(nodes):
+        stuck = [nodes[i][0] or f"#{i}" for i, w in enumerate(waiting) if w > 0]
+        return f"the graph has a cycle: {len(stuck)} node(s) on or after it, e.g. {', '.join(stuck[:3])}"
+    return None
 
 
 def io_model(path: Path) -> Any:
