@@ -2,10 +2,52 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 
 @click.command()
-def init() -> None:
-    """Write a commented suite for an ONNX model (not written yet)."""
-    raise click.UsageError("not implemented yet")
+@click.argument("model", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option(
+    "--pytorch",
+    metavar="MODULE:CALLABLE",
+    help="The PyTorch source of MODEL: a function returning the nn.Module (adds the framework stage).",
+)
+@click.option(
+    "--weights",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="With --pytorch: a state_dict file the model is loaded with.",
+)
+@click.option(
+    "--candidate",
+    "candidates",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="A candidate ONNX model (repeatable) [default: an FP16 recipe made from MODEL].",
+)
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("suite.yaml"),
+    show_default=True,
+    help="Where to write the suite.",
+)
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+def init(
+    model: Path, pytorch: str | None, weights: Path | None, candidates: tuple[Path, ...], output: Path, force: bool
+) -> None:
+    """Write a commented suite for MODEL.onnx: inputs generated from its input shapes, the stages that
+    apply (framework with --pytorch, layerwise), e2e and perf as commented examples."""
+    from trtverify.errors import UsageError
+    from trtverify.fsutil import atomic_write_text, writable_folder
+    from trtverify.init import suite_text
+
+    if output.exists() and not force:
+        raise UsageError(f"{output} exists; pass --force to overwrite it, or -o another path")
+    text = suite_text(model, output, pytorch=pytorch, weights=weights, candidates=candidates)
+    writable_folder(output.parent if str(output.parent) else Path("."), "-o")
+    atomic_write_text(output, text)
+    click.echo(f"wrote {output}\n  check it: trtverify validate {output}\n  run it:   trtverify run {output}")

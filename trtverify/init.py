@@ -1,0 +1,152 @@
+"""`trtverify init MODEL.onnx`: a commented suite for the user's model, ready for `validate` and `run`.
+
+Inputs are generated from the model's declared input shapes (a dynamic dimension is given 1, said in
+a comment); the stages are those the arguments make possible: framework with a PyTorch source,
+layerwise with candidates (without either, an FP16 recipe candidate so that layerwise has something
+to compare); e2e and perf as commented-out examples. Paths are written relative to the suite's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from trtverify.errors import UsageError
+from trtverify.hooks import is_hook_spec
+from trtverify.onnxinfo import TensorMeta, graph_io, load_io
+
+_GENERATED = ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")
+
+
+def _rel(path: Path, folder: Path) -> str:
+    return Path(os.path.relpath(Path(path).resolve(), folder.resolve())).as_posix()
+
+
+def _q(text: str) -> str:
+    """A YAML scalar: plain where safe, else double-quoted (JSON strings are valid YAML)."""
+    import yaml
+
+    plain = bool(text) and all(c.isalnum() or c in "._/-" for c in text) and text[0] not in "-."
+    return text if plain and yaml.safe_load(text) == text else json.dumps(text)
+
+
+def _name(stem: str) -> str:
+    out = "".join(c if c.isalnum() or c in "_.-" else "_" for c in stem)
+    return out if out and out[0].isalnum() else f"m{out}"
+
+
+def _input_line(m: TensorMeta, model: str) -> list[str]:
+    if m.shape is None:
+        raise UsageError(f"{model}: input '{m.name}' has no declared shape; write inputs.generate by hand")
+    shape, dynamic = [], []
+    for i, d in enumerate(m.shape):
+        if isinstance(d, int) and d > 0:
+            shape.append(d)
+        else:
+            shape.append(1)
+            dynamic.append(f"dimension {i} ({d!r})" if isinstance(d, str) else f"dimension {i}")
+    dtype = m.dtype if m.dtype in _GENERATED else "float32"
+    lines = []
+    if dynamic:
+        lines.append(f"    # {', '.join(dynamic)} is dynamic in the model: 1 here; set the size you deploy with")
+    if dtype != m.dtype:
+        lines.append(f"    # the model declares {m.dtype}; generated inputs are one of {', '.join(_GENERATED)}")
+    span = "[0, 1]" if dtype.startswith("float") else "[0, 10]"
+    lines.append(f"    {_q(m.name)}: {{shape: {json.dumps(shape)}, dtype: {dtype}, range: {span}}}")
+    return lines
+
+
+def _candidate_names(paths: Sequence[Path]) -> list[str]:
+    taken: set[str] = set()
+    names = []
+    for p in paths:
+        base, name, i = _name(Path(p).stem), _name(Path(p).stem), 2
+        while name in taken:
+            name, i = f"{base}_{i}", i + 1
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+def suite_text(
+    model: Path,
+    suite_path: Path,
+    *,
+    pytorch: str | None = None,
+    weights: Path | None = None,
+    candidates: Sequence[Path] = (),
+) -> str:
+    """The suite file's text; UsageError when an argument cannot be used."""
+    if pytorch is not None and not is_hook_spec(pytorch):
+        raise UsageError(f"--pytorch '{pytorch}': expected module:callable (a function returning the nn.Module)")
+    if weights is not None and pytorch is None:
+        raise UsageError("--weights goes with --pytorch (the state_dict of the factory's model)")
+    inputs, outputs = graph_io(load_io(model))
+    if not inputs:
+        raise UsageError(f"{model}: the model has no inputs to generate")
+    folder = suite_path.resolve().parent
+    name = _name(model.stem)
+    out = [
+        f"# trtverify suite for {model.name}, written by `trtverify init`.",
+        f"# Check it: trtverify validate {suite_path.name}      Run it: trtverify run {suite_path.name}",
+        "# Every key is described in docs/suite-reference.md (or: trtverify schema --markdown).",
+        f"name: {name}",
+        "# python_path: [.]                  # where 'module:callable' hooks are imported from (default: this folder)",
+        "",
+        "models:",
+        f"  reference: {_q(_rel(model, folder))}   # the FP32 ONNX model everything is compared with",
+    ]
+    if pytorch is not None:
+        out += [
+            "  pytorch:                          # the PyTorch source of the reference (stage framework)",
+            f"    factory: {_q(pytorch)}",
+        ]
+        if weights is not None:
+            out.append(f"    weights: {_q(_rel(weights, folder))}   # state_dict, loaded with weights_only=True")
+        else:
+            out.append("    # weights: model.pt              # a state_dict, if the factory does not load its weights")
+        names = ", ".join(_q(m.name) for m in outputs)
+        out.append(f"    output_names: [{names}]   # forward()'s results in order, named as in the ONNX")
+    out.append("  candidates:                       # the models under test: name -> ONNX file")
+    cand_names = _candidate_names(candidates)
+    for cname, path in zip(cand_names, candidates):
+        out.append(f"    {cname}: {_q(_rel(path, folder))}")
+    if not candidates:
+        out += [
+            "    # my_int8: model_int8.onnx       # your own candidate; until then, a lowering trtverify makes:",
+            "    fp16: {from: reference, precision: fp16}",
+        ]
+    out += [
+        "    # on TensorRT: {path: model.onnx, backend: tensorrt, precision: fp16}",
+        "",
+        "inputs:                             # random inputs from the model's declared shapes",
+        "  samples: 4",
+        "  seed: 0",
+        "  generate:",
+    ]
+    for m in inputs:
+        out += _input_line(m, model.name)
+    out += [
+        "  # arrays: {input: inputs.npz}     # or real samples: .npz/.npy, keys = input names, first axis = rows",
+        "",
+        "stages:",
+    ]
+    if pytorch is not None:
+        out += [
+            "  framework: {}                     # PyTorch vs ONNX Runtime on every output (default checks)",
+        ]
+    out += [
+        "  layerwise: {}                     # every intermediate tensor of each candidate vs the reference",
+        "  # e2e:                            # task metrics on a validation set, gated on the drop",
+        "  #   task: classification",
+        "  #   dataset: {npz: val.npz}       # images and labels arrays; or folder:, csv:, coco:",
+        "  #   preprocess: {resize: [224, 224], mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}",
+        f"  #   postprocess: {{output: {_q(outputs[0].name) if outputs else 'logits'}}}",
+        "  #   gates: [{metric: accuracy, max_drop: 0.005}]",
+        "  # perf:                           # latency and throughput on TensorRT (needs a GPU and trtexec)",
+        f"  #   candidates: [{(cand_names or ['fp16'])[0]}]",
+        "",
+    ]
+    return "\n".join(out)
