@@ -346,10 +346,8 @@ _ORT_EP = [
     re.compile(r"(?P<op>[\w./:-]+) is not supported by TensorRT"),
 ]
 # a TensorRT parser message inside an ONNX Runtime line: the TensorRT EP leaves that node to another provider
-_ORT_PARSER = re.compile(
-    r"getPluginCreator could not find plugin:?\s+(?P<op>[^\s,]+)|No importer registered for op: (?P<op2>[\w.-]+)|"
-    r"UNSUPPORTED_NODE"
-)
+# (a missing plugin is plugin_not_found's, not reported twice)
+_ORT_PARSER = re.compile(r"No importer registered for op: (?P<op2>[\w.-]+)|UNSUPPORTED_NODE")
 
 
 def rule_ort_trt_ep_unsupported(records: list[LogRecord]) -> Iterator[Hit]:

@@ -185,7 +185,9 @@ rule_tactic_skipped = _simple(
     r"|^Tactic (?P<t>-?\w+) scratch requested: \d+, available: \d+"
     r"|Some tactics do not have sufficient workspace memory)",
 )
-rule_timing_cache = _simple("timing_cache", "tactics", "info", r"timing cache|TimingCache")
+rule_timing_cache = _simple(
+    "timing_cache", "tactics", "info", r"^(?!.*(?:RUNNING TensorRT|# trtexec)).*(?:timing cache|TimingCache)"
+)
 
 _RUNNER = re.compile(r"^-{5,}\s*Timing(?: Runner:)? (?P<layer>.+?)(?: \((?P<runner>[^()]*)\))?\s*$")
 _TACTIC_TIME = re.compile(

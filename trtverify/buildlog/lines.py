@@ -70,6 +70,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|[\x00-\x08\x0b\x
 _ELISION = re.compile(r"^\s*(?:\.\.\.+|…|\[\.\.\.\])\s*(?:more|\(?truncated\)?|omitted)?\s*\.*$", re.I)
 # An unprefixed line that starts a new structured item rather than continuing the last one.
 _ITEM_START = re.compile(r"^(?:Layer\(|Name: |-{3,}|\*{3,}|={3,}|>{3,}|Tactic|Fastest|&&&&)")
+_ONNX_ERROR_CODE = re.compile(r"^\[\d{1,2}\] \S")
 _WRAP_WIDTHS = frozenset({80, 100, 120, 128, 132, 150, 160, 180, 200, 220, 240, 250, 256})
 
 
@@ -143,6 +144,9 @@ def split_records(text: str) -> list[LogRecord]:
         elif cur is not None and (line[0].isspace() and not _ITEM_START.match(line.lstrip())):
             cur["text"] += "\n" + line.strip()
             cur["last"] = no
+        elif cur is not None and _ONNX_ERROR_CODE.match(line) and cur["text"].rstrip().endswith(":"):
+            cur["text"] += "\n" + line.strip()  # onnx-tensorrt: `ERROR: file:N In function f:` then `[8] what`
+            cur["last"] = no
         elif cur is not None and _is_wrap(prev_raw, line):
             cur["text"] += line
             cur["last"] = no
@@ -157,8 +161,9 @@ def split_records(text: str) -> list[LogRecord]:
 
 def _settle_bare_letters(records: list[LogRecord]) -> None:
     """Bare `[I] ...` lines are trtexec / C++ sample app lines when the log also holds
-    `[I] [TRT]` lines; they are Polygraphy's own only otherwise."""
-    if any(r.dialect == "trtexec" for r in records):
+    `[I] [TRT]` lines or trtexec's `RUNNING TensorRT.trtexec` banner; they are Polygraphy's own only otherwise."""
+    banner = any(r.text.startswith(("&&&& RUNNING TensorRT.trtexec", "RUNNING TensorRT.trtexec")) for r in records[:50])
+    if banner or any(r.dialect == "trtexec" for r in records):
         for i, r in enumerate(records):
             if r.dialect == "polygraphy":
                 records[i] = LogRecord(r.first, r.last, "trtexec", r.severity, r.text)

@@ -21,8 +21,25 @@ TOP = 5
 MAX_ROWS = 500
 
 
+SUMMARY_HEADER = re.compile(r"=== Performance summary ===", re.I)
+PROFILE_BANNER = re.compile(r"=== Profile \(")
+
+
 def _first(lines: list[str], rx: re.Pattern[str]) -> int:
     return next((i + 1 for i, line in enumerate(lines) if rx.search(line)), 1)
+
+
+def _summary_line(lines: list[str]) -> int:
+    """The `=== Performance summary ===` banner where trtexec printed one before the figures, else the first figure."""
+    first = _first(lines, SUMMARY_LINE)
+    banner = max((i + 1 for i, line in enumerate(lines[:first]) if SUMMARY_HEADER.search(line)), default=0)
+    return banner or first
+
+
+def _table_line(lines: list[str], header: int) -> int:
+    """A profile table starts at its `=== Profile (N iterations ) ===` banner when one is just above the header."""
+    above = header - 1
+    return above if above >= 1 and PROFILE_BANNER.search(lines[above - 1]) else header
 
 
 def hits(text: str) -> list[Hit]:
@@ -36,7 +53,7 @@ def hits(text: str) -> list[Hit]:
         parts += [f"median {lat['median']:g} ms" if "median" in lat else ""]
         parts += [f"p99 {lat['p99']:g} ms" if "p99" in lat else ""]
         message = "performance summary: " + (", ".join(p for p in parts if p) or "no figures")
-        out.append(Hit("performance_summary", "performance", "info", message, _first(lines, SUMMARY_LINE), (),
+        out.append(Hit("performance_summary", "performance", "info", message, _summary_line(lines), (),
                        perf.dump()))  # fmt: skip
     for table in parse_profile_tables(text):
         if not table.rows:
@@ -53,8 +70,9 @@ def hits(text: str) -> list[Hit]:
         slowest = ", ".join(f"{r.name[:60]} {r.avg_ms:g} ms" for r in top[:3])
         head = f"per-layer profile ({table.format}): {len(table.rows)} layers"
         message = f"{head}, total {total:g} ms; slowest: {slowest}" if total is not None else f"{head}; {slowest}"
-        out.append(Hit("profile_table", "performance", "info", message, table.line, tuple(r.name for r in top),
-                       detail, key=f"profile_table:{table.line}"))  # fmt: skip
+        start = _table_line(lines, table.line)
+        out.append(Hit("profile_table", "performance", "info", message, start, tuple(r.name for r in top),
+                       detail, key=f"profile_table:{start}"))  # fmt: skip
     for listing in parse_layer_listings(text):
         if not listing.layers or listing.format != "names":
             continue  # detailed and build-log listings are the parse's engine layer table (BuildLog.layers)

@@ -29,8 +29,9 @@ NAMES = {
     "d2h latency": "d2h",
     "end-to-end host latency": "end_to_end",
 }
-ONE_LINE = re.compile(r"^(?P<what>[A-Za-z0-9 ]+?)\s*:\s*(?P<stats>min\s*=.*)$", re.IGNORECASE)
-PAIR = re.compile(r"(min|max|mean|median|percentile\((\d+(?:\.\d+)?)%\))\s*=\s*([-+0-9.eE]+)\s*(ms|s|us)?", re.I)
+ONE_LINE = re.compile(r"^(?P<what>[A-Za-z0-9 -]+?)\s*:\s*(?P<stats>min\s*=?\s*[-+0-9.].*)$", re.IGNORECASE)
+# `=` may be lost in a paste (`max 6.19 ms, mean 5.93 ms`)
+PAIR = re.compile(r"(min|max|mean|median|percentile\((\d+(?:\.\d+)?)%\))\s*=?\s*([-+0-9.eE]+)\s*(ms|s|us)?", re.I)
 THROUGHPUT = re.compile(r"^throughput\s*:\s*([-+0-9.eE]+)\s*qps", re.IGNORECASE)
 TRT7_STAT = re.compile(r"^(min|max|mean|median)\s*:\s*([-+0-9.eE]+)\s*(ms|s|us)\b", re.IGNORECASE)
 TRT7_PCT = re.compile(r"^percentile\s*:\s*([-+0-9.eE]+)\s*(ms|s|us)\s*at\s*(\d+(?:\.\d+)?)%", re.IGNORECASE)
