@@ -636,3 +636,75 @@ def test_fuzz_onnx_truncated_and_flipped(tmp_path: Path, seed: Path, cut: float,
     except TrtVerifyError as exc:
         assert exc.exit_code == 2 and str(exc).startswith(f"{p}: "), str(exc)
     assert time.perf_counter() - t < 2
+
+
+# ---- COCO annotations ---------------------------------------------------------------------------
+
+COCO_SEED = ROOT / "demo" / "shapes" / "val" / "instances.json"
+
+
+def _open_coco(path: Path) -> None:
+    from trtverify.config.stages import Dataset
+    from trtverify.tasks.datasets import open_dataset
+
+    open_dataset(Dataset(coco=path, images=COCO_SEED.parent / "images"))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\x89PNG not json", "not UTF-8 JSON"),
+        (b"{'images': []}", "not valid JSON (line 1, column 2)"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b"[]", "a COCO file holds a JSON object, got list"),
+        (b'{"images": [], "annotations": {}}', "'annotations' must be a list, got dict; missing key 'categories'"),
+        (b'{"images": [{"id": "one"}], "annotations": [], "categories": []}', "images[0] 'id' must be an integer"),
+    ],
+    ids=["binary", "python-dict", "deep", "list", "structure", "id-type"],
+)
+def test_hostile_coco_file_is_a_usage_error_naming_the_file_and_key(tmp_path: Path, content: bytes, message: str):
+    p = tmp_path / "instances.json"
+    p.write_bytes(content)
+    err = refused_quickly(_open_coco, p)
+    assert err.exit_code == 2 and str(err).startswith(f"{p}: ") and message in str(err), str(err)
+
+
+def test_huge_coco_file_is_refused_by_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from trtverify.tasks import coco
+
+    monkeypatch.setattr(coco, "MAX_COCO_BYTES", 1000)
+    p = tmp_path / "instances.json"
+    p.write_bytes(COCO_SEED.read_bytes())
+    assert "larger than" in str(refused_quickly(_open_coco, p))
+
+
+@FUZZ
+@given(pick=st.integers(0, 10**6), value=_json_value)
+def test_fuzz_coco_with_one_value_replaced(tmp_path: Path, pick: int, value: object):
+    import json
+
+    data = json.loads(COCO_SEED.read_text(encoding="utf-8"))
+    data["images"], data["annotations"] = data["images"][:3], data["annotations"][:6]
+    leaves = _leaves(data)[1:]
+    path = leaves[pick % len(leaves)]
+    node = data
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    p = _write_json(tmp_path / "instances.json", data)
+    try:
+        _open_coco(p)
+    except TrtVerifyError as exc:
+        assert exc.exit_code == 2 and str(exc).startswith(f"{p}: "), str(exc)
+
+
+@FUZZ
+@given(cut=st.floats(0, 1), junk=st.binary(max_size=16))
+def test_fuzz_coco_truncated(tmp_path: Path, cut: float, junk: bytes):
+    raw = COCO_SEED.read_bytes()
+    p = tmp_path / "instances.json"
+    p.write_bytes(raw[: int(len(raw) * cut)] + junk)
+    try:
+        _open_coco(p)
+    except TrtVerifyError as exc:
+        assert exc.exit_code == 2 and str(exc).startswith(f"{p}: "), str(exc)

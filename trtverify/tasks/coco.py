@@ -26,6 +26,7 @@ IOU_THRS = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoi
 REC_THRS = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
 MAX_DETS = 100
 AREA_ALL = (0.0, 1e5**2)
+MAX_COCO_BYTES = 1 << 30  # COCO 2017 train's instances file is 450 MB
 
 
 # --- ground truth ------------------------------------------------------------------------
@@ -35,12 +36,19 @@ def read_coco(path: Path) -> Any:
     """The JSON of a COCO instances file, not yet checked (`validate_coco`, or `GroundTruth` which checks)."""
     path = Path(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        with open(path, "rb") as fh:  # at most one byte past the cap: a FIFO or /dev/zero ends too
+            raw = fh.read(MAX_COCO_BYTES + 1)
+        if len(raw) > MAX_COCO_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_COCO_BYTES >> 20} MiB; not a COCO validation set's annotations")
+        return json.loads(raw.decode("utf-8"))
     except OSError as e:
         raise ValueError(f"{path}: cannot read the COCO file: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 JSON ({e.reason} at byte {e.start})") from e
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+    except RecursionError:
+        raise ValueError(f"{path}: not a COCO file (JSON nested too deeply)") from None
 
 
 def load_coco(path: Path) -> dict[str, Any]:
@@ -52,6 +60,10 @@ def load_coco(path: Path) -> dict[str, Any]:
 
 def is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def is_real(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
 
 
 def validate_coco(gt: Any, source: str = "ground truth") -> None:
@@ -91,21 +103,24 @@ def validate_coco(gt: Any, source: str = "ground truth") -> None:
         if missing:
             problems.append(f"annotations[{i}] has no " + ", ".join(f"'{k}'" for k in missing))
             continue
-        if ann["image_id"] not in images:
+        if not is_int(ann["image_id"]) or ann["image_id"] not in images:
             problems.append(f"annotations[{i}] refers to image {ann['image_id']!r}, not in 'images'")
-        if ann["category_id"] not in categories:
+        if not is_int(ann["category_id"]) or ann["category_id"] not in categories:
             problems.append(f"annotations[{i}] refers to category {ann['category_id']!r}, not in 'categories'")
         bb = ann["bbox"]
         if (
             not isinstance(bb, (list, tuple))
             or len(bb) != 4
-            or not all(
-                isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v) for v in bb
-            )
+            or not all(is_real(v) and math.isfinite(v) for v in bb)
             or bb[2] < 0
             or bb[3] < 0
         ):
             problems.append(f"annotations[{i}] 'bbox' must be [x, y, width, height] (finite, size >= 0), got {bb!r}")
+        area = ann.get("area", 0)
+        if not (is_real(area) and math.isfinite(area) and area >= 0):
+            problems.append(f"annotations[{i}] 'area' must be a finite number >= 0, got {area!r}")
+        if ann.get("iscrowd", 0) not in (0, 1):  # True/False compare equal to 1/0
+            problems.append(f"annotations[{i}] 'iscrowd' must be 0 or 1, got {ann['iscrowd']!r}")
         if len(problems) >= 10:
             break
     if problems:

@@ -245,6 +245,9 @@ def _coco(ds: Dataset) -> Reader:
         raise UsageError(str(exc)) from exc
     root = Path(ds.images) if ds.images else path.parent / "images"
     images = sorted(truth.gt["images"], key=lambda im: im["id"])
+    for im in images:
+        if not isinstance(im.get("file_name"), str) or not im["file_name"]:
+            raise UsageError(f"{path}: image {im['id']} has no 'file_name' string, got {im.get('file_name')!r}")
     names = [c["name"] for c in sorted(truth.gt["categories"], key=lambda c: c["id"])]
     return Reader(
         [im["id"] for im in images],
