@@ -105,10 +105,11 @@ def _core(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     metrics["cosine"] = cos
     if sdd == 0.0:
         metrics["sqnr"] = math.inf
-    elif saa == 0.0:
+    elif saa == 0.0 or math.isinf(sdd):  # a difference too large to square in float64 is no signal
         metrics["sqnr"] = -math.inf
     else:
-        metrics["sqnr"] = 10.0 * math.log10(saa / sdd)
+        ratio = saa / sdd
+        metrics["sqnr"] = 10.0 * math.log10(ratio) if ratio > 0 else -math.inf
     return metrics
 
 
