@@ -1,7 +1,8 @@
 """Command line: the only module that prints, reads argv and chooses exit codes.
 
 Exit codes: 0 every check passed; 1 a check failed (or a model under test could not run);
-2 usage or suite error; 3 missing dependency or hardware; 4 internal error (traceback shown).
+2 usage or suite error; 3 missing dependency or hardware; 4 internal error (traceback shown);
+130 interrupted (SIGINT), 143 terminated (SIGTERM): results.json keeps what ran, marked incomplete.
 Heavy modules are imported inside the commands so `trtverify --help` stays fast.
 """
 
@@ -62,7 +63,8 @@ def cli() -> None:
 
     \b
     Exit codes: 0 passed, 1 a check failed, 2 usage or suite error,
-                3 missing dependency or hardware, 4 internal error.
+                3 missing dependency or hardware, 4 internal error,
+                130 interrupted (SIGINT), 143 terminated (SIGTERM).
     """
 
 
