@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.conftest import ROOT, run_cli, write_suite
 from trtverify.config.loader import load_suite
 from trtverify.config.yamlload import MAX_SUITE_BYTES
-from trtverify.errors import SuiteError, TrtVerifyError
+from trtverify.errors import SuiteError, TrtVerifyError, UsageError
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 SUITES = sorted((ROOT / "suites").glob("*.yaml"))
@@ -708,3 +708,18 @@ def test_fuzz_coco_truncated(tmp_path: Path, cut: float, junk: bytes):
         _open_coco(p)
     except TrtVerifyError as exc:
         assert exc.exit_code == 2 and str(exc).startswith(f"{p}: "), str(exc)
+
+
+def test_truncated_npz_for_repair_and_a_damaged_shard_state_are_exit_2(tmp_path: Path):
+    """The other .npz readers: `trtverify repair --inputs` and `merge` of a shard whose e2e state is damaged."""
+    good = tmp_path / "good.npz"
+    np.savez(good, input=np.zeros((2, 1, 28, 28), np.float32))
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(good.read_bytes()[:200])
+    ref = ROOT / "demo" / "fashion_mnist" / "fashion_cnn_fp32.onnx"
+    r = run_cli("repair", str(ref), "--precision", "fp16", "--inputs", str(bad), "--out", str(tmp_path / "o"))
+    assert r.code == 2 and str(bad) in r.err and "not a readable" in r.err, r.err
+    from trtverify.stages.e2e.stage import _load_state
+
+    with pytest.raises(UsageError, match="not a shard's accumulator state"):
+        _load_state(bad)

@@ -13,13 +13,11 @@ INPUT_HELP = "Inputs: .npz, keys = input names, first axis = rows [default: one 
 
 def _rows(reference: Path, path: Path) -> list:
     """Rows of an .npz (keys = input names), one feed each, read like a suite's inputs file."""
-    import numpy as np
 
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a readable .npz of plain arrays ({exc})") from exc
+    from trtverify.inputs import open_array_file, read_member
+
+    with open_array_file(path) as data:  # a damaged or foreign file: exit 2 naming it
+        arrays = {k: read_member(data, k, path) for k in data.files}
     rows = min((len(a) for a in arrays.values()), default=0)
     if not rows:
         raise UsageError(f"{path}: no rows (keys = the input names of {reference.name}, first axis = rows)")

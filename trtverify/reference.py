@@ -107,7 +107,7 @@ class ReferenceStore:
         try:
             inputs = _unpack(folder / "inputs.npz", manifest["inputs"])
             outputs = _unpack(folder / "outputs.npz", manifest["outputs"])
-        except (OSError, ValueError, KeyError) as exc:
+        except Exception as exc:  # damaged arrays (BadZipFile, EOFError, zlib.error, ...): corrupt, never used
             return Lookup("corrupt", folder, [f"{folder}: unreadable arrays ({exc})"])
         return Lookup("valid", folder, [], inputs, outputs, manifest)
 

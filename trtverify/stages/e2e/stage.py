@@ -367,8 +367,8 @@ def _load_state(path: Path) -> dict[str, np.ndarray]:
             return {k: data[k] for k in data.files}
     except FileNotFoundError:
         raise UsageError(f"{path}: missing (the shard's folder must hold what `trtverify run --shard` wrote)") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a shard's accumulator state ({exc})") from exc
+    except Exception as exc:  # OSError, ValueError, BadZipFile, EOFError, zlib.error: damaged or foreign
+        raise UsageError(f"{path}: not a shard's accumulator state ({type(exc).__name__}: {exc})") from None
 
 
 def worst_feeds(loaded: LoadedSuite, positions: Sequence[int]) -> list[dict[str, np.ndarray]]:
