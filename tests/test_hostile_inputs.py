@@ -723,3 +723,33 @@ def test_truncated_npz_for_repair_and_a_damaged_shard_state_are_exit_2(tmp_path:
 
     with pytest.raises(UsageError, match="not a shard's accumulator state"):
         _load_state(bad)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+LAYER_KEYS = ["Inputs", "Outputs", "OutMaps", "Weights", "Metadata", "Name", "LayerType"]
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(st.integers(0, 36), st.sampled_from(LAYER_KEYS), JSON_VALUES)
+def test_fuzz_layer_info_with_one_field_replaced(tmp_path: Path, index: int, key: str, value: object):
+    """Any JSON value in any field of a real --exportLayerInfo layer: the audit reads it or exits 2, never 4."""
+    import json
+
+    from trtverify.engine.audit import audit
+
+    data = json.loads((ROOT / "tests/data/engine_exports/qat/resnet-qat.onnx.engine.graph.json").read_text())
+    data["Layers"][index % len(data["Layers"])][key] = value
+    path = tmp_path / "fuzz.engine.graph.json"
+    path.write_text(json.dumps(data))
+    try:
+        audit([path])
+    except UsageError as exc:
+        assert str(path) in str(exc)

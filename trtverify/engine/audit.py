@@ -79,11 +79,19 @@ def _rows(layers: list[EngineLayer]) -> tuple[list[EngineRow], float | None]:
     return rows, total
 
 
+def _first_io(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    """The first input or output record of a layer ({} where the export holds something else there)."""
+    items = raw.get(key)
+    return items[0] if isinstance(items, list) and items and isinstance(items[0], dict) else {}
+
+
 def _channels(layer: EngineLayer) -> tuple[int | None, int | None]:
     raw = layer.raw
     out = raw.get("OutMaps")
-    dims = (raw.get("Inputs") or [{}])[0].get("Dimensions") or []
-    return (int(dims[1]) if len(dims) > 1 else None), (int(out) if out is not None else None)
+    dims = _first_io(raw, "Inputs").get("Dimensions") or []
+    cin = dims[1] if isinstance(dims, list) and len(dims) > 1 else None
+    as_int = lambda v: int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None  # noqa: E731
+    return as_int(cin), as_int(out)
 
 
 def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFinding]:
@@ -116,7 +124,7 @@ def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFindi
         layer.name
         for layer in hp
         if any("Add" in n for n in layer.onnx_nodes)
-        and (layer.raw.get("Outputs") or [{}])[0].get("Format/Datatype", "").lower().find("int8") < 0
+        and str(_first_io(layer.raw, "Outputs").get("Format/Datatype", "")).lower().find("int8") < 0
     ]
     if mixed_out:
         out.append(

@@ -92,14 +92,18 @@ def read_layer_info(path: Path) -> list[EngineLayer]:
     if not isinstance(layers, list):
         raise UsageError(f"{path}: no 'Layers' list: not a trtexec --exportLayerInfo / IEngineInspector file")
     out = []
-    for item in layers:
+    for i, item in enumerate(layers):
         layer = item if isinstance(item, dict) else {"Name": str(item)}  # without --profilingVerbosity=detailed
         name = str(layer.get("Name", ""))
         ltype = str(layer.get("LayerType", "unknown"))
         m = REFORMAT_OF.match(name)
         reformat = ltype == "Reformat"  # NoOp "Reformatting CopyNode" layers cost nothing
-        nodes = nodes_of(m.group(1), layer) if m else nodes_of(name, layer)
-        out.append(EngineLayer(name, ltype, _precision(layer), nodes, reformat=reformat,
+        try:
+            nodes = nodes_of(m.group(1), layer) if m else nodes_of(name, layer)
+            precision = _precision(layer)
+        except (TypeError, AttributeError, ValueError, KeyError, IndexError) as exc:  # a field of the wrong shape
+            raise UsageError(f"{path}: Layers[{i}] ({name[:80]!r}) is not a trtexec layer record ({exc})") from None
+        out.append(EngineLayer(name, ltype, precision, nodes, reformat=reformat,
                                feeds=m.group(1) if m else None, raw=layer))  # fmt: skip
     return out
 
