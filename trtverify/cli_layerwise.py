@@ -16,7 +16,8 @@ QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict
     "--inputs",
     "inputs_file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help=".npz/.npy of inputs (keys = input names, first axis = rows) [default: random inputs].",
+    help=".npz/.npy of inputs (keys = input names, first axis = rows; arrays of exactly a fixed input shape are "
+    "one sample) [default: random inputs].",
 )
 @click.option(
     "--samples", type=click.IntRange(min=1), help="Number of samples [default: 1 generated, or every row of --inputs]."

@@ -150,7 +150,9 @@ class Inputs(Strict):
     seed: int = Field(default=0, description="seed of generated inputs")
     generate: dict[str, GeneratedInput] | None = Field(default=None, description="input name -> random values")
     file: Annotated[FilePath, AfterValidator(suffix(".npz", ".npy"))] | None = Field(
-        default=None, description=".npz (keys = input names) or .npy, read with allow_pickle=False; first axis = rows"
+        default=None,
+        description=".npz (keys = input names) or .npy, read with allow_pickle=False; first axis = rows, except that "
+        "arrays of exactly the model inputs' fixed shapes are one sample",
     )
     arrays: dict[str, FileArray] | None = Field(
         default=None, description="model input -> how to read it (default: npz keys = input names)"
