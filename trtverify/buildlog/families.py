@@ -303,6 +303,8 @@ _TFTRT = [
     re.compile(r"[Ff]all(?:ing)?(?: |-)?back to (?:TF|TensorFlow)(?: function| native| segment)?"),
     re.compile(r"Not a TF-TRT candidate, \(Op type: (?P<seg>[^)]+)\)"),
     re.compile(r"Number of TensorRT candidate segments: (?P<segments>\d+)"),
+    re.compile(r"Cannot replace segment \d+ consisting of \d+ nodes by (?P<seg>\S+) reason"),
+    re.compile(r"Total nonconverted OPs: (?P<ops2>\d+)"),  # the conversion report: those ops stay in TensorFlow
     re.compile(
         r"There are (?P<ops>\d+) ops of (?P<types>\d+) different types in the graph that are not converted to "
         r"TensorRT:\s*(?P<list>[^(]*)"
@@ -327,6 +329,8 @@ def rule_tftrt_native_segment(records: list[LogRecord]) -> Iterator[Hit]:
                 layers = (g["seg"].rstrip(".,"),)
             if g.get("segments"):
                 summary.setdefault("segments", int(g["segments"]))
+            if g.get("ops2"):
+                summary.setdefault("ops_not_converted", int(g["ops2"]))
             if g.get("ops"):
                 summary.setdefault("ops_not_converted", int(g["ops"]))
                 layers = tuple(x.strip() for x in g["list"].split(",") if x.strip())

@@ -311,9 +311,9 @@ rule_build_failure = _simple(
     "build_failure",
     "build",
     "high",
-    r"Builder failed while configuring|enginePtr != nullptr|Engine could not be created|Unable to create engine|"
-    r"Failed to create (?:TensorRT |TRT )?engine|Network validation failed|engine (?:is )?null|Engine build failed|"
-    r"Building engine failed|Engine set up failed",
+    r"Builder failed while configuring|(?:engine|enginePtr) != nullptr|Engine could not be created|Unable to create "
+    r"engine|Failed to create (?:TensorRT |TRT )?engine|Network validation failed|engine (?:is )?null|Engine build "
+    r"failed|Building engine failed|Engine (?:set up|creation) failed|Invalid Engine\. Please ensure",
 )
 rule_library_error = _simple("library_error", "build", "high", r"(?:cuBLAS|cuDNN|cuBLASLt|CUDA) Error in \w+")
 rule_library_mismatch = _simple(

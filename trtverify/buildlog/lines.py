@@ -60,7 +60,7 @@ DIALECTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("polygraphy", r"\[(?P<sev>[VIWEFX!])\] "),
         ("deepstream", r"(?P<sev>" + _SEVW + r"): \[TRT\]:? "),
         ("torch_tensorrt", r"(?P<sev>" + _SEVW + r"|GRAPH): \[Torch-TensorRT[^\]]*\] - "),
-        ("torch_tensorrt", r"(?P<sev>" + _SEVW + r"):torch_tensorrt[\w.]*:"),
+        ("torch_tensorrt", r"(?P<sev>" + _SEVW + r"):torch_tensorrt[\w.]*(?: \[[^\]]*\])?:"),
         ("rtx", r"\[(?P<sev>" + _SEVW + r")\] "),
         ("plain", r"(?P<sev>" + _SEVW + r"): "),
     ]

@@ -34,6 +34,7 @@ ONE_LINE = re.compile(r"^(?P<what>[A-Za-z0-9 -]+?)\s*:\s*(?P<stats>min\s*=?\s*[-
 PAIR = re.compile(r"(min|max|mean|median|percentile\((\d+(?:\.\d+)?)%\))\s*=?\s*([-+0-9.eE]+)\s*(ms|s|us)?", re.I)
 THROUGHPUT = re.compile(r"^throughput\s*:\s*([-+0-9.eE]+)\s*qps", re.IGNORECASE)
 TRT7_STAT = re.compile(r"^(min|max|mean|median)\s*:\s*([-+0-9.eE]+)\s*(ms|s|us)\b", re.IGNORECASE)
+TRT7_E2E = re.compile(r"\(end to end ([-+0-9.eE]+)\s*(ms|s|us)\b", re.IGNORECASE)  # TensorRT 7 host latency lines
 TRT7_PCT = re.compile(r"^percentile\s*:\s*([-+0-9.eE]+)\s*(ms|s|us)\s*at\s*(\d+(?:\.\d+)?)%", re.IGNORECASE)
 TRT6 = re.compile(r"Average over (\d+) runs is ([-+0-9.eE]+) ms(?:.*?(\d+)% percentile time is ([-+0-9.eE]+))?", re.I)
 WALLTIME = re.compile(r"^(?:total host walltime|walltime)\s*:\s*([-+0-9.eE]+)\s*(s|ms)", re.IGNORECASE)
@@ -91,13 +92,14 @@ def parse_perf_summary(text: str) -> PerfSummary | None:
             out["walltime_s"] = float(m.group(1)) / (1000.0 if m.group(2).lower() == "ms" else 1.0)
             continue
         if section is not None:
-            m = TRT7_STAT.match(line)
+            m = TRT7_STAT.match(line) or TRT7_PCT.match(line)
             if m:
-                out["stats"][section][m.group(1).lower()] = float(m.group(2)) * SCALE[m.group(3).lower()]
-                continue
-            m = TRT7_PCT.match(line)
-            if m:
-                out["stats"][section][_key("percentile", m.group(3))] = float(m.group(1)) * SCALE[m.group(2).lower()]
+                stat = m.group(1).lower() if m.re is TRT7_STAT else _key("percentile", m.group(3))
+                value, unit = (m.group(2), m.group(3)) if m.re is TRT7_STAT else (m.group(1), m.group(2))
+                out["stats"][section][stat] = float(value) * SCALE[unit.lower()]
+                e2e = TRT7_E2E.search(line)
+                if e2e:  # `min: 1.0 ms (end to end 1.9 ms)`: the end-to-end host latency beside it
+                    out["stats"].setdefault("end_to_end", {})[stat] = float(e2e.group(1)) * SCALE[e2e.group(2).lower()]
                 continue
         m = TRT6.search(line)
         if m:
