@@ -32,6 +32,11 @@ class _Progress:
     def __call__(self, stage: str, done: int, total: int, what: str) -> None:
         if not self.enabled:
             return
+        if total <= 0:  # a step with no count (perf: one model at one batch size)
+            if (stage, what) not in self.seen:
+                self.seen.add((stage, what))
+                click.echo(f"  {stage}: {what}...", err=True)
+            return
         if self.tty:
             now = time.monotonic()
             if done == total or now - self.last > 0.1:

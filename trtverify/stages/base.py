@@ -18,7 +18,7 @@ from trtverify.onnxinfo import TensorMeta
 from trtverify.record import Record
 from trtverify.reference import ReferenceStore
 
-# progress(stage, done, total, what): called by stages on long work; the CLI renders it
+# progress(stage, done, total, what): called by stages on long work; the CLI renders it (total 0: no count)
 Progress = Callable[[str, int, int, str], None]
 
 

@@ -146,8 +146,8 @@ def _measure_backend(ctx: StageContext, backend: Backend, feeds: dict[int, dict[
     out = []
     with backend:
         backend.prepare()
-        for i, (batch, feed) in enumerate(feeds.items()):
-            ctx.progress(NAME, i, len(feeds), f"{what} batch {batch}")
+        for batch, feed in feeds.items():
+            ctx.progress(NAME, 0, 0, f"timing {what} at batch {batch}")
             out.append(measure(lambda f=feed: backend.infer(f), batch, budget))
     return out
 
