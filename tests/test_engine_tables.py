@@ -261,3 +261,16 @@ def test_fuzz_export_times_json(data):
     except UsageError:
         return
     assert s.inferences >= 1
+
+
+def test_diff_of_two_console_logs_alone():
+    """`engine diff` reads a console log's --dumpProfile table as `engine audit` does (no JSON exports needed):
+    the totals are the tables' sums of layer averages and every layer of each appears in one row."""
+    from trtverify.engine.diff import diff
+
+    a, b = LOGS / "12_trt1016_profile_columns_cookbook.log", LOGS / "07_trt861_profile_columns_pointpillars_blog.log"
+    d = diff([a], [b])
+    ta = sum(r.avg_ms for r in parse_profile_table(a.read_text()).rows)
+    tb = sum(r.avg_ms for r in parse_profile_table(b.read_text()).rows)
+    assert d.total_a_ms == pytest.approx(ta) and d.total_b_ms == pytest.approx(tb)
+    assert sum(len(r.a_layers) for r in d.rows) == 15 and sum(len(r.b_layers) for r in d.rows) == 28

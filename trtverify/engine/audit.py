@@ -230,10 +230,10 @@ def _peek_json(path: Path) -> Any:
         return None
 
 
-def audit(paths: list[Path]) -> Audit:
-    """Audit one engine from its trtexec exports and/or console log(s): JSON exports give the layers when there
-    are some, else the log's `--dumpLayerInfo` listing and `--dumpProfile` table do; the performance summary
-    comes from the log, else from an `--exportTimes` file."""
+def engine_layers(paths: list[Path]) -> tuple[list[EngineLayer], dict[str, Any], PerfSummary | None]:
+    """One engine's layers, what was read and its performance summary, from its trtexec exports and/or console
+    log(s): JSON exports give the layers when there are some, else the log's `--dumpLayerInfo` listing and
+    `--dumpProfile` table do; the performance summary comes from the log, else from an `--exportTimes` file."""
     performance, table, listing, logs = _console(paths)
     times, times_file = _times(paths)
     if performance is None and times is not None:
@@ -252,7 +252,12 @@ def audit(paths: list[Path]) -> Audit:
         files["logs"] = logs
     if times_file:
         files["times"] = times_file
-    return audit_layers(layers, files, performance)
+    return layers, files, performance
+
+
+def audit(paths: list[Path]) -> Audit:
+    """Audit one engine from its trtexec exports and/or console log(s) (see `engine_layers`)."""
+    return audit_layers(*engine_layers(paths))
 
 
 def audit_layers(layers: list[EngineLayer], files: dict[str, Any], performance: PerfSummary | None = None) -> Audit:

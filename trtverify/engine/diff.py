@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import Field
 
-from trtverify.engine.audit import Audit, EngineFinding, audit_layers
-from trtverify.engine.exports import EngineLayer, read_engine
+from trtverify.engine.audit import Audit, EngineFinding, audit_layers, engine_layers
+from trtverify.engine.exports import EngineLayer
 from trtverify.record import Record
 
 RANKED = 5
@@ -44,8 +44,8 @@ def _group_keys(layers: list[EngineLayer]) -> list[set[str]]:
 
 
 def diff(a_paths: list[Path], b_paths: list[Path]) -> EngineDiff:
-    a_layers, a_files = read_engine(a_paths)
-    b_layers, b_files = read_engine(b_paths)
+    a_layers, a_files, a_perf = engine_layers(a_paths)  # exports, or a console log's listing and profile table
+    b_layers, b_files, b_perf = engine_layers(b_paths)
     items = [("a", layer, key) for layer, key in zip(a_layers, _group_keys(a_layers))]
     items += [("b", layer, key) for layer, key in zip(b_layers, _group_keys(b_layers))]
     parent = list(range(len(items)))
@@ -88,7 +88,8 @@ def diff(a_paths: list[Path], b_paths: list[Path]) -> EngineDiff:
     rows.sort(key=lambda r: -abs(r.delta_ms))
     total_a = sum(layer.avg_ms or 0.0 for layer in a_layers)
     total_b = sum(layer.avg_ms or 0.0 for layer in b_layers)
-    found = _findings(audit_layers(a_layers, a_files), audit_layers(b_layers, b_files), rows, total_a, total_b)
+    a_audit, b_audit = audit_layers(a_layers, a_files, a_perf), audit_layers(b_layers, b_files, b_perf)
+    found = _findings(a_audit, b_audit, rows, total_a, total_b)
     return EngineDiff(total_a_ms=total_a, total_b_ms=total_b, rows=rows, findings=found)
 
 
@@ -103,8 +104,8 @@ def _findings(a: Audit, b: Audit, rows: list[DiffRow], ta: float, tb: float) -> 
             message=f"B is {faster} than A: {tb:.3f} ms vs {ta:.3f} ms ({(tb - ta) / ta:+.1%})" if ta else "no times",
         )
     )
-    ra = sum(r.avg_ms or 0.0 for r in a.rows if r.type == "Reformat")
-    rb = sum(r.avg_ms or 0.0 for r in b.rows if r.type == "Reformat")
+    ra = sum(r.avg_ms or 0.0 for r in a.rows if r.reformat)
+    rb = sum(r.avg_ms or 0.0 for r in b.rows if r.reformat)
     if a.reformat_layers != b.reformat_layers:
         out.append(
             EngineFinding(
