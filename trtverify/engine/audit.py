@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.engine.exports import TIMES_NAMES, EngineLayer, load_json, read_engine
+from trtverify.engine.exports import TIMES_NAMES, EngineLayer, load_json, peek_json, read_engine
 from trtverify.engine.tables import console_layers
 from trtverify.errors import UsageError
 from trtverify.record import Record
@@ -217,17 +217,10 @@ def _times(paths: list[Path]) -> tuple[TimesSummary | None, str | None]:
     other = ("graph.json", "layer.json", "layers.json", "layerinfo.json", "profile.json", "metadata.json")
     unnamed = [f for f in files if not f.name.endswith(other) and f.stat().st_size > 0]
     for f in named or unnamed:
-        data = load_json(f) if named else _peek_json(f)
+        data = load_json(f) if named else peek_json(f)
         if named or is_times(data):
             return summarize_times(data, str(f)), str(f)
     return None, None
-
-
-def _peek_json(path: Path) -> Any:
-    try:
-        return load_json(path)
-    except UsageError:
-        return None
 
 
 def engine_layers(paths: list[Path]) -> tuple[list[EngineLayer], dict[str, Any], PerfSummary | None]:

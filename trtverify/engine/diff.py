@@ -44,8 +44,13 @@ def _group_keys(layers: list[EngineLayer]) -> list[set[str]]:
 
 
 def diff(a_paths: list[Path], b_paths: list[Path]) -> EngineDiff:
-    a_layers, a_files, a_perf = engine_layers(a_paths)  # exports, or a console log's listing and profile table
-    b_layers, b_files, b_perf = engine_layers(b_paths)
+    """Two builds read from their files (exports, or a console log's listing and profile table)."""
+    a, b = engine_layers(a_paths), engine_layers(b_paths)
+    return diff_read(a[0], b[0], audit_layers(*a), audit_layers(*b))
+
+
+def diff_read(a_layers: list[EngineLayer], b_layers: list[EngineLayer], a_audit: Audit, b_audit: Audit) -> EngineDiff:
+    """Two builds already read and audited (the perf stage reads and audits each engine once)."""
     items = [("a", layer, key) for layer, key in zip(a_layers, _group_keys(a_layers))]
     items += [("b", layer, key) for layer, key in zip(b_layers, _group_keys(b_layers))]
     parent = list(range(len(items)))
@@ -88,7 +93,6 @@ def diff(a_paths: list[Path], b_paths: list[Path]) -> EngineDiff:
     rows.sort(key=lambda r: -abs(r.delta_ms))
     total_a = sum(layer.avg_ms or 0.0 for layer in a_layers)
     total_b = sum(layer.avg_ms or 0.0 for layer in b_layers)
-    a_audit, b_audit = audit_layers(a_layers, a_files, a_perf), audit_layers(b_layers, b_files, b_perf)
     found = _findings(a_audit, b_audit, rows, total_a, total_b)
     return EngineDiff(total_a_ms=total_a, total_b_ms=total_b, rows=rows, findings=found)
 

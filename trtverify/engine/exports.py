@@ -71,10 +71,6 @@ def is_profile(data: Any) -> bool:
 
 def load_json(path: Path) -> Any:
     """A trtexec JSON export, size-bounded; errors name the file."""
-    return _load(path)
-
-
-def _load(path: Path) -> Any:
     if path.stat().st_size > MAX_BYTES:
         raise UsageError(f"{path}: {path.stat().st_size >> 20} MB, larger than a trtexec export should be")
     try:
@@ -85,9 +81,9 @@ def _load(path: Path) -> Any:
         raise UsageError(f"{path}: not a trtexec export (JSON nested too deeply)") from None
 
 
-def read_layer_info(path: Path) -> list[EngineLayer]:
-    """Engine layers of a `--exportLayerInfo` file (detailed or not)."""
-    data = _load(path)
+def read_layer_info(path: Path, data: Any = None) -> list[EngineLayer]:
+    """Engine layers of a `--exportLayerInfo` file (detailed or not); `data`: its JSON, when already parsed."""
+    data = load_json(path) if data is None else data
     layers = data.get("Layers") if isinstance(data, dict) else None
     if not isinstance(layers, list):
         raise UsageError(f"{path}: no 'Layers' list: not a trtexec --exportLayerInfo / IEngineInspector file")
@@ -108,9 +104,10 @@ def read_layer_info(path: Path) -> list[EngineLayer]:
     return out
 
 
-def read_profile(path: Path) -> dict[str, float]:
-    """Layer name -> average ms of a `--exportProfile` file ([{count}, {name, averageMs, ...}, ...])."""
-    data = _load(path)
+def read_profile(path: Path, data: Any = None) -> dict[str, float]:
+    """Layer name -> average ms of a `--exportProfile` file ([{count}, {name, averageMs, ...}, ...]); `data`: its
+    JSON, when already parsed."""
+    data = load_json(path) if data is None else data
     if not isinstance(data, list):
         raise UsageError(f"{path}: expected a list of layer timings: not a trtexec --exportProfile file")
     out = {}
@@ -129,17 +126,18 @@ def read_engine(paths: list[Path], allow_none: bool = False) -> tuple[list[Engin
     """One engine's layers with their times, from its export files or a folder holding them (with `allow_none`,
     no layer-info file gives no layers)."""
     files: list[Path] = []
+    parsed: dict[Path, Any] = {}  # each file parsed once
     for p in paths:
         if p.is_dir():
             files += sorted(p.glob("*.json"))
         elif p.suffix.lower() == ".json":
-            _load(p)  # a file named on the command line must read: its error names it
+            parsed[p] = load_json(p)  # a file named on the command line must read: its error names it
             files.append(p)
     files = [f for f in files if not f.name.endswith(TIMES_NAMES)]  # --exportTimes: the audit summarises those
     info = [f for f in files if f.name.endswith(("graph.json", "layer.json", "layers.json", "layerinfo.json"))]
     prof = [f for f in files if f.name.endswith("profile.json")]
     if not info or not prof:  # files named otherwise: tell them by content, each parsed once
-        peeked = {f: _peek(f) for f in files}
+        peeked = {f: parsed[f] if f in parsed else parsed.setdefault(f, peek_json(f)) for f in files}
         info = info or [f for f, d in peeked.items() if isinstance(d, dict) and "Layers" in d]
         prof = prof or [f for f, d in peeked.items() if is_profile(d)]
     if len(info) > 1 or (not info and not allow_none):
@@ -147,16 +145,17 @@ def read_engine(paths: list[Path], allow_none: bool = False) -> tuple[list[Engin
         raise UsageError(f"need exactly one --exportLayerInfo file per engine (found: {found})")
     if not info:
         return [], {"layer_info": None, "profile": None, "build": {}}
-    layers = read_layer_info(info[0])
-    times = read_profile(prof[0]) if prof else {}
+    layers = read_layer_info(info[0], parsed.get(info[0]))
+    times = read_profile(prof[0], parsed.get(prof[0])) if prof else {}
     for layer in layers:
         layer.avg_ms = times.get(layer.name)
-    meta = next((_load(f) for f in files if f.name.endswith("build.metadata.json")), {})
+    meta = next((load_json(f) for f in files if f.name.endswith("build.metadata.json")), {})
     return layers, {"layer_info": str(info[0]), "profile": str(prof[0]) if prof else None, "build": meta}
 
 
-def _peek(path: Path) -> Any:
+def peek_json(path: Path) -> Any:
+    """A JSON export when it reads, else None (for telling exports apart by content)."""
     try:
-        return _load(path)
+        return load_json(path)
     except UsageError:
         return None

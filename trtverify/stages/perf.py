@@ -13,7 +13,6 @@ baseline from another environment is reported as not comparable, never as a fail
 
 from __future__ import annotations
 
-import fnmatch
 import importlib.util
 from pathlib import Path
 from typing import Any, Literal
@@ -24,10 +23,10 @@ from pydantic import Field
 from trtverify.backends.base import Backend, candidate_backend
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.compare.checks import CheckResult, failed_check, limit_check
-from trtverify.config.findings import SEVERITIES
+from trtverify.config.findings import selects
 from trtverify.config.stages import PerfEngine, PerfStage
-from trtverify.engine.audit import Audit, audit
-from trtverify.engine.diff import EngineDiff, diff
+from trtverify.engine.audit import Audit, audit_layers, engine_layers
+from trtverify.engine.diff import EngineDiff, diff_read
 from trtverify.engine.metadata import batch_of, device_fingerprint, profile_performance
 from trtverify.errors import UsageError
 from trtverify.onnxinfo import TensorMeta
@@ -193,11 +192,12 @@ def _engine_row(name: str, eng: PerfEngine, a: Audit) -> PerfRow:
 
 
 def _engines(cfg: PerfStage) -> tuple[list[EngineEntry], list[PerfRow]]:
-    audits = {name: audit(list(eng.files)) for name, eng in cfg.engines.items()}
+    read = {name: engine_layers(list(eng.files)) for name, eng in cfg.engines.items()}  # each engine read once
+    audits = {name: audit_layers(*engine) for name, engine in read.items()}
     entries, rows = [], []
     for name, eng in cfg.engines.items():
-        other = cfg.engines[eng.vs] if eng.vs is not None else None
-        d = diff(list(other.files), list(eng.files)) if other is not None else None
+        vs = eng.vs
+        d = diff_read(read[vs][0], read[name][0], audits[vs], audits[name]) if vs is not None else None
         entries.append(EngineEntry(name=name, files=[str(f) for f in eng.files], vs=eng.vs, audit=audits[name], diff=d))
         rows.append(_engine_row(name, eng, audits[name]))
     return entries, rows
@@ -292,15 +292,11 @@ def _checks(cfg: PerfStage, rows: list[PerfRow], entries: list[EngineEntry]) -> 
                                       candidate=r.model, detail=detail))  # fmt: skip
     for e in entries:
         for name in cfg.fail_on:
-            hits = [f for f in e.audit.findings if (f.severity == name if name in SEVERITIES else _kind(name, f.kind))]
+            hits = [f for f in e.audit.findings if selects(name, f.kind, f.severity)]
             listed = [{"kind": f.kind, "message": f.message, "layers": f.layers[:10]} for f in hits]
             checks.append(limit_check(f"{e.name}: no {name} engine findings", NAME, f"{name}_findings", len(hits), 0,
                                       "<=", candidate=e.name, detail={"findings": listed} if hits else {}))  # fmt: skip
     return checks
-
-
-def _kind(pattern: str, kind: str) -> bool:
-    return fnmatch.fnmatchcase(kind, pattern)
 
 
 def run(ctx: StageContext) -> PerfResult:
