@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -62,6 +63,16 @@ def precision_checks(precision: str) -> list[Check]:
     return [Check(metric="rel_l2", max=rel_l2), Check(metric="cosine", min=cosine)]
 
 
+def gate_names(names: list[str], kinds: Iterable[str], what: str) -> list[str]:
+    """`names` of a `fail_on`: each a severity, a finding kind or a glob over kinds (ValueError naming the first
+    that is none of them)."""
+    kinds = list(kinds)
+    for name in names:
+        if name not in SEVERITIES and not any(fnmatch.fnmatchcase(k, name) for k in kinds):
+            raise ValueError(unknown(what, name, [*SEVERITIES, *kinds]))
+    return names
+
+
 class LayerwiseLint(Strict):
     """The static precision lint as a gate."""
 
@@ -74,10 +85,7 @@ class LayerwiseLint(Strict):
     @field_validator("fail_on")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if name not in SEVERITIES and not any(fnmatch.fnmatchcase(k, name) for k in LINT_KINDS):
-                raise ValueError(unknown("lint severity or kind", name, [*SEVERITIES, *LINT_KINDS]))
-        return v
+        return gate_names(v, LINT_KINDS, "lint severity or kind")
 
 
 class TensorOverride(Strict):
@@ -418,10 +426,7 @@ class PerfStage(Strict):
     @field_validator("fail_on")
     @classmethod
     def _known_findings(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if name not in SEVERITIES and not any(fnmatch.fnmatchcase(k, name) for k in ENGINE_FINDING_KINDS):
-                raise ValueError(unknown("engine finding severity or kind", name, [*SEVERITIES, *ENGINE_FINDING_KINDS]))
-        return v
+        return gate_names(v, ENGINE_FINDING_KINDS, "engine finding severity or kind")
 
     @model_validator(mode="after")
     def _engines(self) -> PerfStage:
