@@ -194,47 +194,29 @@ def execute(
     update_baseline: bool = False,
 ) -> None:
     from trtverify.fsutil import folder_lock
-
-    with folder_lock(out):  # before any work: exit 2 if OUT cannot be written or another run writes there
-        _execute(
-            loaded, out, stages, update_reference, reference_dir, quiet, samples_override, junit, shard, update_baseline
-        )
-
-
-def _execute(
-    loaded: Any,
-    out: Path,
-    stages: tuple[str, ...],
-    update_reference: bool,
-    reference_dir: Path | None,
-    quiet: bool,
-    samples_override: Any,
-    junit: Path | None,
-    shard: Any,
-    update_baseline: bool,
-) -> None:
     from trtverify.report.html import write_report
     from trtverify.results.record import run_and_record
 
-    if not quiet:
-        click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}' ({loaded.path})", err=True)
-    results = run_and_record(
-        loaded,
-        out,
-        stages=stages,
-        shard=shard,
-        update_reference=update_reference,
-        update_baseline=update_baseline,
-        reference_dir=reference_dir,
-        progress=_Progress(not quiet),
-        samples_override=samples_override,
-    )
-    write_report(results, out / "report.html")
-    _finish(results, out, quiet, junit)
-    for stage in results.stages:
-        if stage.error is not None and stage.error.traceback:
-            click.echo(f"\ninternal error in stage {stage.name}:\n{stage.error.traceback}", err=True)
-    sys.exit(results.exit_code)
+    with folder_lock(out):  # before any work: exit 2 if OUT cannot be written or another run writes there
+        if not quiet:
+            click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}' ({loaded.path})", err=True)
+        results = run_and_record(
+            loaded,
+            out,
+            stages=stages,
+            shard=shard,
+            update_reference=update_reference,
+            update_baseline=update_baseline,
+            reference_dir=reference_dir,
+            progress=_Progress(not quiet),
+            samples_override=samples_override,
+        )
+        write_report(results, out / "report.html")
+        _finish(results, out, quiet, junit)
+        for stage in results.stages:
+            if stage.error is not None and stage.error.traceback:
+                click.echo(f"\ninternal error in stage {stage.name}:\n{stage.error.traceback}", err=True)
+        sys.exit(results.exit_code)
 
 
 def _finish(results: Any, out: Path, quiet: bool, junit: Path | None) -> None:

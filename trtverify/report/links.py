@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from trtverify.stages.base import StageResult
 from trtverify.stages.buildlog import BuildlogResult
-from trtverify.stages.layerwise.models import LayerwiseResult, Row
+from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row
 from trtverify.stages.perf import PerfResult
 
 # what may follow a node name inside a layer name derived from it ("Conv_myl0_1", "Conv + Relu", "Conv.1")
@@ -69,6 +69,18 @@ def candidates_for_log(log: str, models: Sequence[str]) -> list[int]:
     return hits or list(range(len(models)))
 
 
+def rows_by_node(candidates: Sequence[LayerwiseCandidate]) -> list[dict[str, list[Row]]]:
+    """Per layerwise candidate: ONNX node -> the rows of the tensors it produces."""
+    out: list[dict[str, list[Row]]] = []
+    for cand in candidates:
+        index: dict[str, list[Row]] = {}
+        for row in cand.rows:
+            if row.node:
+                index.setdefault(row.node, []).append(row)
+        out.append(index)
+    return out
+
+
 def build_links(stages: Sequence[StageResult]) -> tuple[dict[str, list[Link]], dict[str, list[Link]]]:
     """({layer id: links to layerwise rows}, {row id: links to build-log layers}) for one run's stages."""
     layerwise = next((s for s in stages if isinstance(s, LayerwiseResult)), None)
@@ -78,13 +90,7 @@ def build_links(stages: Sequence[StageResult]) -> tuple[dict[str, list[Link]], d
     if layerwise is None or buildlog is None:
         return to_rows, to_layers
     candidates = layerwise.candidates or []
-    by_node: list[dict[str, list[Row]]] = []
-    for cand in candidates:
-        index: dict[str, list[Row]] = {}
-        for row in cand.rows:
-            if row.node:
-                index.setdefault(row.node, []).append(row)
-        by_node.append(index)
+    by_node = rows_by_node(candidates)
     models = [c.model for c in candidates]
     for li, log in enumerate(buildlog.logs or []):
         for ci in candidates_for_log(log.log, models):
@@ -138,13 +144,7 @@ def perf_links(stages: Sequence[StageResult]) -> PerfLinks:
     buildlog = next((s for s in stages if isinstance(s, BuildlogResult)), None)
     candidates = layerwise.candidates or [] if layerwise is not None else []
     models, names = [c.model for c in candidates], [c.name for c in candidates]
-    by_node: list[dict[str, list[Row]]] = []
-    for cand in candidates:
-        index: dict[str, list[Row]] = {}
-        for row in cand.rows:
-            if row.node:
-                index.setdefault(row.node, []).append(row)
-        by_node.append(index)
+    by_node = rows_by_node(candidates)
     all_nodes = {n for index in by_node for n in index}
     # build-log layers by name and by node: (log index, layer index, the log's candidates)
     log_by_name: dict[str, list[tuple[int, int]]] = {}
