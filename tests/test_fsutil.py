@@ -37,3 +37,17 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path):
     with pytest.raises(RuntimeError):
         atomic_write(target, boom)
     assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+def test_read_capped_reads_at_most_its_limit(tmp_path):
+    """The one bounded reader the suite, build-log, COCO, results and baseline readers share: a file of exactly the
+    limit reads; one byte more is FileTooLarge; /dev/zero (no end) stops at the cap."""
+    from trtverify.fsutil import FileTooLarge, read_capped
+
+    f = tmp_path / "f"
+    f.write_bytes(b"x" * 10)
+    assert read_capped(f, 10) == b"x" * 10
+    with pytest.raises(FileTooLarge):
+        read_capped(f, 9)
+    with pytest.raises(FileTooLarge):
+        read_capped(Path("/dev/zero"), 1 << 16)

@@ -27,6 +27,21 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 
+class FileTooLarge(ValueError):
+    """A file larger than its reader's cap (read_capped)."""
+
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """A file's bytes, at most `limit` of them: FileTooLarge beyond that, OSError (FileNotFoundError,
+    IsADirectoryError, ...) as open raises it. Reads one byte past the cap rather than trusting the size on disk,
+    so a FIFO or /dev/zero ends too."""
+    with open(path, "rb") as fh:
+        raw = fh.read(limit + 1)
+    if len(raw) > limit:
+        raise FileTooLarge(f"{path}: larger than {limit} bytes")
+    return raw
+
+
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write through a temporary file in the same folder, fsync, then rename over `path`.
 

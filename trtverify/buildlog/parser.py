@@ -19,6 +19,7 @@ from trtverify.buildlog.findings import RULES, Finding, collect, precision_fallb
 from trtverify.buildlog.layers import EngineLayer, layer_table
 from trtverify.buildlog.lines import LogRecord, split_records
 from trtverify.errors import UsageError
+from trtverify.fsutil import FileTooLarge, read_capped
 from trtverify.record import Record
 
 __all__ = ["BuildLog", "Finding", "parse", "parse_file"]
@@ -149,16 +150,15 @@ def read_log_text(path: str | Path) -> str:
     """A build log's text: size-bounded, UTF-16 with a BOM (PowerShell's `>`) decoded, binary refused."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:  # at most one byte past the cap: a FIFO or /dev/zero ends too
-            raw = fh.read(MAX_LOG_BYTES + 1)
+        raw = read_capped(path, MAX_LOG_BYTES)
     except FileNotFoundError:
         raise UsageError(f"{path}: build log not found") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a folder, expected a build log") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if len(raw) > MAX_LOG_BYTES:
-        raise UsageError(f"{path}: larger than {MAX_LOG_BYTES >> 20} MB; is it a build log?")
+    except FileTooLarge:
+        raise UsageError(f"{path}: larger than {MAX_LOG_BYTES >> 20} MB; is it a build log?") from None
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         text = raw.decode("utf-16", errors="replace")
     else:

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from trtverify.errors import Problem, SuiteError
+from trtverify.fsutil import FileTooLarge, read_capped
 
 PathKey = tuple[str | int, ...]
 
@@ -200,21 +201,13 @@ def load_yaml(path: Path, display: str | None = None) -> LocatedDocument:
     """Parse one YAML file; every problem is raised together as a SuiteError."""
     file = display or str(path)
     try:
-        with open(path, "rb") as fh:  # read at most one byte past the cap: /dev/zero and FIFOs end too
-            raw = fh.read(MAX_SUITE_BYTES + 1)
-        if len(raw) > MAX_SUITE_BYTES:
-            raise SuiteError(
-                [
-                    Problem(
-                        file,
-                        None,
-                        "",
-                        f"larger than {MAX_SUITE_BYTES // 1024} KiB; a suite file is a few KiB of YAML "
-                        "(is this the right file? keep data in the inputs/dataset files it names)",
-                    )
-                ]
-            )
-        text = raw.decode("utf-8")
+        text = read_capped(path, MAX_SUITE_BYTES).decode("utf-8")
+    except FileTooLarge:
+        too_large = (
+            f"larger than {MAX_SUITE_BYTES // 1024} KiB; a suite file is a few KiB of YAML "
+            "(is this the right file? keep data in the inputs/dataset files it names)"
+        )
+        raise SuiteError([Problem(file, None, "", too_large)]) from None
     except FileNotFoundError:
         raise SuiteError([Problem(file, None, "", "file not found")]) from None
     except IsADirectoryError:

@@ -13,7 +13,7 @@ from typing import Any
 
 from trtverify.environment import environment
 from trtverify.errors import UsageError
-from trtverify.fsutil import atomic_write_json
+from trtverify.fsutil import FileTooLarge, atomic_write_json, read_capped
 
 FORMAT = 1
 FILE = "baseline.json"
@@ -56,11 +56,11 @@ def load(path: Path) -> dict[str, Any] | None:
     naming it."""
     if not path.exists():
         return None
-    if path.stat().st_size > MAX_BYTES:
-        raise UsageError(f"{path}: larger than {MAX_BYTES >> 20} MB: not a trtverify baseline; remove it or rewrite "
-                         "it with trtverify run --update-baseline")  # fmt: skip
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_capped(path, MAX_BYTES).decode("utf-8"))
+    except FileTooLarge:
+        raise UsageError(f"{path}: larger than {MAX_BYTES >> 20} MB: not a trtverify baseline; remove it or rewrite "
+                         "it with trtverify run --update-baseline") from None  # fmt: skip
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         why = f"{path}: unreadable baseline ({exc}); rewrite it with trtverify run --update-baseline"
         raise UsageError(why) from None

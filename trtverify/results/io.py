@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trtverify.errors import UsageError
+from trtverify.fsutil import FileTooLarge, read_capped
 from trtverify.results.models import SCHEMA_VERSION, Results
 
 MAX_RESULTS_BYTES = 512 * 1024 * 1024  # a results.json of a large e2e run is a few MB
@@ -39,16 +40,16 @@ def load_results(path: Path) -> Results:
     """The results.json at `path`; UsageError naming it when it is missing, huge, not JSON or not results."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:  # at most one byte past the cap: a FIFO or /dev/zero ends too
-            raw = fh.read(MAX_RESULTS_BYTES + 1)
+        raw = read_capped(path, MAX_RESULTS_BYTES)
     except FileNotFoundError:
         raise UsageError(f"{path}: not found") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a folder, expected a results.json") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if len(raw) > MAX_RESULTS_BYTES:
-        raise UsageError(f"{path}: larger than {MAX_RESULTS_BYTES // 2**20} MiB; not a results.json trtverify wrote")
+    except FileTooLarge:
+        limit = MAX_RESULTS_BYTES // 2**20
+        raise UsageError(f"{path}: larger than {limit} MiB; not a results.json trtverify wrote") from None
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.config.registry import COCO_STATS
+from trtverify.fsutil import FileTooLarge, read_capped
 
 BACKENDS = ("faster-coco-eval", "pycocotools")
 STAT_NAMES = COCO_STATS
@@ -36,11 +37,11 @@ def read_coco(path: Path) -> Any:
     """The JSON of a COCO instances file, not yet checked (`validate_coco`, or `GroundTruth` which checks)."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:  # at most one byte past the cap: a FIFO or /dev/zero ends too
-            raw = fh.read(MAX_COCO_BYTES + 1)
-        if len(raw) > MAX_COCO_BYTES:
-            raise ValueError(f"{path}: larger than {MAX_COCO_BYTES >> 20} MiB; not a COCO validation set's annotations")
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(read_capped(path, MAX_COCO_BYTES).decode("utf-8"))
+    except FileTooLarge:
+        raise ValueError(
+            f"{path}: larger than {MAX_COCO_BYTES >> 20} MiB; not a COCO validation set's annotations"
+        ) from None
     except OSError as e:
         raise ValueError(f"{path}: cannot read the COCO file: {e.strerror or e}") from e
     except UnicodeDecodeError as e:
