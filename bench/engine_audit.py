@@ -37,7 +37,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -49,6 +48,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
+
+from benchinfo import machine  # noqa: E402 (beside this script)
 
 from trtverify.engine.audit import audit  # noqa: E402
 from trtverify.engine.diff import diff  # noqa: E402
@@ -249,21 +250,6 @@ def _fmt(v: float | None, unit: str = "s") -> str:
     return f"{v * 1000:.1f} ms" if unit == "ms" else f"{v:.3f} s"
 
 
-def _machine() -> str:
-    cpu = platform.processor() or "?"
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "?"  # fmt: skip
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "trtverify"], capture_output=True,
-                           text=True).stdout.strip()  # fmt: skip
-    commit += " + uncommitted changes under trtverify/" if dirty else ""
-    return (f"{os.cpu_count()} cores (`nproc`), CPU model \"{cpu}\"; Python {platform.python_version()}; "
-            f"trtverify at commit `{commit}`")  # fmt: skip
-
-
 def render(res: dict) -> tuple[str, str]:
     head = ["layers (A / B)", "op", "trtverify API", "TREx API", "ratio", "trtverify CLI --json",
             "TREx process", "ratio"]  # fmt: skip
@@ -386,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python bench/engine_audit.py"
         + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:])),
         "repeat": args.repeat,
-        "machine": _machine(),
+        "machine": machine(),
         "peer_timeout": args.peer_timeout,
         "floor_s": [],
         "sizes": {},

@@ -36,9 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,6 +46,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
+
+from benchinfo import machine  # noqa: E402 (beside this script)
 
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
 from trtverify.config.backends import OnnxRuntimeOptions  # noqa: E402
@@ -199,26 +199,6 @@ def render(rows: list[dict]) -> tuple[str, str]:
     return text, "\n".join(md)
 
 
-def _machine() -> str:
-    import onnxruntime as ort
-    import polygraphy
-
-    cpu = platform.processor() or "?"
-    if Path("/proc/cpuinfo").exists():
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "?"  # fmt: skip
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "trtverify"], capture_output=True,
-                           text=True).stdout.strip()  # fmt: skip
-    commit += " + uncommitted changes under trtverify/" if dirty else ""
-    return (f"{os.cpu_count()} cores (`nproc`), CPU model \"{cpu}\"; Python {platform.python_version()}, "
-            f"onnxruntime {ort.__version__}, polygraphy {polygraphy.__version__}, numpy {np.__version__}; "
-            f"trtverify at commit `{commit}`")  # fmt: skip
-
-
 def summary_lines(rows: list[dict]) -> list[str]:
     """Agreement and spread, per ORT configuration."""
     out = []
@@ -251,8 +231,8 @@ def write_md(rows: list[dict], table: str, args, cmd: str, total_s: float, load:
         "",
         f"Generated {_dt.date.today().isoformat()} by `{cmd}`: {args.repeat} rounds per model and configuration, "
         f"the order of the measurements rotating; batch {args.batch}; {total_s:.0f} s in all. Machine: "
-        f"{_machine()}. 1-minute load average {load[0]:.2f} before, {load[1]:.2f} after (2 cores shared with other "
-        "work: single rounds can be disturbed, which is what the spread columns show).",
+        f"{machine(_versions())}. 1-minute load average {load[0]:.2f} before, {load[1]:.2f} after (2 cores shared "
+        "with other work: single rounds can be disturbed, which is what the spread columns show).",
         "",
         table,
         "",
@@ -287,6 +267,13 @@ def write_md(rows: list[dict], table: str, args, cmd: str, total_s: float, load:
         "",
     ]
     args.out.write_text("\n".join(lines))
+
+
+def _versions() -> str:
+    import onnxruntime as ort
+    import polygraphy
+
+    return f"onnxruntime {ort.__version__}, polygraphy {polygraphy.__version__}, numpy {np.__version__}"
 
 
 def main(argv: list[str] | None = None) -> int:
