@@ -1,5 +1,8 @@
 import json
+import re
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT, run_cli
 
@@ -148,3 +151,148 @@ def test_a_suite_file_with_a_nul_byte_is_a_located_usage_error(tmp_path: Path):
     (tmp_path / "s.yaml").write_bytes(b"name: x\nmodels:\n  reference: a\x00.onnx\n")
     r = run_cli("validate", str(tmp_path / "s.yaml"))
     assert r.code == 2 and "s.yaml:3: control character U+0000 at column 15" in r.err and "Traceback" not in r.err
+
+
+# --- issue 26: what the docs show runs as shown ------------------------------------------------------------------
+
+CHECK_EXAMPLES = {  # one --check per metric the checks know, as a user writes it
+    "max_abs": "max_abs<=0.5",
+    "mean_abs": "mean_abs<=0.1",
+    "max_rel": "max_rel<=10",
+    "rel_l2": "rel_l2<=0.01",
+    "cosine": "cosine>=0.97",
+    "sqnr": "sqnr>=20",
+    "frac_outside_tol": "frac_outside_tol@atol=1e-3,rtol=0.01<=0.05",
+    "topk_agreement": "topk_agreement@k=5>=0.9",
+}
+
+
+def test_every_metric_has_a_check_example():
+    from trtverify.config.checks import METRICS
+
+    assert set(CHECK_EXAMPLES) == set(METRICS)
+
+
+@pytest.mark.parametrize("metric", sorted(CHECK_EXAMPLES))
+def test_check_accepts_every_metric_name(metric: str):
+    """`rel_l2<=0.01` (the README's example) was rejected: the metric pattern had no digits."""
+    from trtverify.adhoc import parse_check
+    from trtverify.config.checks import Check
+
+    check = parse_check(CHECK_EXAMPLES[metric])
+    assert check["metric"] == metric
+    Check(**check)  # what the suite loader will accept
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("rel_l2>=0.01", "lower-is-better: write rel_l2<=VALUE"),
+        ("cosine<=0.9", "higher-is-better: write cosine>=VALUE"),
+        ("cosin>=0.9", "unknown metric 'cosin'"),
+        ("rel_l2@k=1<=0.1", "'k' is not a parameter of rel_l2"),
+        ("cosine>=2", "out of range"),
+        ("cosine=1", "expected METRIC<=VALUE"),
+    ],
+)
+def test_a_bad_check_says_what_to_write(text: str, why: str):
+    from trtverify.adhoc import parse_check
+    from trtverify.errors import UsageError
+
+    with pytest.raises(UsageError, match=re.escape(why)):
+        parse_check(text)
+
+
+def test_the_readme_check_example_runs(tmp_path: Path):
+    import numpy as np
+
+    np.savez(tmp_path / "inputs.npz", input=np.random.default_rng(0).uniform(0, 1, (2, 1, 28, 28)).astype("float32"))
+    r = run_cli(
+        "layerwise",
+        str(DEMO / "fashion_cnn_fp32.onnx"),
+        str(DEMO / "fashion_cnn_fp16.onnx"),
+        "--inputs",
+        str(tmp_path / "inputs.npz"),
+        "--check",
+        "rel_l2<=0.01",
+        "max_abs<=0.05",
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert r.code == 0, r.out + r.err
+    import yaml
+
+    stage = yaml.safe_load((tmp_path / "o" / "suite.yaml").read_text())["stages"]["layerwise"]
+    assert stage["checks"] == [{"metric": "rel_l2", "max": 0.01}, {"metric": "max_abs", "max": 0.05}]
+
+
+def test_options_with_several_values_take_them_after_one_flag_or_repeated(tmp_path: Path):
+    """One rule for every repeatable option: several values after one flag (Polygraphy), or the flag repeated
+    (pytest). Each of these command lines was exit 2 ("unexpected extra argument")."""
+    suite = ROOT / "suites" / "fashion_mnist.yaml"
+    r = run_cli("run", str(suite), "--stage", "framework", "buildlog", "--out", str(tmp_path / "r"), "-q")
+    assert r.code == 0, r.out + r.err
+    ran = [s["name"] for s in json.loads((tmp_path / "r" / "results.json").read_text())["stages"]]
+    assert ran == ["framework", "buildlog"]
+
+    fp32, fp16, int8 = (str(DEMO / f"fashion_cnn_{p}.onnx") for p in ("fp32", "fp16", "int8_qdq"))
+    r = run_cli("init", fp32, "--candidate", fp16, int8, "-o", str(tmp_path / "s.yaml"))
+    assert r.code == 0, r.err
+    import yaml
+
+    assert len(yaml.safe_load((tmp_path / "s.yaml").read_text())["models"]["candidates"]) == 2
+
+    keep = ["/features/block1/conv/Conv", "/classifier/fc2/Gemm"]
+    r = run_cli("convert", fp32, "--precision", "fp16", "--keep", *keep, "-o", str(tmp_path / "k.onnx"))
+    assert r.code == 0, r.err
+    import onnx
+
+    kept = {n.name for n in onnx.load(str(tmp_path / "k.onnx")).graph.node if n.name in keep}
+    assert kept == set(keep)
+
+    exports = ROOT / "tests" / "data" / "engine_exports"
+    a = sorted(str(p) for p in (exports / "fp16").glob("*.json"))
+    b = sorted(str(p) for p in (exports / "qat").glob("*.json"))
+    r = run_cli("engine", "diff", *a, "--vs", *b, "--json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    folders = json.loads(run_cli("engine", "diff", str(exports / "fp16"), "--vs", str(exports / "qat"), "--json").out)
+    assert (d["total_a_ms"], d["total_b_ms"]) == (folders["total_a_ms"], folders["total_b_ms"])
+
+
+def test_an_option_that_swallows_the_arguments_says_so():
+    """`init --candidate A B MODEL`: the option takes MODEL too; the error shows what it took and the fix."""
+    fp32, fp16 = (str(DEMO / f"fashion_cnn_{p}.onnx") for p in ("fp32", "fp16"))
+    r = run_cli("init", "--candidate", fp16, fp32)
+    assert r.code == 2 and "Missing argument 'MODEL'" in r.err
+    assert "--candidate took 2 values" in r.err and "end the values with --" in r.err
+
+
+def test_quiet_prints_the_verdict_line_and_nothing_else(tmp_path: Path, tiny_suite: Path):
+    """-q printed `results:` and `report:` on stderr; docs/cli.md says the verdict line only."""
+    r = run_cli("run", str(tiny_suite), "--out", str(tmp_path / "o"), "-q", "--junit", str(tmp_path / "j.xml"))
+    assert r.code == 0 and r.out.strip() == "PASSED: suite 'tiny' (exit 0)" and r.err == "", r.err
+    assert (tmp_path / "j.xml").is_file()
+
+
+def test_repair_prints_every_export(tmp_path: Path):
+    """It printed only the trtexec keep-list; the README promises trtexec, Polygraphy and ONNX Runtime."""
+    import numpy as np
+
+    repair_demo = ROOT / "demo" / "fp16_repair"
+    data = np.load(DEMO / "data" / "test_subset.npz", allow_pickle=False)
+    np.savez(tmp_path / "in.npz", input=(data["images"][:4].astype("float32") / 255.0))
+    r = run_cli(
+        "repair",
+        str(repair_demo / "fashion_bn_fp32.onnx"),
+        "--precision",
+        "fp16",
+        "--inputs",
+        str(tmp_path / "in.npz"),
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert r.code == 0, r.out + r.err
+    for label in ("TensorRT 11", "trtexec (TensorRT <= 10): --layerPrecisions=", "polygraphy", "onnxruntime float16",
+                  "quantize_static(nodes_to_exclude", "ModelOpt --nodes_to_exclude"):  # fmt: skip
+        assert label in r.out, (label, r.out)

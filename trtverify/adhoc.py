@@ -18,17 +18,43 @@ from trtverify.errors import UsageError
 from trtverify.fsutil import atomic_write_text
 from trtverify.onnxinfo import graph_io, load_io
 
-_CHECK = re.compile(r"^\s*([a-z_]+)\s*(<=|>=)\s*([-+0-9.eE]+|inf)\s*$")
+# METRIC[@PARAM=VALUE,...] <= or >= VALUE, e.g. rel_l2<=0.01, topk_agreement@k=5>=0.9 (metric_key's spelling)
+_CHECK = re.compile(r"^\s*([a-z][a-z0-9_]*)(?:@([^<>=\s]+=[^<>\s]*))?\s*(<=|>=)\s*([-+0-9.eE]+|inf)\s*$")
+_PARAM = re.compile(r"^([a-z]+)=([-+0-9.eE]+)$")
 
 
 def parse_check(text: str) -> dict[str, Any]:
+    """One --check as a suite check: any metric the checks know, with its parameters after '@'."""
+    from pydantic import ValidationError
+
+    from trtverify.config.checks import METRICS, Check
+
+    example = "e.g. rel_l2<=0.01, cosine>=0.999 or topk_agreement@k=5>=0.9"
     m = _CHECK.match(text)
     if not m:
-        raise UsageError(
-            f"--check '{text}': expected METRIC<=VALUE or METRIC>=VALUE, e.g. rel_l2<=0.01 or cosine>=0.999"
-        )
-    metric, op, value = m.groups()
-    return {"metric": metric, ("max" if op == "<=" else "min"): float(value)}
+        raise UsageError(f"--check '{text}': expected METRIC<=VALUE or METRIC>=VALUE, {example}")
+    metric, params, op, value = m.groups()
+    if metric not in METRICS:
+        raise UsageError(f"--check '{text}': unknown metric '{metric}' (metrics: {', '.join(METRICS)})")
+    want = "<=" if METRICS[metric].better == "lower" else ">="
+    if op != want:
+        raise UsageError(f"--check '{text}': {metric} is {METRICS[metric].better}-is-better: write {metric}{want}VALUE")
+    check: dict[str, Any] = {"metric": metric, ("max" if op == "<=" else "min"): float(value)}
+    for part in (params or "").split(",") if params else []:
+        pm = _PARAM.match(part)
+        if not pm:
+            raise UsageError(f"--check '{text}': expected PARAM=NUMBER after '@', {example}")
+        key, number = pm.groups()
+        if key not in METRICS[metric].params:
+            known = ", ".join(METRICS[metric].params) or "none"
+            raise UsageError(f"--check '{text}': '{key}' is not a parameter of {metric} (its parameters: {known})")
+        check[key] = int(float(number)) if key == "k" else float(number)
+    try:
+        Check(**check)
+    except ValidationError as exc:
+        why = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise UsageError(f"--check '{text}': {why}") from None
+    return check
 
 
 def _name(path: Path, taken: set[str]) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from trtverify import __version__
+from trtverify.cli_options import JUNIT, OUT, QUIET, TAKEN, Several, several_hint
 from trtverify.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
 
 
@@ -58,6 +59,8 @@ def _fail(exc: TrtVerifyError) -> None:
     from trtverify.errors import SuiteError
 
     click.echo(str(exc) if isinstance(exc, SuiteError) else f"error: {exc}", err=True)
+    if exc.exit_code == EXIT_USAGE and several_hint():  # e.g. `--dim batch=8 cand.onnx`: the option took the model
+        click.echo(several_hint().strip(), err=True)
     sys.exit(exc.exit_code)
 
 
@@ -73,30 +76,17 @@ def cli() -> None:
     """
 
 
-# options several commands share, defined once
-OUT = click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Output folder [default: reports/<suite name>].",
-)
-JUNIT = click.option(
-    "--junit",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Also write JUnit XML here: one test case per check.",
-)
-QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
-
-
 @cli.command()
 @click.argument("suite", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--stage", "stages", multiple=True, metavar="NAME", help="Run only this stage (repeatable).")
+@click.option(
+    "--stage", "stages", cls=Several, metavar="NAME", help="Run only these stages (several values, or repeat it)."
+)
 @OUT
 @click.option("--update-reference", is_flag=True, help="Recompute and rewrite the stored reference outputs.")
 @click.option(
     "--update-baseline",
     is_flag=True,
-    help="perf: rewrite the stored performance baseline (reference_outputs/<suite>/perf/) with this run's numbers.",
+    help="perf: rewrite the stored performance baseline (<reference dir>/<suite>/perf/) with this run's numbers.",
 )
 @click.option(
     "--reference-dir",
@@ -148,7 +138,7 @@ def run(
     loaded = load_suite(suite)
     default_out = Path("reports") / loaded.suite.name
     out = out_dir or default_out
-    override = None
+    override, chosen_by = None, None
     if samples_mode == "worst":
         from trtverify.results.io import load_results
         from trtverify.stages.e2e.stage import worst_feeds
@@ -163,11 +153,14 @@ def run(
         if out_dir is None:
             out = default_out / "worst"
         override = worst_feeds(loaded, _worst_positions(load_results(source), source))
+        chosen_by = f"--samples worst: the {len(override)} sample(s) listed in {source}"
         if not quiet:
             click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
     if shard is not None and out_dir is None:
         out = out / f"shard-{shard.index}-of-{shard.count}"
-    execute(loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard, update_baseline)
+    execute(
+        loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard, update_baseline, chosen_by
+    )
 
 
 def _worst_positions(previous: Any, source: Path) -> list[int]:
@@ -192,6 +185,7 @@ def execute(
     junit: Path | None = None,
     shard: Any = None,
     update_baseline: bool = False,
+    chosen_by: str | None = None,
 ) -> None:
     from trtverify.fsutil import folder_lock
     from trtverify.report.html import write_report
@@ -210,6 +204,7 @@ def execute(
             reference_dir=reference_dir,
             progress=_Progress(not quiet),
             samples_override=samples_override,
+            chosen_by=chosen_by,
         )
         write_report(results, out / "report.html")
         _finish(results, out, quiet, junit)
@@ -224,12 +219,14 @@ def _finish(results: Any, out: Path, quiet: bool, junit: Path | None) -> None:
 
     for line in run_summary(results, quiet):
         click.echo(line)
-    click.echo(f"results: {out / 'results.json'}\nreport:  {out / 'report.html'}", err=quiet)
+    if not quiet:  # -q: the verdict line only; the paths are in results.json
+        click.echo(f"results: {out / 'results.json'}\nreport:  {out / 'report.html'}", err=True)
     if junit is not None:
         from trtverify.report.junit import write_junit
 
         write_junit(results, junit)
-        click.echo(f"junit:   {junit}", err=quiet)
+        if not quiet:
+            click.echo(f"junit:   {junit}", err=True)
 
 
 @cli.command()
@@ -376,6 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     import signal
 
     signal.signal(signal.SIGTERM, _on_sigterm)
+    TAKEN.clear()
     try:
         cli.main(args=argv, prog_name="trtverify", standalone_mode=False)
     except TrtVerifyError as exc:
@@ -387,6 +385,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
+        if isinstance(exc, click.UsageError) and several_hint():
+            exc.message += several_hint()
         exc.show()
         sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
     except Terminated:

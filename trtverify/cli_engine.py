@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from trtverify.cli_options import Several
+
 EXPORTS = click.Path(path_type=Path, exists=True)
 
 
@@ -44,7 +46,9 @@ def audit(paths: tuple[Path, ...], as_json: bool) -> None:
 
 @engine.command()
 @click.argument("a_paths", nargs=-1, required=True, type=EXPORTS)
-@click.option("--vs", "b_paths", multiple=True, required=True, type=EXPORTS, help="Export files of build B.")
+@click.option(
+    "--vs", "b_paths", cls=Several, required=True, type=EXPORTS, help="Build B: its export files or folder (several)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON (stable keys, docs/engine.md).")
 def diff(a_paths: tuple[Path, ...], b_paths: tuple[Path, ...], as_json: bool) -> None:
     """Compare two builds: layers grouped by the ONNX nodes they implement, the groups that explain the change."""

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from trtverify.cli_options import Several
+
 
 @click.command()
 @click.argument("model", type=click.Path(path_type=Path, dir_okay=False, exists=True))
@@ -22,9 +24,9 @@ import click
 @click.option(
     "--candidate",
     "candidates",
-    multiple=True,
+    cls=Several,
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help="A candidate ONNX model (repeatable) [default: an FP16 recipe made from MODEL].",
+    help="A candidate ONNX model (several values, or repeat it) [default: an FP16 recipe made from MODEL].",
 )
 @click.option(
     "-o",

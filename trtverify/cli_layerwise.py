@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+from trtverify.cli_options import QUIET, Several
 
 
 @click.command()
@@ -25,9 +25,9 @@ QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict
 @click.option(
     "--dim",
     "dims",
-    multiple=True,
+    cls=Several,
     metavar="NAME=VALUE",
-    help="Value of a dynamic dimension for generated inputs (repeatable) [default: 1].",
+    help="Value of a dynamic dimension for generated inputs (several values, or repeat it) [default: 1].",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated inputs.")
 @click.option(
@@ -40,23 +40,23 @@ QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict
 @click.option(
     "--precision",
     "precisions",
-    multiple=True,
+    cls=Several,
     type=click.Choice(["fp16", "bf16", "int8", "fp8", "tf32"]),
-    help="TensorRT <= 10 builder flag (repeatable); with no CANDIDATE the reference itself is built.",
+    help="TensorRT <= 10 builder flag (several values, or repeat it); with no CANDIDATE the reference itself is built.",
 )
 @click.option(
     "--check",
     "checks",
-    multiple=True,
+    cls=Several,
     metavar="METRIC<=X|METRIC>=X",
-    help="Check for every tensor (repeatable) [default: by the candidate's precision, docs/stages/layerwise.md].",
+    help="Checks for every tensor, e.g. 'rel_l2<=0.01' 'cosine>=0.999' [default: by the candidate's precision].",
 )
 @click.option(
     "--fail-on-lint",
     "fail_on_lint",
-    multiple=True,
+    cls=Several,
     metavar="SEVERITY|KIND",
-    help="Fail on lint findings of this severity (high, medium, info) or kind (repeatable) [default: none].",
+    help="Fail on lint findings of these severities (high, medium, info) or kinds [default: none].",
 )
 @click.option(
     "--memory-budget", type=float, metavar="MB", help="Bound on intermediates held in memory [default: 2048]."

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from trtverify.cli_options import Several
 from trtverify.errors import UsageError
 
 INPUT_HELP = "Inputs: .npz, keys = input names, first axis = rows [default: one generated sample]."
@@ -29,7 +30,9 @@ def _rows(reference: Path, path: Path) -> list:
 @click.option("--precision", required=True, type=click.Choice(["fp16", "int8"]), help="What to lower to.")
 @click.option("--inputs", "inputs_file", type=click.Path(path_type=Path, dir_okay=False, exists=True), help=INPUT_HELP)
 @click.option("--samples", type=click.IntRange(min=1), help="Use the first N samples [default: all rows].")
-@click.option("--dim", "dims", multiple=True, metavar="NAME=VALUE", help="A dynamic dimension of generated inputs.")
+@click.option(
+    "--dim", "dims", cls=Several, metavar="NAME=VALUE", help="Dynamic dimensions of generated inputs (several values)."
+)
 @click.option(
     "--calibration",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
@@ -43,9 +46,9 @@ def _rows(reference: Path, path: Path) -> list:
 @click.option(
     "--check",
     "checks",
-    multiple=True,
+    cls=Several,
     metavar="METRIC<=X|METRIC>=X",
-    help="Replaces the output checks (repeatable) [default: rel_l2<=0.01, cosine>=0.999].",
+    help="Replaces the output checks (several values, or repeat it) [default: rel_l2<=0.01, cosine>=0.999].",
 )
 @click.option(
     "--tensors",
@@ -106,7 +109,7 @@ def repair(
 @click.command()
 @click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--precision", required=True, type=click.Choice(["fp16", "int8"]), help="What to lower to.")
-@click.option("--keep", multiple=True, metavar="NODE", help="An ONNX node kept in FP32 (repeatable).")
+@click.option("--keep", cls=Several, metavar="NODE", help="ONNX nodes kept in FP32 (several values, or repeat it).")
 @click.option(
     "--calibration",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),

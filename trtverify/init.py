@@ -119,17 +119,18 @@ def suite_text(
             "    fp16: {from: reference, precision: fp16}",
         ]
     out += [
-        "    # on TensorRT: {path: model.onnx, backend: tensorrt, precision: fp16}",
+        "    # trt_fp16: {path: model.onnx, backend: tensorrt}   # built and run by TensorRT (needs a GPU)",
         "",
         "inputs:                             # random inputs from the model's declared shapes",
         "  samples: 4",
         "  seed: 0",
-        "  generate:",
+        "  generate:                         # for real samples, use the file: line below instead",
     ]
     for m in inputs:
         out += _input_line(m, model.name)
     out += [
-        "  # arrays: {input: inputs.npz}     # or real samples: .npz/.npy, keys = input names, first axis = rows",
+        "  # file: inputs.npz                # instead of generate: real samples, .npz keys = input names, "
+        "first axis = rows",
         "",
         "stages:",
     ]
@@ -145,7 +146,8 @@ def suite_text(
         "  #   preprocess: {resize: [224, 224], mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}",
         f"  #   postprocess: {{output: {_q(outputs[0].name) if outputs else 'logits'}}}",
         "  #   gates: [{metric: accuracy, max_drop: 0.005}]",
-        "  # perf:                           # latency and throughput on TensorRT (needs a GPU and trtexec)",
+        "  # perf:                           # latency and throughput of the reference and candidates, measured here",
+        "  #   batch_sizes: [1, 8]           # in ONNX Runtime (CPU or GPU); TensorRT engines: from trtexec's exports",
         f"  #   candidates: [{(cand_names or ['fp16'])[0]}]",
         "",
     ]

@@ -170,12 +170,14 @@ def run_stages(
     reference_dir: Path | None = None,
     progress: Progress = no_progress,
     samples_override: list[dict[str, Any]] | None = None,
+    chosen_by: str | None = None,
     on_stage: Callable[[list[StageResult], list[str]], None] = lambda done, pending: None,
 ) -> list[StageResult]:
     """Run the planned stages in order; `on_stage(done, pending)` after each one (results.json is
     written there, so a crash or kill later loses nothing already done).
 
-    `samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run)."""
+    `samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run, `chosen_by` says so):
+    the stages feed every one of them, whatever their `samples: N`."""
     model_inputs = preflight(loaded)
     if samples_override is not None:
         samples = samples_override
@@ -197,6 +199,7 @@ def run_stages(
             plan.work or StageWork(),
             out_dir,
             update_baseline,
+            chosen_by if samples_override is not None else None,
         )
         s0 = time.perf_counter()
         res = _run_one(plan, ctx)

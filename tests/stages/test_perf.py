@@ -204,3 +204,15 @@ def test_tensorrt_candidate_from_its_files_or_through_polygraphy(tmp_path: Path)
     assert rows["qat"]["source"] == "trtexec" and rows["qat"]["median_ms"] == pytest.approx(0.882568)
     r = run_cli("run", str(_suite(tmp_path, "", trt)), "--out", str(tmp_path / "b"), block=("tensorrt",))
     assert r.code == 3 and "tensorrt" in (r.out + r.err).lower(), r.out + r.err
+
+
+def test_reference_dir_moves_the_baseline_too(tmp_path: Path):
+    """Issue 26: `--update-baseline --reference-dir DIR` wrote the suite's reference_dir (a tracked file)."""
+    suite = _suite(tmp_path, "")
+    r = run_cli("run", str(suite), "--out", str(tmp_path / "o"), "--update-baseline", "--reference-dir", "w/refs",
+                cwd=tmp_path)  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    assert (tmp_path / "w" / "refs" / "perf_t" / "perf" / "baseline.json").is_file()
+    assert not (tmp_path / "refs" / "perf_t" / "perf").exists()
+    r = run_cli("run", str(suite), "--out", str(tmp_path / "p"), "--reference-dir", "w/refs", cwd=tmp_path)
+    assert {x["baseline"]["state"] for x in _stage(tmp_path / "p")["rows"]} == {"comparable"}, r.out + r.err

@@ -74,7 +74,7 @@ def run(ctx: StageContext) -> RepairResult:
     suite = ctx.loaded.suite
     cfg = suite.stages.repair
     assert cfg is not None
-    samples = ctx.samples[: cfg.samples] if cfg.samples else ctx.samples
+    samples = ctx.samples_upto(cfg.samples)
     candidate = Path(suite.models.candidates[cfg.candidate].path) if cfg.candidate else None
     calibration = _calibration(ctx.loaded, Path(cfg.calibration)) if cfg.calibration else []
     checks_target = list(cfg.checks) if cfg.target == "tensors" else []

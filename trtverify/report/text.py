@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from trtverify.buildlog.diff import BuildDiff
 from trtverify.buildlog.parser import BuildLog
@@ -217,6 +217,29 @@ def _e2e(s: E2EResult) -> list[str]:
     return out
 
 
+# how each tool takes the keep-list (repair.json's exports), in the order a TensorRT user reaches for them
+_EXPORTS = (
+    ("trtexec", "trtexec (TensorRT <= 10)"),
+    ("polygraphy", "polygraphy convert/run (TensorRT <= 10)"),
+    ("onnxruntime_float16_node_block_list", "onnxruntime float16 convert_float_to_float16(node_block_list=...)"),
+    ("onnxruntime_quantization_nodes_to_exclude", "onnxruntime quantize_static(nodes_to_exclude=...)"),
+    ("modelopt_nodes_to_exclude", "ModelOpt --nodes_to_exclude"),
+)
+
+
+def _exports(exports: dict[str, Any]) -> list[str]:
+    out = []
+    if exports.get("tensorrt_strongly_typed"):
+        out.append("          TensorRT 11 / TensorRT-RTX: build the repaired model as it is (strongly typed, no flags)")
+    for key, label in _EXPORTS:
+        value = exports.get(key)
+        if not value:
+            continue
+        text = value if isinstance(value, str) else " ".join(str(v) for v in value)
+        out.append(f"          {label}: {text}")
+    return out
+
+
 def _repair(s: RepairResult) -> list[str]:
     if s.before is None or s.after is None or s.cost is None or s.keep is None:
         return []
@@ -230,8 +253,7 @@ def _repair(s: RepairResult) -> list[str]:
         f"          {s.evaluations} evaluations; ONNX Runtime CPU latency {lat.get('before', 0):.2f} ms -> "
         f"{lat.get('after', 0):.2f} ms (reference {lat.get('reference', 0):.2f} ms)"
     )
-    if s.exports and s.exports.get("trtexec"):
-        out.append(f"          trtexec (TensorRT <= 10): {s.exports['trtexec']}")
+    out += _exports(s.exports or {})
     out.append(f"          repaired: {s.repaired_model}")
     return out
 

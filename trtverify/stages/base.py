@@ -74,6 +74,14 @@ class StageContext:
     work: StageWork = StageWork()
     out_dir: Path | None = None  # where the run writes (a shard's e2e accumulator states go there)
     update_baseline: bool = False  # perf: rewrite the stored performance baseline
+    chosen_by: str | None = None  # what chose `samples` instead of the suite's inputs (`--samples worst`)
+
+    def samples_upto(self, cap: int | None) -> list[dict[str, np.ndarray]]:
+        """The samples a stage uses: its `samples: N` cap applies to the suite's inputs; samples chosen on
+        the command line (`--samples worst`) are fed exactly, every one of them."""
+        if cap and self.chosen_by is None:
+            return self.samples[:cap]
+        return self.samples
 
     def candidates(self, configured: Sequence[str]) -> list[str]:
         """The candidates this run of a stage covers: the plan's, or every configured one."""

@@ -184,7 +184,7 @@ def run(ctx: StageContext) -> FrameworkResult:
     suite = ctx.loaded.suite
     cfg = suite.stages.framework
     assert cfg is not None
-    samples = ctx.samples[: cfg.samples] if cfg.samples else ctx.samples
+    samples = ctx.samples_upto(cfg.samples)
     if not samples:
         check = limit_check("samples", NAME, "samples", 0, 1, ">=", detail={"reason": "zero samples compared"})
         return FrameworkResult(status="failed", checks=[check], samples=0)

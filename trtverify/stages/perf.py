@@ -228,7 +228,7 @@ def _speedups(rows: list[PerfRow], cfg: PerfStage) -> list[PerfRow]:
 
 
 def _with_baseline(ctx: StageContext, rows: list[PerfRow], notes: list[str]) -> tuple[list[PerfRow], Path]:
-    path = store.path_for(ctx.loaded.suite.reference_dir, ctx.loaded.suite.name)
+    path = store.path_for(ctx.store.root, ctx.loaded.suite.name)  # --reference-dir moves it with the references
     if ctx.update_baseline:
         entries = {
             r.key: {

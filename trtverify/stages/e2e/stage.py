@@ -386,4 +386,10 @@ def worst_feeds(loaded: LoadedSuite, positions: Sequence[int]) -> list[dict[str,
         from trtverify.onnxinfo import graph_io, load_io
 
         name = graph_io(load_io(Path(loaded.suite.models.reference)))[0][0].name
-    return [{name: pre(reader.image(i))[None]} for i in positions if i < len(reader)]
+    missing = [i for i in positions if not 0 <= i < len(reader)]
+    if missing:  # the dataset changed since that run: feeding fewer samples than announced would hide it
+        raise UsageError(
+            f"--samples worst: sample position(s) {', '.join(map(str, missing[:5]))} are not in the e2e dataset "
+            f"({len(reader)} samples): it changed since that run; run the e2e stage again"
+        )
+    return [{name: pre(reader.image(i))[None]} for i in positions]

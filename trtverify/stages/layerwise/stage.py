@@ -405,12 +405,15 @@ def run(ctx: StageContext) -> LayerwiseResult:
     suite = ctx.loaded.suite
     cfg = suite.stages.layerwise
     assert cfg is not None
-    samples = ctx.samples[: cfg.samples] if cfg.samples else ctx.samples
+    samples = ctx.samples_upto(cfg.samples)
     names = ctx.candidates(suite.candidates_of(cfg))
     if not samples or not names:
         check = limit_check("samples and candidates", NAME, "count", 0, 1, ">=")
         return LayerwiseResult(status="failed", checks=[check], samples=len(samples))
     notes = []
+    if ctx.chosen_by is not None:
+        cap = f" (samples: {cfg.samples} applies to the suite's own inputs)" if cfg.samples else ""
+        notes.append(f"inputs: {ctx.chosen_by}, all {len(samples)} fed{cap}")
     if suite.backends.onnxruntime.graph_optimization_level != "disable":
         notes.append(
             "ONNX models run as written in this stage (ONNX Runtime graph optimisation disabled): "

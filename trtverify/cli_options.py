@@ -1,0 +1,77 @@
+"""Options the commands share, and the one rule for options with several values.
+
+Every repeatable option takes one or more values after one flag, as Polygraphy's options do
+(`--stage framework layerwise`, `--vs b.graph.json b.profile.json`), and may also be repeated, as
+pytest's are (`--stage framework --stage layerwise`). The values end at the next word that starts
+with '-' (or at `--`, after which every word is an argument). Where that swallows the command's
+own arguments (`init --candidate A B MODEL`), click's error for the missing argument says which
+option took which words and how to write the line instead.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+_NEGATIVE = re.compile(r"^-\d")
+# (flag, words) of each use of a Several option in this process's command line, for error hints
+TAKEN: list[tuple[str, list[str]]] = []
+
+
+class Several(click.Option):
+    """A repeatable option that also takes several values after one flag."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["multiple"] = True
+        super().__init__(*args, **kwargs)
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        for flag in self.opts:
+            parsed = parser._long_opt.get(flag) or parser._short_opt.get(flag)
+            if parsed is None:  # pragma: no cover - click registers every flag of an option
+                continue
+            parsed.process = self._greedy(parsed.process, flag)
+
+    @staticmethod
+    def _greedy(process: Any, flag: str) -> Any:
+        def take(value: Any, state: Any) -> None:
+            process(value, state)
+            words = [value]
+            while state.rargs and (not state.rargs[0].startswith("-") or _NEGATIVE.match(state.rargs[0])):
+                word = state.rargs.pop(0)
+                process(word, state)
+                words.append(word)
+            TAKEN.append((flag, words))
+
+        return take
+
+
+def several_hint() -> str:
+    """For a usage error: which options took several words (the likely cause of a missing argument)."""
+    took = [(flag, words) for flag, words in TAKEN if len(words) > 1]
+    if not took:
+        return ""
+    parts = "; ".join(f"{flag} took {len(w)} values: {' '.join(w)}" for flag, w in took)
+    return (
+        f"\nnote: {parts}. An option's values run up to the next option: put the command's arguments "
+        "before the options, or end the values with --"
+    )
+
+
+# options several commands share, defined once
+OUT = click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Output folder [default: reports/<suite name>].",
+)
+JUNIT = click.option(
+    "--junit",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write JUnit XML here: one test case per check.",
+)
+QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
