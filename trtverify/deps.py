@@ -21,10 +21,22 @@ def require(module: str, purpose: str) -> ModuleType:
     from trtverify.errors import MissingDependency
 
     try:
-        return importlib.import_module(module)
+        loaded = importlib.import_module(module)
     except ImportError as exc:
         top = module.split(".")[0]
         fix = _FIXES.get(top, f"pip install {top}")
         raise MissingDependency(
             f"{purpose} needs the Python package '{top}', which cannot be imported ({exc}).", fix
         ) from exc
+    if module.split(".")[0] == "onnxruntime":
+        quiet_onnxruntime()
+    return loaded
+
+
+def quiet_onnxruntime() -> None:
+    """Every ONNX Runtime session of this process logs errors only, those its own tools create included
+    (quantize_static's calibration, onnxruntime.transformers): a constant-folding warning per node of a
+    Q/DQ model on every repair evaluation says nothing the stage does not report itself."""
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)

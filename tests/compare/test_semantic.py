@@ -129,3 +129,69 @@ def test_resolve_without_a_candidate_graph_pairs_names_as_they_are(conv_bn: Path
     resolved = resolve(pair_names(names, names[1:]), ref, None)
     assert resolved.pairing.pairs == [(n, n) for n in names[1:]] and not resolved.rewritten
     assert all(m.how is None for m in resolved.matches.values())
+
+
+def _recognizer_head(folder: Path, rewrite: str) -> None:
+    """A recognizer-style head, MatMul -> Softmax(axis=2) on [N, T, C], as torch exports it (ref.onnx), and the
+    candidate ModelOpt makes of it (issue 27): the Softmax rewritten as Flatten -> Softmax -> Reshape writing the
+    same output name. `rewrite`: 'same' keeps the values, 'wrong' softmaxes over the wrong axis."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    class Head(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 5)
+
+        def forward(self, x):
+            return torch.softmax(self.fc(x), dim=2)
+
+    torch.manual_seed(0)
+    torch.onnx.export(Head().eval(), torch.randn(1, 4, 6), str(folder / "ref.onnx"), input_names=["x"],
+                      output_names=["prob"], dynamo=False)  # fmt: skip
+    model = onnx.load(str(folder / "ref.onnx"))
+    g = model.graph
+    sm = next(n for n in g.node if n.op_type == "Softmax")
+    logits = sm.input[0]
+    g.node.remove(sm)
+    shape = numpy_helper.from_array(np.array([1, 4, 5], dtype=np.int64), "rewrite_shape")
+    g.initializer.append(shape)
+    axis = 1 if rewrite == "same" else 0
+    g.node.extend([
+        helper.make_node("Flatten", [logits], ["flat"], name="rewrite_flatten", axis=2),
+        helper.make_node("Softmax", ["flat"], ["flat_sm"], name="rewrite_softmax", axis=axis),
+        helper.make_node("Reshape", ["flat_sm", "rewrite_shape"], ["prob"], name="rewrite_reshape"),
+    ])  # fmt: skip
+    del g.value_info[:]
+    assert g.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    onnx.save(model, str(folder / f"{rewrite}.onnx"))
+    np.savez(folder / "inputs.npz", x=np.random.default_rng(0).standard_normal((3, 4, 6)).astype(np.float32))
+
+
+@pytest.mark.parametrize("rewrite", ["same", "wrong"])
+def test_a_graph_output_is_compared_whatever_the_candidate_rewrote_inside(tmp_path: Path, rewrite: str):
+    """The PP-OCRv4 recognizer's output `softmax_11.tmp_0` was marked 'not comparable: rewritten' and counted as
+    passed, whatever its values: a graph output of the same name is always compared."""
+    _recognizer_head(tmp_path, rewrite)
+    stage = run(tmp_path, f"{rewrite}.onnx")
+    cand = stage["candidates"][0]
+    row = next(r for r in cand["rows"] if r["tensor"] == "prob")
+    assert row.get("not_comparable") is None and row["pairing"]["how"] == "output"
+    outputs = next(c for c in stage["checks"] if c["metric"] == "outputs_compared")
+    assert outputs["passed"] and outputs["value"] == 1
+    if rewrite == "same":
+        assert row["metrics"]["rel_l2"] < 1e-6 and stage["status"] == "passed"
+    else:
+        assert row["metrics"]["rel_l2"] > 0.1 and not row["passed"] and stage["status"] == "failed"
+
+
+def test_a_run_that_compared_no_output_fails(tmp_path: Path):
+    """Every tensor but the output compared (here the output is ignored in the suite): the outputs are the
+    contract, and a run that compared none of them fails, naming them."""
+    _recognizer_head(tmp_path, "same")
+    text = (
+        "name: sem\nreference_dir: refs\nmodels:\n  reference: ref.onnx\n  candidates:\n    c: same.onnx\n"
+        "inputs:\n  file: inputs.npz\nstages:\n  layerwise: {ignore: [prob]}\n"
+    )
+    stage = as_json(run_and_record(load_suite(write_suite(tmp_path, text)), tmp_path / "out"))["stages"][0]
+    outputs = next(c for c in stage["checks"] if c["metric"] == "outputs_compared")
+    assert not outputs["passed"] and outputs["detail"]["not_compared"] == ["prob"] and stage["status"] == "failed"

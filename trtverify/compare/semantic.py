@@ -17,7 +17,11 @@ different values. Real rewrites, and what is compared for each:
 - **renamed outputs**: a reference tensor the candidate lacks, whose node the candidate has
   (same name and op type) writing the same output slot under another name: paired with it.
 
-A candidate tensor that has a reference name but another producer and none of these
+- **graph outputs** are the contract: an output both graphs declare under one name is always
+  compared, whatever the candidate computes inside (ModelOpt rewrites `Softmax(axis=2)` as
+  Flatten -> Softmax -> Reshape and keeps the output's name).
+
+Any other candidate tensor that has a reference name but another producer and none of these
 explanations is *rewritten*: its row says so and it is left out of every check, the first
 divergence and the root causes. For TensorRT candidates the graph is the ONNX file the engine is
 built from (TensorRT marks ONNX tensor names); without any graph, names pair as they are.
@@ -32,7 +36,7 @@ from typing import Literal
 from trtverify.compare.pairing import Pairing
 from trtverify.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex, Producer
 
-How = Literal["rename", "inserted", "folded", "renamed_output"]
+How = Literal["rename", "inserted", "folded", "renamed_output", "output"]
 
 # clamps a QuantizeLinear can do with its zero point and scale (what ONNX Runtime's quantizer removes)
 CLAMPS = frozenset({"Relu", "Clip"})
@@ -227,6 +231,10 @@ def resolve(
             if r in explicit
             else _pair(r, c, ref, cand, exposed, used, out)
         )
+        if m is None and r in ref.outputs and c in cand.outputs:
+            out.rewritten.pop(r, None)
+            out.distinct.discard(c)
+            m = Match(r, c, "output", "a graph output: compared whatever the candidate computes inside")
         if m is not None:
             used.add(m.candidate)
             out.matches[r] = m

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from trtverify.deps import require
 from trtverify.onnxgraph import GraphIndex
 from trtverify.record import Record
 from trtverify.repair.evaluate import Evaluation
@@ -159,8 +160,7 @@ def _work(model: Any, feed: dict[str, np.ndarray]) -> tuple[dict[str, int], dict
 
 
 def _latency(path: Path, feed: dict[str, np.ndarray]) -> float:
-    import onnxruntime as ort
-
+    ort = require("onnxruntime", "repair's latency measurement")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     session.run(None, feed)
     t0 = time.perf_counter()

@@ -15,7 +15,7 @@ from trtverify.stages.base import StageResult
 class PairNote(Record):
     """Why a reference tensor pairs with a candidate tensor other than its same-named, same-producer twin."""
 
-    how: Literal["rename", "inserted", "folded", "renamed_output"] = Field(
+    how: Literal["rename", "inserted", "folded", "renamed_output", "output"] = Field(
         description="rename: the suite's rename; inserted: after Q/DQ or casts the candidate inserted; folded: the "
         "node was folded into the candidate's node before it; renamed_output: same node, output renamed"
     )

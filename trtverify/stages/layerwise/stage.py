@@ -258,8 +258,22 @@ def _rows_and_checks(
     rows.sort(key=lambda row: row.topo_index)
     where = {"candidate": name}
     n = len(pairing.pairs)
+    outputs = [r for r, _ in pairing.pairs if r in ref.graph.outputs]
+    missing = [o for o in ref.graph.outputs if o not in outputs]
+    out_detail = {"compared": outputs, "not_compared": missing}
     checks = [
         limit_check(f"{name}: tensors compared", NAME, "pairs", n, 1, ">=", **where),
+        # the outputs are the contract: a run that compared none of them says nothing about the model
+        limit_check(
+            f"{name}: graph outputs compared",
+            NAME,
+            "outputs_compared",
+            len(outputs),
+            1,
+            ">=",
+            detail=out_detail,
+            **where,
+        ),
         limit_check(f"{name}: nonfinite_mismatch <= 0", NAME, "nonfinite_mismatch", nonfinite, 0, "<=", **where),
     ]
     for (metric, op, thr), agg in aggregated.items():
