@@ -533,3 +533,32 @@ def test_lint_kinds_registry_matches_what_the_rules_emit():
                 if isinstance(value, str) and kind_like.match(value):
                     emitted.add(value)
     assert emitted == set(LINT_KINDS), emitted ^ set(LINT_KINDS)
+
+
+def test_no_finding_on_a_node_the_candidate_keeps_in_fp32(tmp_path):
+    """Issue 27: the lint judged every FP32 constant and activation against FP16 because the model is 'fp16', and
+    failed trtverify's own repaired model under --fail-on-lint high (initializer_overflow at the BatchNormalization
+    the repair kept in FP32). Strongly typed, as ONNX Runtime and TensorRT 11 run it, only what the graph lowers is
+    judged: the repaired model passes the gate, the broken one still fails it at that node."""
+    import json
+
+    import numpy as np
+
+    from tests.conftest import ROOT, run_cli
+
+    demo = ROOT / "demo" / "fp16_repair"
+    images = np.load(ROOT / "demo" / "fashion_mnist" / "data" / "test_subset.npz", allow_pickle=False)["images"]
+    np.savez(tmp_path / "in.npz", input=images[:8].astype(np.float32) / 255.0)
+    verdicts = {}
+    for cand in ("fashion_bn_fp16_repaired", "fashion_bn_fp16"):
+        out = tmp_path / cand
+        r = run_cli("layerwise", str(demo / "fashion_bn_fp32.onnx"), str(demo / f"{cand}.onnx"),
+                    "--inputs", str(tmp_path / "in.npz"), "--fail-on-lint", "high", "--out", str(out))  # fmt: skip
+        stage = json.loads((out / "results.json").read_text())["stages"][0]
+        verdicts[cand] = (
+            r.code,
+            {(f["kind"], f["node"]) for f in stage["candidates"][0]["lint"] if f["severity"] == "high"},
+        )
+    assert verdicts["fashion_bn_fp16_repaired"] == (0, set())
+    code, high = verdicts["fashion_bn_fp16"]
+    assert code == 1 and ("constant_saturated", "/features/post_bn/BatchNormalization") in high

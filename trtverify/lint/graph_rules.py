@@ -69,8 +69,14 @@ def coverage_findings(g: GraphIndex, target: str) -> Found:
     return found
 
 
-def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str, float]) -> Found:
-    """Reference |activation| maxima against the range the tensor gets in the engine."""
+def activation_findings(
+    g: GraphIndex, target: str, activation_max: Mapping[str, float], narrow: Mapping[str, str] | None = None
+) -> Found:
+    """Reference |activation| maxima against the range the tensor gets in the engine.
+
+    `narrow` (strongly typed builds: the graph's types are what runs): tensor -> the narrow float type the
+    candidate holds it in ('fp16', 'bf16'); only those are judged against a float range. None: a weakly typed
+    build, where the precision flags may lower every activation to the target."""
     found: Found = []
     unknown_names: list[str] = []
     for name, value in activation_max.items():
@@ -84,7 +90,10 @@ def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str,
         where = f"'{name}' (output of {op} '{label}')" if pos >= 0 else f"graph input '{name}'"
         uses = g.consumers.get(name, [])
         checks: list[tuple[str, bool]] = []  # (range key, fallback)
-        if target in ("fp16", "bf16"):
+        if narrow is not None:
+            if name in narrow:
+                checks.append((narrow[name], False))
+        elif target in ("fp16", "bf16"):
             checks.append((target, False))
         elif target in ("int8", "fp8"):
             for n, i in uses:
@@ -111,7 +120,9 @@ def activation_findings(g: GraphIndex, target: str, activation_max: Mapping[str,
                     at(pos, "activation_saturation", sev, msg, node=label, op_type=op, tensor=name, detail=detail)
                 )
                 break
-            if name in g.outputs or not uses or any(g.nodes[n].op_type != "QuantizeLinear" or i != 0 for n, i in uses):
+            if narrow is None and (
+                name in g.outputs or not uses or any(g.nodes[n].op_type != "QuantizeLinear" or i != 0 for n, i in uses)
+            ):
                 checks.append(("fp16", True))
         for key, fallback in checks:
             rng = RANGES[key]

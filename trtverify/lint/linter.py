@@ -72,18 +72,45 @@ def target_precision(model: ModelLike) -> str:
     return "fp32"
 
 
+def narrow_tensors(model: onnx.ModelProto, g: GraphIndex) -> dict[str, str]:
+    """Tensors the graph holds in a narrow float type ('fp16', 'bf16'): typed so (inferred types), or read by a
+    Cast to that type (the value is lowered there, so its range matters there)."""
+    import onnx
+
+    kinds = {onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}
+    types: dict[str, int] = {t.name: t.data_type for t in g.constants.values()}
+    try:  # types only; a model with custom ops still gives the types it can
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
+    except Exception:  # noqa: BLE001 - an untrusted file: fall back to what the file declares
+        inferred = model.graph
+    for vi in [*inferred.input, *inferred.output, *inferred.value_info]:
+        types[vi.name] = vi.type.tensor_type.elem_type
+    out = {name: kinds[t] for name, t in types.items() if t in kinds}
+    for node in g.nodes:
+        if node.op_type == "Cast" and node.input:
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            if to in kinds:
+                out.setdefault(node.input[0], kinds[to])
+    return out
+
+
 def lint_candidate(
     model: ModelLike,
     *,
     target: str | None = None,
     activation_max: Mapping[str, float] | None = None,
     reference: ModelLike | None = None,
+    strongly_typed: bool = False,
 ) -> list[LintFinding]:
     """Precision findings of `model` (an onnx.ModelProto or a path) built for `target` (auto-detected when None).
 
     `activation_max`: tensor name -> largest |x| seen when running the FP32 reference.
     `reference`: the FP32 model the candidate was converted from; every candidate constant is compared with its
     counterpart there (a converter that clipped a value to the type's range leaves it looking in range).
+    `strongly_typed`: the build runs the graph's own types (TensorRT 11, TensorRT-RTX, `--stronglyTyped`, ONNX
+    Runtime): a value is judged against a narrow range only where the graph computes or stores it in that type
+    (`narrow_tensors`); a node kept in FP32 has no FP16 finding. False: a weakly typed TensorRT <= 10 build,
+    whose precision flags may lower every FP32 layer to the target.
     Only the main graph is inspected; If/Loop/Scan bodies are reported once as skipped.
     """
     m = _as_model(model, weights=True)
@@ -92,14 +119,15 @@ def lint_candidate(
     elif target not in TARGETS:
         raise UsageError(unknown("lint target", target, list(TARGETS)))
     g = GraphIndex.from_model(m)
-    found, unread = initializer_findings(g, target)
+    narrow = narrow_tensors(m, g) if strongly_typed else None
+    found, unread = initializer_findings(g, target, narrow)
     qdq, unread_q = qdq_param_findings(g)
     found += qdq
     found += quantized_weight_findings(g)
     if target in ("int8", "fp8"):
         found += coverage_findings(g, target)
     if activation_max:
-        found += activation_findings(g, target, activation_max)
+        found += activation_findings(g, target, activation_max, narrow)
     found += structure_findings(g, unread + unread_q)
     if reference is not None:
         found += reference_constant_findings(GraphIndex.from_model(_as_model(reference, weights=True)), g)

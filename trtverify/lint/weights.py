@@ -124,13 +124,17 @@ def _constant_findings(
     return found
 
 
-def initializer_findings(g: GraphIndex, target: str) -> tuple[Found, list[str]]:
-    """Range of every float constant that TensorRT would store in the target type."""
+def initializer_findings(g: GraphIndex, target: str, narrow: dict[str, str] | None = None) -> tuple[Found, list[str]]:
+    """Range of every float constant that TensorRT would store in the target type.
+
+    `narrow` (strongly typed builds): tensor -> the narrow float type the graph gives it; an FP32 constant is
+    judged against a narrow range only where the graph itself lowers it (a Cast to FP16/BF16 reads it), never
+    because of the model's overall precision: a node kept in FP32 keeps its FP32 constants."""
     import onnx
 
     T = onnx.TensorProto
     stored_name = {T.FLOAT: "FP32", T.DOUBLE: "FP64", T.FLOAT16: "FP16", T.BFLOAT16: "BF16"}
-    narrow = {T.FLOAT16: "fp16", T.BFLOAT16: "bf16"}
+    narrow_type = {T.FLOAT16: "fp16", T.BFLOAT16: "bf16"}
     found: Found = []
     unread: list[str] = []
     for name, t in g.constants.items():
@@ -143,7 +147,9 @@ def initializer_findings(g: GraphIndex, target: str) -> tuple[Found, list[str]]:
         if arr is None:
             unread.append(name)
             continue
-        found += _constant_findings(g, name, uses, arr, stored_name[t.data_type], narrow.get(t.data_type), target)
+        own = narrow_type.get(t.data_type)
+        lowered_to = target if narrow is None or own is not None else narrow.get(name, "fp32")
+        found += _constant_findings(g, name, uses, arr, stored_name[t.data_type], own, lowered_to)
     return found, unread
 
 

@@ -381,7 +381,13 @@ def _candidate(
         )
         causes = [rc.model_copy(update={"rank": i + 1}) for i, rc in enumerate(causes)][: cfg.root_causes]
         lint = (
-            lint_candidate(Path(spec.path), activation_max=ref.max_abs, reference=Path(suite.models.reference))
+            # an ONNX graph run as written: strongly typed, like what TensorRT 11 builds from it
+            lint_candidate(
+                Path(spec.path),
+                activation_max=ref.max_abs,
+                reference=Path(suite.models.reference),
+                strongly_typed=True,
+            )
             if onnx_graph
             else []
         )
