@@ -41,7 +41,7 @@ class FrameworkStage(Strict):
     samples: int | None = Field(default=None, ge=1, description="use only the first N input samples")
 
 
-CandidatePrecision = Literal["fp32", "tf32", "fp16", "bf16", "int8", "fp8"]
+CandidatePrecision = Literal["fp32", "tf32", "fp16", "bf16", "int8", "fp8", "int4"]
 
 # Layerwise checks per candidate precision, when a suite sets none (docs/stages/layerwise.md#defaults-per-precision).
 # rel_l2 catches scale errors cosine cannot see. Measured worst tensors with nothing wrong: FP16 0.0017 on the three
@@ -55,6 +55,7 @@ PRECISION_CHECKS: dict[str, tuple[tuple[float, float], str]] = {
     "bf16": ((0.04, 0.999), "BF16 keeps 7 mantissa bits, 8x the rounding of FP16"),
     "int8": ((0.25, 0.97), "8-bit activations add about 1% per quantised layer, up to 0.19 in a deep narrow layer"),
     "fp8": ((0.25, 0.97), "FP8 E4M3 keeps 3 mantissa bits, about INT8's error per layer"),
+    "int4": ((0.25, 0.97), "weight-only INT4 blocks (activations stay FP16): 16 levels per block of weights"),
 }
 
 

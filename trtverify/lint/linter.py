@@ -19,7 +19,7 @@ from trtverify.config.findings import SEVERITY_RANK
 from trtverify.errors import UsageError, unknown
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.graph_rules import activation_findings, coverage_findings, structure_findings
-from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types
+from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types, onnx_types
 from trtverify.lint.reference_constants import reference_constant_findings
 from trtverify.lint.weights import initializer_findings, qdq_param_findings, quantized_weight_findings
 from trtverify.onnxgraph import QDQ_OPS, GraphIndex
@@ -43,33 +43,62 @@ def _as_model(model: ModelLike, weights: bool) -> onnx.ModelProto:
     return model
 
 
-def target_precision(model: ModelLike) -> str:
-    """The precision a model is meant for, read from its types: fp8 > int8 > fp16 > bf16 > fp32."""
+# what a candidate computes in, loosest last (a mixed candidate gets the defaults of its loosest part)
+LOOSEST_LAST = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8", "int4")
+
+
+def precision_parts(model: ModelLike) -> list[str]:
+    """What a model computes and stores in, read from its types and its Q/DQ, loosest first: e.g. ['int8',
+    'fp16'] for ModelOpt's INT8 with its FP16 rest, ['int4', 'fp16'] for weight-only INT4 blocks, ['fp16'] for
+    AutoCast, ['int8'] for ONNX Runtime's quantize_static (its rest FP32), ['fp32'] for the reference."""
     import onnx
 
+    T = onnx.TensorProto
     m = _as_model(model, weights=False)
     g = m.graph
     types: set[int] = {t.data_type for t in g.initializer}
     for vi in [*g.input, *g.output, *g.value_info]:
         types.add(vi.type.tensor_type.elem_type)
-    quantised = False
+    constants = {t.name: t.data_type for t in g.initializer}
+    quantized: set[str] = set()
+    int4 = onnx_types("INT4", "UINT4")
     for node in g.node:
-        if node.op_type in QDQ_OPS or node.op_type in QLINEAR_OPS:
-            quantised = True
         for a in node.attribute:
             if a.type == onnx.AttributeProto.TENSOR:
                 types.add(a.t.data_type)
+                if node.op_type == "Constant" and node.output:
+                    constants[node.output[0]] = a.t.data_type
             elif a.name in ("to", "output_dtype") and a.type == onnx.AttributeProto.INT:
                 types.add(int(a.i))
-    if types & fp8_types():
-        return "fp8"
-    if quantised:
-        return "int8"  # Q/DQ without a float8 type: int8/uint8 (uint8 is QuantizeLinear's default)
-    if onnx.TensorProto.FLOAT16 in types:
-        return "fp16"
-    if onnx.TensorProto.BFLOAT16 in types:
-        return "bf16"
-    return "fp32"
+    for node in g.node:
+        if node.op_type in QLINEAR_OPS:
+            quantized.add("int8")
+        if node.op_type not in QDQ_OPS:
+            continue
+        stored = {constants.get(i) for i in node.input[:3] if i} | {
+            int(a.i) for a in node.attribute if a.name == "output_dtype" and a.type == onnx.AttributeProto.INT
+        }
+        if stored & fp8_types():
+            quantized.add("fp8")
+        elif stored & int4:
+            quantized.add("int4")
+        else:
+            quantized.add("int8")  # int8/uint8 (uint8 is QuantizeLinear's default)
+    floats = [p for p, t in (("bf16", T.BFLOAT16), ("fp16", T.FLOAT16)) if t in types]
+    parts = sorted(quantized, key=LOOSEST_LAST.index, reverse=True) + floats
+    return parts or ["fp32"]
+
+
+def precision_label(parts: list[str]) -> str:
+    """'int8+fp16', 'fp16', 'fp32'."""
+    return "+".join(parts)
+
+
+def target_precision(model: ModelLike) -> str:
+    """The lint's target: the loosest type a model is meant for (fp8 > int8 > fp16 > bf16 > fp32). INT4
+    weight-only blocks quantise no activation: their lint target is the float rest the activations run in."""
+    parts = [p for p in precision_parts(model) if p != "int4"] or ["fp32"]
+    return parts[0] if parts[0] in TARGETS else "fp32"
 
 
 def narrow_tensors(model: onnx.ModelProto, g: GraphIndex) -> dict[str, str]:

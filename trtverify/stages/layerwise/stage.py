@@ -32,7 +32,7 @@ from trtverify.config.findings import LINT_KINDS
 from trtverify.config.models import Candidate
 from trtverify.config.stages import LayerwiseStage, precision_checks
 from trtverify.lint.findings import LintFinding
-from trtverify.lint.linter import lint_candidate, target_precision
+from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, precision_label, precision_parts
 from trtverify.onnxgraph import GraphIndex
 from trtverify.onnxinfo import load_onnx
 from trtverify.stages.base import StageContext, status_of
@@ -55,18 +55,21 @@ from trtverify.stages.layerwise.stream import chunks_for, exposing, stream
 HISTOGRAM_SUSPECTS = 3  # root causes that get an error histogram, besides the first divergence
 
 
-LOOSEST_LAST = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
-
-
 def candidate_precision(spec: Candidate, backends: Backends) -> str:
-    """What a candidate computes in: its `precision`, else the loosest of its graph's types (FP16, Q/DQ) and its
-    TensorRT precision flags (weakly typed builds)."""
+    """What a candidate computes in: its `precision`, else what its graph's types and Q/DQ say, mixed parts
+    joined ('int8+fp16'), with the TensorRT precision flags of a weakly typed build added."""
     if spec.precision is not None:
         return spec.precision
-    found = [target_precision(Path(spec.path))]
+    found = precision_parts(Path(spec.path))
     options = getattr(backends, spec.backend.replace("-", "_"), None)
-    found += [p for p in getattr(options, "precisions", []) if p in LOOSEST_LAST]
-    return max(found, key=LOOSEST_LAST.index)
+    flags = [p for p in getattr(options, "precisions", []) if p in LOOSEST_LAST and p not in found]
+    return precision_label(sorted(set(found + flags) - ({"fp32"} if flags else set()), key=LOOSEST_LAST.index,
+                                  reverse=True))  # fmt: skip
+
+
+def loosest(precision: str) -> str:
+    """The part of a (mixed) precision whose defaults apply: 'int8+fp16' -> 'int8'."""
+    return max(precision.split("+"), key=LOOSEST_LAST.index)
 
 
 def _checks_for(cfg: LayerwiseStage, candidate: str, precision: str) -> tuple[Callable[[str], Sequence[Check]], str]:
@@ -76,7 +79,7 @@ def _checks_for(cfg: LayerwiseStage, candidate: str, precision: str) -> tuple[Ca
     elif cfg.checks is not None:
         base, source = cfg.checks, "stages.layerwise.checks"
     else:
-        base, source = precision_checks(precision), f"default for {precision}"
+        base, source = precision_checks(loosest(precision)), f"default for {loosest(precision)}"
     return (lambda tensor: cfg.tensors[tensor].checks if tensor in cfg.tensors else base), source
 
 
