@@ -260,6 +260,13 @@ def test_options_with_several_values_take_them_after_one_flag_or_repeated(tmp_pa
     assert (d["total_a_ms"], d["total_b_ms"]) == (folders["total_a_ms"], folders["total_b_ms"])
 
 
+def test_an_option_with_an_equals_sign_takes_one_value(tmp_path: Path):
+    """`--check=VALUE REF CAND`: the '=' form is one value, the models stay arguments."""
+    fp32, fp16 = (str(DEMO / f"fashion_cnn_{p}.onnx") for p in ("fp32", "fp16"))
+    r = run_cli("layerwise", "--check=rel_l2<=0.3", fp32, fp16, "--out", str(tmp_path / "o"), "-q")
+    assert r.code == 0, r.err
+
+
 def test_an_option_that_swallows_the_arguments_says_so():
     """`init --candidate A B MODEL`: the option takes MODEL too; the error shows what it took and the fix."""
     fp32, fp16 = (str(DEMO / f"fashion_cnn_{p}.onnx") for p in ("fp32", "fp16"))

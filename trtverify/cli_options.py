@@ -3,9 +3,9 @@
 Every repeatable option takes one or more values after one flag, as Polygraphy's options do
 (`--stage framework layerwise`, `--vs b.graph.json b.profile.json`), and may also be repeated, as
 pytest's are (`--stage framework --stage layerwise`). The values end at the next word that starts
-with '-' (or at `--`, after which every word is an argument). Where that swallows the command's
-own arguments (`init --candidate A B MODEL`), click's error for the missing argument says which
-option took which words and how to write the line instead.
+with '-' (or at `--`, after which every word is an argument); `--check=VALUE` is exactly one value.
+Where that swallows the command's own arguments (`init --candidate A B MODEL`), click's error
+for the missing argument says which option took which words and how to write the line instead.
 """
 
 from __future__ import annotations
@@ -30,6 +30,15 @@ class Several(click.Option):
 
     def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
         super().add_to_parser(parser, ctx)
+        if not getattr(parser, "_trtverify_explicit", False):  # `--check=VALUE` is one value: note the '='
+            match = parser._match_long_opt
+
+            def noting(opt: str, explicit_value: Any, state: Any) -> None:
+                state.trtverify_explicit = explicit_value is not None
+                match(opt, explicit_value, state)
+
+            parser._match_long_opt = noting
+            parser._trtverify_explicit = True
         for flag in self.opts:
             parsed = parser._long_opt.get(flag) or parser._short_opt.get(flag)
             if parsed is None:  # pragma: no cover - click registers every flag of an option
@@ -41,6 +50,9 @@ class Several(click.Option):
         def take(value: Any, state: Any) -> None:
             process(value, state)
             words = [value]
+            if getattr(state, "trtverify_explicit", False):
+                state.trtverify_explicit = False
+                return
             while state.rargs and (not state.rargs[0].startswith("-") or _NEGATIVE.match(state.rargs[0])):
                 word = state.rargs.pop(0)
                 process(word, state)
