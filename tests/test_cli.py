@@ -301,5 +301,5 @@ def test_repair_prints_every_export(tmp_path: Path):
     )
     assert r.code == 0, r.out + r.err
     for label in ("TensorRT 11", "trtexec (TensorRT <= 10): --layerPrecisions=", "polygraphy", "onnxruntime float16",
-                  "quantize_static(nodes_to_exclude", "ModelOpt --nodes_to_exclude"):  # fmt: skip
+                  "quantize_static(nodes_to_exclude", "ModelOpt AutoCast: --nodes_to_exclude"):  # fmt: skip
         assert label in r.out, (label, r.out)

@@ -165,6 +165,7 @@ def repair_suite(
     checks: list[str],
     tensors: str,
     max_evaluations: int,
+    holdout: float = 0.25,
 ) -> Path:
     """Write `out/suite.yaml` for `trtverify repair` (stage repair) and return its path."""
     reference = reference.resolve()
@@ -174,15 +175,20 @@ def repair_suite(
         inputs = _generated_inputs(reference, dims, 0)
     if samples:
         inputs["samples"] = samples
-    stage: dict[str, Any] = {"precision": precision, "tensors": tensors, "max_evaluations": max_evaluations}
+    stage: dict[str, Any] = {
+        "precision": precision,
+        "tensors": tensors,
+        "max_evaluations": max_evaluations,
+        "holdout": holdout,
+    }
     if checks:
         stage["checks"] = [parse_check(c) for c in checks]
     if calibration is not None:
         stage["calibration"] = str(calibration.resolve())
     models: dict[str, Any] = {"reference": str(reference)}
     if candidate is not None:
-        models["candidates"] = {"int8": str(candidate.resolve())}
-        stage["candidate"] = "int8"
+        models["candidates"] = {precision: str(candidate.resolve())}
+        stage["candidate"] = precision
     suite = {
         "name": re.sub(r"[^A-Za-z0-9_.-]", "_", f"repair-{reference.stem}-{precision}"),
         "description": "made by `trtverify repair`",

@@ -27,7 +27,13 @@ def _rows(reference: Path, path: Path) -> list:
 
 @click.command()
 @click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option("--precision", required=True, type=click.Choice(["fp16", "int8"]), help="What to lower to.")
+@click.option(
+    "--precision",
+    required=True,
+    type=click.Choice(["fp16", "bf16", "int8", "fp8", "int4"]),
+    help="What the candidate computes in: fp16 and int8 are made here without --candidate; bf16, fp8 and int4 "
+    "come from ModelOpt as --candidate.",
+)
 @click.option("--inputs", "inputs_file", type=click.Path(path_type=Path, dir_okay=False, exists=True), help=INPUT_HELP)
 @click.option("--samples", type=click.IntRange(min=1), help="Use the first N samples [default: all rows].")
 @click.option(
@@ -41,14 +47,15 @@ def _rows(reference: Path, path: Path) -> list:
 @click.option(
     "--candidate",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help="INT8: your Q/DQ model to repair [default: quantised here, symmetric and per-channel].",
+    help="The lowered model to repair: Q/DQ, FP16/BF16 or both (e.g. ModelOpt's INT8 with its FP16 rest) "
+    "[default: the reference lowered here: FP16, or INT8 symmetric and per-channel].",
 )
 @click.option(
     "--check",
     "checks",
     cls=Several,
     metavar="METRIC<=X|METRIC>=X",
-    help="Replaces the output checks (several values, or repeat it) [default: rel_l2<=0.01, cosine>=0.999].",
+    help="Replaces the output checks (several values, or repeat it) [default: the precision's layerwise defaults].",
 )
 @click.option(
     "--tensors",
@@ -58,6 +65,13 @@ def _rows(reference: Path, path: Path) -> list:
     help="Apply the checks to the model outputs, or to every tensor.",
 )
 @click.option("--max-evaluations", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option(
+    "--holdout",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.25,
+    show_default=True,
+    help="Share of the input rows the search does not use; the repaired model is verified on them (0: none).",
+)
 @click.option(
     "--out",
     "out_dir",
@@ -75,20 +89,33 @@ def repair(
     checks: tuple[str, ...],
     tensors: str,
     max_evaluations: int,
+    holdout: float,
     out_dir: Path | None,
 ) -> None:
     """Find the smallest set of nodes to keep in FP32 so REFERENCE lowered to --precision passes, and verify it.
 
-    Writes the repaired ONNX model and repair.json (the keep-list, before and after, its cost, and the
-    keep-list for ONNX Runtime, Polygraphy, trtexec and Model Optimizer). Exit 0 when the repaired model
-    passes, 1 when no keep-list passed (the best one is reported), 2 for usage errors.
+    Writes the repaired ONNX model and repair.json (the keep-list, before and after, its check on held-out
+    rows, its cost, and the keep-list for ONNX Runtime, Polygraphy, trtexec and ModelOpt). Exit 0 when the
+    repaired model passes on the search's rows and the held-out ones, 1 when not (the best keep-list is
+    reported, with why the search ended there), 2 for usage errors.
     """
     from trtverify.adhoc import repair_suite
     from trtverify.cli import execute
     from trtverify.config.loader import load_suite
 
-    if candidate is not None and precision != "int8":
-        raise UsageError("--candidate is an INT8 Q/DQ model: use it with --precision int8")
+    if candidate is not None:
+        from trtverify.lint.linter import precision_parts
+
+        if precision_parts(candidate) == ["fp32"]:
+            raise UsageError(
+                f"--candidate {candidate}: it computes in FP32 (no Q/DQ, no FP16/BF16 types): nothing was lowered to "
+                "repair; pass the lowered model (e.g. ModelOpt's output)"
+            )
+    if candidate is None and precision in ("bf16", "fp8", "int4"):
+        raise UsageError(
+            f"--precision {precision}: trtverify lowers to fp16 and int8 itself; pass the {precision} model ModelOpt "
+            "made as --candidate (docs/making-candidates.md)"
+        )
     out = out_dir or Path("reports") / f"repair-{reference.stem}-{precision}"
     path = repair_suite(
         out,
@@ -102,6 +129,7 @@ def repair(
         checks=list(checks),
         tensors=tensors,
         max_evaluations=max_evaluations,
+        holdout=holdout,
     )
     execute(load_suite(path), out, ("repair",), False, None, False)
 

@@ -108,7 +108,9 @@ def test_layerwise_on_the_worst_detection_images(e2e_run, tmp_path: Path):
     )
     assert r.code == 0, r.out + r.err
     lw = json.loads((tmp_path / "w" / "results.json").read_text())["stages"][0]
-    assert lw["samples"] == 2 and len(lw["candidates"]) == 2  # the suite's layerwise uses 2 samples
+    # every image the e2e run listed, although the suite's layerwise says samples: 2 (issue 26: it cut them)
+    listed = {w["index"] for c in stage["candidates"] for w in c["worst"]}
+    assert lw["samples"] == len(listed) > 2 and len(lw["candidates"]) == 2
 
 
 def _decode_one_image_at_a_time(outputs, image_sizes=None, input_size=None, max_detections=50, threshold=0.05):

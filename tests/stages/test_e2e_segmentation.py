@@ -102,8 +102,8 @@ def test_worst_samples_feed_layerwise(demo_run: Path, tmp_path: Path):
     assert r.code == 0, r.out + r.err
     lw = json.loads((tmp_path / "w" / "results.json").read_text())["stages"][0]
     worst = {w["index"] for c in _e2e(demo_run)["candidates"] for w in c["worst"]}
-    # the suite's layerwise stage compares the first 2 samples it is given: here, the worst ones
-    assert f"the {len(worst)} worst sample(s) listed in" in r.err and lw["samples"] == 2
+    # every listed sample, although the suite's layerwise stage says samples: 2 (issue 26: it cut them)
+    assert f"the {len(worst)} worst sample(s) listed in" in r.err and lw["samples"] == len(worst) > 2
 
 
 def test_a_postprocess_hook_returning_masks(tmp_path: Path):

@@ -14,7 +14,15 @@ from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.deps import require
 from trtverify.errors import BackendError, MissingDependency, UsageError
 from trtverify.lightmodel import LightModel
-from trtverify.onnxinfo import TensorMeta, graph_io, load_io
+from trtverify.onnxbf16 import holds_bf16, write_emulated
+from trtverify.onnxinfo import TensorMeta, graph_io, load_io, load_onnx
+
+CPU = "CPUExecutionProvider"
+
+
+def _cpu_only(providers: Sequence[str]) -> bool:
+    return all(p == CPU for p in providers)
+
 
 _LEVELS = {
     "disable": "ORT_DISABLE_ALL",
@@ -39,6 +47,8 @@ class OnnxRuntimeBackend(Backend):
         self._light: LightModel | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._loaded = False
+        self.source = self.model_path  # the file given; model_path is its BF16 emulation where one runs
+        self.emulated: int | None = None  # BF16 tensors rounded by the emulation (None: runs as given)
 
     @classmethod
     def from_config(cls, model_path: Path, backends: Backends, samples: Sequence[Feed] = ()) -> OnnxRuntimeBackend:
@@ -46,9 +56,17 @@ class OnnxRuntimeBackend(Backend):
 
     # -- lifecycle -------------------------------------------------------------------------
     def load(self) -> None:
-        """Read the model's inputs and outputs; the session itself is created on first use."""
+        """Read the model's inputs and outputs; the session itself is created on first use. A BF16 graph on a
+        CPU-only provider list runs emulated (onnxbf16.py): FP32 compute, every BF16 tensor rounded to BF16."""
         try:
-            self._inputs, self._outputs = graph_io(load_io(self.model_path))
+            io = load_io(self.model_path)
+            if self.emulated is None and _cpu_only(self.options.providers) and holds_bf16(load_onnx(self.model_path)):
+                self._workdir = self._workdir or tempfile.TemporaryDirectory(prefix="trtverify-ort-")
+                self.source = self.model_path
+                self.model_path, self.emulated = write_emulated(self.model_path, Path(self._workdir.name))
+                self._run_path = self.model_path
+                io = load_io(self.model_path)
+            self._inputs, self._outputs = graph_io(io)
         except UsageError as exc:  # unreadable or not ONNX: the model under test is broken
             raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
         self._loaded = True
@@ -66,6 +84,8 @@ class OnnxRuntimeBackend(Backend):
     def close(self) -> None:
         self._session = None
         self._light = None
+        if self.emulated is not None:  # the emulated twin lives in the workdir removed here
+            self.model_path, self.emulated, self._loaded = self.source, None, False
         self._run_path = self.model_path  # an exposed variant lives in the workdir removed here
         if self._workdir is not None:
             self._workdir.cleanup()
@@ -74,9 +94,9 @@ class OnnxRuntimeBackend(Backend):
     def _make_session(self, model: str) -> Any:
         ort = require("onnxruntime", "the onnxruntime backend")
         so = ort.SessionOptions()
-        so.graph_optimization_level = getattr(
-            ort.GraphOptimizationLevel, _LEVELS[self.options.graph_optimization_level]
-        )
+        # an emulated BF16 graph runs as written: an optimiser dropping a Cast pair would drop its rounding
+        level = "disable" if self.emulated is not None else self.options.graph_optimization_level
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
         so.intra_op_num_threads = self.options.intra_op_num_threads
         so.inter_op_num_threads = self.options.inter_op_num_threads
         so.log_severity_level = 3
@@ -130,8 +150,10 @@ class OnnxRuntimeBackend(Backend):
     # -- intermediates ---------------------------------------------------------------------
     def graph(self) -> LightModel:
         """The model with its weights moved to one external file (made once, on first use)."""
+        if not self._loaded:
+            self.load()  # a BF16 graph is emulated first: the graph is the one that runs
         if self._light is None:
-            self._workdir = tempfile.TemporaryDirectory(prefix="trtverify-ort-")
+            self._workdir = self._workdir or tempfile.TemporaryDirectory(prefix="trtverify-ort-")
             self._light = LightModel(self.model_path, Path(self._workdir.name))
         return self._light
 

@@ -135,12 +135,16 @@ class LayerwiseStage(Strict):
 class RepairStage(Strict):
     """The smallest set of nodes to keep in FP32 so the reference lowered to `precision` passes, verified."""
 
-    precision: Literal["fp16", "int8"] = Field(description="what the reference is lowered to")
-    checks: list[Check] = Field(
-        default_factory=lambda: [Check(metric="rel_l2", max=0.01), Check(metric="cosine", min=0.999)],
+    precision: Literal["fp16", "bf16", "int8", "fp8", "int4"] = Field(
+        description="what the reference is lowered to: fp16 and int8 are made here from the reference; bf16, fp8 "
+        "and int4 come from ModelOpt as the `candidate`"
+    )
+    checks: list[Check] | None = Field(
+        default=None,
         min_length=1,
-        description="the target, on every model output (default: rel_l2 <= 0.01 and cosine >= 0.999); no tensor "
-        "may be non-finite where the reference's is finite, whatever the checks",
+        description="the target, on every model output (default: the precision's layerwise defaults: rel_l2 <= 0.01 "
+        "and cosine >= 0.999 for FP16, 0.04 and 0.999 for BF16, 0.25 and 0.97 for INT8/FP8/INT4); no tensor may be "
+        "non-finite where the reference's is finite, whatever the checks",
     )
     tensors: Literal["outputs", "all"] = Field(default="outputs", description="where the checks apply")
     target: Literal["tensors", "e2e"] = Field(
@@ -150,10 +154,18 @@ class RepairStage(Strict):
     )
     candidate: Name | None = Field(
         default=None,
-        description="INT8: repair this candidate's Q/DQ model (from models.candidates) instead of quantising the "
-        "reference here (symmetric, per-channel, calibrated on the inputs)",
+        description="repair this candidate (from models.candidates): a Q/DQ model, an FP16/BF16 model or both, "
+        "e.g. ModelOpt's INT8 with its FP16 rest; default: the reference lowered here (FP16, or INT8 symmetric "
+        "per-channel calibrated on the inputs)",
     )
     samples: int | None = Field(default=None, ge=1, description="use only the first N input samples")
+    holdout: float = Field(
+        default=0.25,
+        ge=0,
+        lt=1,
+        description="share of the samples the search does not use; the repaired model is verified on them (0: "
+        "verify on the search's own samples; with fewer than 4 samples nothing is held out)",
+    )
     calibration: Annotated[FilePath, AfterValidator(suffix(".npz"))] | None = Field(
         default=None,
         description="INT8 calibration data: .npz, keys = input names, first axis = rows (default: the inputs)",
@@ -161,10 +173,19 @@ class RepairStage(Strict):
     max_evaluations: int = Field(default=50, ge=1, description="bound on the models built and compared")
 
     @model_validator(mode="after")
-    def _int8_candidate(self) -> RepairStage:
-        if self.candidate is not None and self.precision != "int8":
-            raise ValueError("candidate is an INT8 Q/DQ model to repair: use it with precision: int8")
+    def _candidate_where_needed(self) -> RepairStage:
+        if self.candidate is None and self.precision in ("bf16", "fp8", "int4"):
+            raise ValueError(
+                f"precision {self.precision}: trtverify lowers to fp16 and int8 itself; a {self.precision} model comes "
+                "from ModelOpt: name it as the candidate"
+            )
         return self
+
+    def target_checks(self) -> list[Check]:
+        """The checks, or the precision's defaults."""
+        if self.checks is not None:
+            return list(self.checks)
+        return precision_checks(self.precision)
 
 
 class Gate(Strict):

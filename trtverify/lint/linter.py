@@ -89,6 +89,44 @@ def precision_parts(model: ModelLike) -> list[str]:
     return parts or ["fp32"]
 
 
+def node_precisions(model: ModelLike) -> dict[str, str]:
+    """What each compute node of a candidate runs in, read once from its types and Q/DQ: 'INT8', 'FP8' or 'INT4'
+    for a Conv/Gemm/MatMul reading a DequantizeLinear of that type (INT4: weight-only blocks), else the type of its
+    float output ('FP16', 'BF16', 'FP32'). Q/DQ, Cast and shape plumbing are left out."""
+    from trtverify.lint.ranges import COMPUTE_OPS
+    from trtverify.onnxgraph import CAST_OPS, SHAPE_OPS
+
+    m = _as_model(model, weights=False)
+    g = GraphIndex.from_model(m)
+    types = tensor_types(m, g)
+    names = {1: "FP32", 10: "FP16", 16: "BF16", 11: "FP64"}
+    int4, fp8 = onnx_types("INT4", "UINT4"), fp8_types()
+    live = set(g.value_tensors())
+    out: dict[str, str] = {}
+    for i, node in enumerate(g.nodes):
+        if node.op_type in QDQ_OPS or node.op_type in CAST_OPS or node.op_type in SHAPE_OPS:
+            continue
+        if not any(o in live for o in node.output):
+            continue
+        kind = None
+        if node.op_type in COMPUTE_OPS:
+            for x in node.input:
+                p = g.producers.get(x)
+                if p is None or p.op_type != "DequantizeLinear":
+                    continue
+                dq = g.nodes[p.index]
+                stored = {types.get(t) for t in dq.input[:3] if t}
+                q = g.producers.get(dq.input[0])
+                if q is not None and q.op_type == "QuantizeLinear":
+                    stored |= {types.get(t) for t in g.nodes[q.index].input[1:3] if t}
+                kind = "FP8" if stored & fp8 else "INT4" if stored & int4 else "INT8"
+                break
+        if kind is None:
+            kind = next((names[types[o]] for o in node.output if types.get(o) in names), "FP32")
+        out[g.label(i)] = kind
+    return out
+
+
 def precision_label(parts: list[str]) -> str:
     """'int8+fp16', 'fp16', 'fp32'."""
     return "+".join(parts)
@@ -101,19 +139,29 @@ def target_precision(model: ModelLike) -> str:
     return parts[0] if parts[0] in TARGETS else "fp32"
 
 
-def narrow_tensors(model: onnx.ModelProto, g: GraphIndex) -> dict[str, str]:
-    """Tensors the graph holds in a narrow float type ('fp16', 'bf16'): typed so (inferred types), or read by a
-    Cast to that type (the value is lowered there, so its range matters there)."""
+def tensor_types(model: onnx.ModelProto, g: GraphIndex) -> dict[str, int]:
+    """Element type of every tensor: the constants', and what shape inference gives (types only; a model with
+    custom ops still gives the types it can)."""
     import onnx
 
-    kinds = {onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}
-    types: dict[str, int] = {t.name: t.data_type for t in g.constants.values()}
-    try:  # types only; a model with custom ops still gives the types it can
+    types: dict[str, int] = {name: t.data_type for name, t in g.constants.items()}
+    try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
     except Exception:  # noqa: BLE001 - an untrusted file: fall back to what the file declares
         inferred = model.graph
     for vi in [*inferred.input, *inferred.output, *inferred.value_info]:
-        types[vi.name] = vi.type.tensor_type.elem_type
+        if vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return types
+
+
+def narrow_tensors(model: onnx.ModelProto, g: GraphIndex, types: dict[str, int] | None = None) -> dict[str, str]:
+    """Tensors the graph holds in a narrow float type ('fp16', 'bf16'): typed so, or read by a Cast to that type
+    (the value is lowered there, so its range matters there)."""
+    import onnx
+
+    kinds = {onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}
+    types = tensor_types(model, g) if types is None else types
     out = {name: kinds[t] for name, t in types.items() if t in kinds}
     for node in g.nodes:
         if node.op_type == "Cast" and node.input:

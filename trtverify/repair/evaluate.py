@@ -122,7 +122,7 @@ def evaluate(
 
 
 def _narrowing_casts(g: GraphIndex) -> dict[str, str]:
-    """Casts to FP16 or BF16 in the candidate: output -> input. ONNX Runtime's CPU provider can drop such a cast
+    """Casts to FP16 in the candidate: output -> input. ONNX Runtime's CPU provider can drop such a cast
     together with one of its own back to FP32 (it lacks FP16 kernels), so an overflow there would go unseen
     downstream on the CPU while a GPU engine computes with inf: it is checked where it happens."""
     out = {}
@@ -130,7 +130,7 @@ def _narrowing_casts(g: GraphIndex) -> dict[str, str]:
         if n.op_type != "Cast" or not n.output or not n.input:
             continue
         to = next((a.i for a in n.attribute if a.name == "to"), None)
-        if to in (10, 16):  # FLOAT16, BFLOAT16
+        if to == 10:  # FLOAT16 (BF16 has FP32's range: a cast to it cannot overflow)
             out[n.output[0]] = n.input[0]
     return out
 

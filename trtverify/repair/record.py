@@ -82,18 +82,37 @@ class RepairRecord(Record):
     cost: Cost
     exports: dict[str, Any] = Field(description="the keep-list as each tool takes it")
     curve: list[CurvePoint] = Field(description="every reference tensor's rel_l2 before and after the repair")
+    stopped: str | None = Field(default=None, description="where it did not pass: why the search ended there")
+    rows: dict[str, int] = Field(default_factory=dict, description="input rows the search used, and held out")
+    verified: Checked | None = Field(
+        default=None, description="the repaired model's checks on the held-out rows (none held out: null)"
+    )
+    candidate_precision: str | None = Field(
+        default=None, description="what the lowered model computes in, read from its graph (e.g. int8+fp16)"
+    )
 
 
 def checked(ev: Evaluation) -> Checked:
     return Checked(keep=list(ev.keep), passed=ev.passed, failed=list(ev.failed), values=ev.checked)
 
 
-def exports(keep: Sequence[str], repaired: Path, precision: str) -> dict[str, Any]:
+def exports(
+    keep: Sequence[str], repaired: Path, precision: str, op_types: dict[str, str] | None = None
+) -> dict[str, Any]:
+    import re
+
     names = list(keep)
+    kinds = sorted({(op_types or {}).get(n, "") for n in names} - {""})
     out: dict[str, Any] = {
+        "tensorrt_strongly_typed": str(repaired),
         "onnxruntime_float16_node_block_list": names,
         "onnxruntime_quantization_nodes_to_exclude": names,
-        "modelopt_nodes_to_exclude": names,
+        # AutoCast keeps a node FP32 by regex; ModelOpt's quantizer excludes nodes from Q/DQ only (its FP16 rest
+        # still lowers them): an FP32 node there takes --op_types_to_exclude_fp16 (every node of the type)
+        "modelopt_autocast": f"--nodes_to_exclude {' '.join(f'^{re.escape(n)}$' for n in names)}" if names else "",
+        "modelopt_quantization": (
+            f"--nodes_to_exclude {' '.join(names)} --op_types_to_exclude_fp16 {' '.join(kinds)}" if names else ""
+        ),
         "polygraphy": (
             f"--layer-precisions {' '.join(f'{n}:float32' for n in names)} --precision-constraints obey"
             if names
@@ -102,11 +121,12 @@ def exports(keep: Sequence[str], repaired: Path, precision: str) -> dict[str, An
         "trtexec": (
             f"--layerPrecisions={','.join(f'{n}:fp32' for n in names)} --precisionConstraints=obey" if names else ""
         ),
-        "tensorrt_strongly_typed": str(repaired),
     }
     out["note"] = (
-        "polygraphy and trtexec: TensorRT <= 10 (weakly typed), whose ONNX parser names layers after ONNX nodes; "
-        f"TensorRT 11 and TensorRT-RTX build the repaired ONNX as it is ({precision} with FP32 islands)"
+        "TensorRT 11 and TensorRT-RTX build the repaired ONNX as it is, strongly typed, with no precision flags "
+        f"({precision} with FP32 islands); polygraphy and trtexec flags: TensorRT <= 10 (weakly typed), whose ONNX "
+        "parser names layers after ONNX nodes; modelopt_quantization's --op_types_to_exclude_fp16 keeps every node "
+        "of those types in FP32, more than the keep-list"
     )
     return out
 
@@ -186,6 +206,7 @@ def record(
         before=checked(result.before),
         after=checked(result.after),
         cost=cost_,
-        exports=exports(result.keep, repaired, result.precision),
+        exports=exports(result.keep, repaired, result.precision, {n.name: n.op_type for n in result.model.graph.node}),
         curve=curve(result),
+        stopped=result.stopped or None,
     )

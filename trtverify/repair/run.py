@@ -10,7 +10,9 @@ import numpy as np
 
 from trtverify.config.checks import Check
 from trtverify.fsutil import atomic_write_text, to_json
-from trtverify.repair.record import RepairRecord, cost, record
+from trtverify.lint.linter import precision_label, precision_parts
+from trtverify.repair.evaluate import Reference, evaluate
+from trtverify.repair.record import RepairRecord, checked, cost, record
 from trtverify.repair.search import Progress, search
 
 
@@ -28,7 +30,10 @@ def repair(
     progress: Progress = lambda _: None,
     extra: Callable[[Path], list[str]] | None = None,
     target: list[str] | None = None,
+    holdout: Sequence[dict[str, np.ndarray]] = (),
 ) -> RepairRecord:
+    """Search on `samples`; the repaired model is then verified on `holdout` (rows the search never saw) when
+    there are any."""
     import onnx
 
     t0 = time.perf_counter()
@@ -55,6 +60,20 @@ def repair(
     where = "every output" if tensors == "outputs" else "every tensor"
     target = [f"{c.condition} on {where}" for c in checks] + list(target or [])
     target.append("no tensor non-finite where the reference's is finite; no cast to FP16 overflowing")
+    verified = None
+    if holdout:
+        progress(f"verifying the repaired model on {len(holdout)} held-out row(s)")
+        verified = evaluate(Reference.run(reference, holdout), repaired, holdout, checks, tensors, tuple(result.keep))
+        if extra is not None and verified.passed:  # the e2e gates are the validation set's: same on every row split
+            verified.failed += extra(repaired)
+            verified.passed = not verified.failed
     rec = record(reference, result, repaired, target, seconds, cost(model, result.keep, samples[0], paths))
+    rec = rec.model_copy(
+        update={
+            "rows": {"search": len(samples), "holdout": len(holdout)},
+            "verified": checked(verified) if verified is not None else None,
+            "candidate_precision": precision_label(precision_parts(result.lowered)),
+        }
+    )
     atomic_write_text(out / "repair.json", to_json(rec.dump()))
     return rec

@@ -28,6 +28,9 @@ import numpy as np
 from trtverify.config.checks import Check
 from trtverify.convert.fp16 import FP16_MAX, to_fp16
 from trtverify.convert.int8 import keep_fp32, quantize
+from trtverify.convert.islands import lowered_nodes
+from trtverify.errors import UsageError
+from trtverify.lint.linter import precision_parts
 from trtverify.lint.reference_constants import reference_constant_findings
 from trtverify.onnxgraph import GraphIndex
 from trtverify.repair.evaluate import Evaluation, Reference, evaluate
@@ -50,10 +53,14 @@ class Search:
     lowered: Any = None  # the lowered model with nothing kept (what the search started from)
     order: list[str] = field(default_factory=list)  # the reference's value tensors, topological order
     producer: dict[str, str] = field(default_factory=dict)  # tensor -> the node (label) computing it
+    stopped: str = ""  # why the search ended where it did not pass
+    lowerable: int = 0  # nodes keeping can change
 
 
 class Lowering:
-    """Makes the lowered model for a keep-list: FP16 with FP32 islands, or INT8 Q/DQ minus the kept nodes' Q/DQ."""
+    """Makes the lowered model for a keep-list: the reference lowered to FP16 here with FP32 islands, or a lowered
+    model (INT8 Q/DQ quantised here, or the user's candidate: Q/DQ, FP16/BF16 or both) with the kept nodes
+    computing in FP32 again (convert/islands.py)."""
 
     def __init__(
         self,
@@ -70,13 +77,24 @@ class Lowering:
         self.workdir = workdir
         self.count = 0
         self.labels = _labels(self.reference)
-        self.qdq = None
-        if precision == "int8":
-            path = candidate or quantize(reference, workdir / "int8_qdq.onnx", calibration)
-            self.qdq = onnx.load(str(path))
+        self.qdq = None  # the lowered model the islands are made in (None: FP16 made from the reference)
+        if candidate is not None:
+            self.qdq = onnx.load(str(candidate))
+            if precision_parts(self.qdq) == ["fp32"]:
+                raise UsageError(
+                    f"--candidate {candidate}: it computes in FP32 (no Q/DQ, no FP16/BF16 types): nothing was lowered "
+                    "to repair"
+                )
+        elif precision == "int8":
+            self.qdq = onnx.load(str(quantize(reference, workdir / "int8_qdq.onnx", calibration)))
+        elif precision != "fp16":
+            raise UsageError(
+                f"repair lowers to fp16 and int8 itself; a {precision} model comes from ModelOpt: pass it as the "
+                f"candidate (trtverify repair REF --precision {precision} --candidate MODEL.onnx)"
+            )
 
     def model(self, keep: Sequence[str]) -> Any:
-        if self.precision == "fp16":
+        if self.qdq is None:
             return to_fp16(self.reference, keep)
         return keep_fp32(self.qdq, self.reference, keep)
 
@@ -98,7 +116,7 @@ def _labels(model: Any) -> list[str]:
 def _seeds(ref: Reference, lowering: Lowering, model: Any, first: Evaluation) -> dict[str, str]:
     """Nodes that must stay FP32 by what the lowered model shows (see the module docstring)."""
     seeds: dict[str, str] = {}
-    if lowering.precision == "fp16":
+    if lowering.qdq is None or _narrow(model):  # FP16/BF16 parts: constants clipped, activations beyond range
         cand = GraphIndex.from_model(model)
         for _, f in reference_constant_findings(ref.graph, cand):
             if f.node and f.node in lowering.labels:
@@ -157,7 +175,7 @@ def search(
         work = Path(tmp)
         ref = Reference.run(reference, samples)
         lowering = Lowering(reference, precision, calibration or samples, work, candidate)
-        quantized = set(_quantized_nodes(lowering)) if precision == "int8" else set(lowering.labels)
+        quantized = set(lowered_nodes(lowering.qdq, lowering.reference)) if lowering.qdq else set(lowering.labels)
         steps: list[Evaluation] = []
 
         def run(keep: Sequence[str]) -> Evaluation:
@@ -179,9 +197,17 @@ def search(
             while not ev.passed and len(steps) < max_evaluations:
                 nxt = _next(ref, ev, keep, quantized)
                 if nxt is None:
-                    break
+                    rest = [n for n in lowering.labels if n in quantized and n not in keep]
+                    if not rest:
+                        out.stopped = f"every one of the {len(quantized)} lowered node(s) is kept and it still fails"
+                        break
+                    # no single node shows added error (the failure is spread, or at the outputs alone): the rest
+                    # in topological order, so the search ends on a keep-list that passes if any does
+                    nxt = rest[0]
                 keep.append(nxt)
                 ev = run(keep)
+            if not ev.passed and not out.stopped:
+                out.stopped = f"the budget of {max_evaluations} evaluations ran out (stages.repair.max_evaluations)"
             if ev.passed:
                 for node in reversed(list(keep)):
                     if len(steps) >= max_evaluations:
@@ -193,6 +219,7 @@ def search(
         out.keep, out.passed, out.after = list(best.keep), best.passed, best
         out.model = lowering.model(out.keep)
         out.lowered = lowering.model([])
+        out.lowerable = len(quantized)
         out.order = list(ref.order)
         out.producer = {t: p.node for t, p in ref.graph.producers.items()}
         return out
@@ -203,13 +230,8 @@ def _rank(ev: Evaluation) -> tuple[int, int, int]:
     return (0 if ev.passed else 1, len(ev.failed), len(ev.keep))
 
 
-def _quantized_nodes(lowering: Lowering) -> list[str]:
-    """Nodes of the Q/DQ model that read a DequantizeLinear output (the ones keeping can change)."""
-    g = GraphIndex.from_model(lowering.qdq)
-    out = []
-    for i, n in enumerate(g.nodes):
-        if n.op_type in ("QuantizeLinear", "DequantizeLinear") or not n.name:
-            continue
-        if any(g.producers.get(x) is not None and g.producers[x].op_type == "DequantizeLinear" for x in n.input):
-            out.append(g.label(i))
-    return out
+def _narrow(model: Any) -> bool:
+    """Does the model hold FP16/BF16 values (constants or tensors)?"""
+    from trtverify.convert.islands import NARROW, elem_types
+
+    return any(t in NARROW for t in elem_types(model).values())

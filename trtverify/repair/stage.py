@@ -39,6 +39,11 @@ class RepairResult(StageResult):
     cost: Cost | None = optional()
     exports: dict[str, object] | None = Field(default=None, description="the keep-list as each tool takes it")
     curve: list[CurvePoint] | None = optional("every reference tensor's rel_l2 before and after the repair")
+    candidate_precision: str | None = optional("what the lowered model computes in, read from its graph")
+    tensors: str | None = optional("where the checks apply: outputs, or every tensor (all)")
+    rows: dict[str, int] | None = optional("input rows the search used, and the rows held out to verify it")
+    verified: Checked | None = optional("the repaired model on the held-out rows")
+    stopped: str | None = optional("where nothing passed: why the search ended there")
 
 
 def _calibration(loaded: LoadedSuite, path: Path) -> list[dict[str, np.ndarray]]:
@@ -75,25 +80,27 @@ def run(ctx: StageContext) -> RepairResult:
     cfg = suite.stages.repair
     assert cfg is not None
     samples = ctx.samples_upto(cfg.samples)
+    search_rows, holdout = split(samples, cfg.holdout)
     candidate = Path(suite.models.candidates[cfg.candidate].path) if cfg.candidate else None
     calibration = _calibration(ctx.loaded, Path(cfg.calibration)) if cfg.calibration else []
-    checks_target = list(cfg.checks) if cfg.target == "tensors" else []
+    checks_target = cfg.target_checks() if cfg.target == "tensors" else []
     gates = _GateTarget(ctx) if cfg.target == "e2e" else None
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-out-") as tmp:
         out = (ctx.out_dir or Path(tmp)) / f"repair-{cfg.precision}"
         rec = repair(
             Path(suite.models.reference),
             cfg.precision,
-            samples,
+            search_rows,
             checks_target,
             out,
             tensors=cfg.tensors,
             calibration=calibration,
             candidate=candidate,
             max_evaluations=cfg.max_evaluations,
-            progress=lambda line: ctx.progress(NAME, 0, len(samples), line),
+            progress=lambda line: ctx.progress(NAME, 0, 0, line),
             extra=gates,
             target=gates.describe() if gates else None,
+            holdout=holdout,
         )
         final_gates = gates.checks(Path(rec.repaired_model)) if gates else []
     checks: list[CheckResult] = list(final_gates)
@@ -124,7 +131,21 @@ def run(ctx: StageContext) -> RepairResult:
             detail={"where": other[:10]} if other else {},
         )
     )
+    if rec.verified is not None:  # the pass must hold on rows the search did not use
+        checks.append(
+            limit_check(
+                f"repaired {cfg.precision}: passes on {len(holdout)} held-out row(s)",
+                NAME,
+                "holdout_failures",
+                len(rec.verified.failed),
+                0,
+                "<=",
+                detail={"failed": rec.verified.failed[:10]},
+            )
+        )
     notes = [f"keep in FP32: {', '.join(rec.keep) or 'nothing'} ({rec.evaluations} evaluations)"]
+    if rec.stopped:
+        notes.append(f"no keep-list passed: {rec.stopped}; the best one is reported")
     return RepairResult(
         status=status_of(checks),
         checks=checks,
@@ -141,4 +162,19 @@ def run(ctx: StageContext) -> RepairResult:
         cost=rec.cost,
         exports=rec.exports,
         curve=rec.curve,
+        candidate_precision=rec.candidate_precision,
+        tensors=cfg.tensors,
+        rows=rec.rows,
+        verified=rec.verified,
+        stopped=rec.stopped,
     )
+
+
+def split(samples: list, share: float) -> tuple[list, list]:
+    """(search rows, held-out rows): every k-th row held out, k = round(1 / share), so both parts span the
+    inputs; nothing is held out from fewer than 4 rows or at share 0."""
+    if share <= 0 or len(samples) < 4:
+        return list(samples), []
+    step = max(2, round(1 / share))
+    held = [s for i, s in enumerate(samples) if i % step == step - 1]
+    return [s for i, s in enumerate(samples) if i % step != step - 1], held

@@ -57,6 +57,11 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
         if rewritten:
             line += f"; {rewritten} rewritten by the converter, not comparable"
         out.append(line)
+        if cand.precision_mix and len(cand.precision_mix) > 1:
+            mix = ", ".join(f"{k} {v}" for k, v in cand.precision_mix.items())
+            out.append(f"          {cand.name}: compute nodes by precision: {mix}")
+        if cand.emulation:
+            out.append(f"          {cand.name}: {cand.emulation}")
         if rc is not None:
             label = "root cause #1" if fd is not None else "largest own error"
             out.append(f"          {cand.name}: {label} {cause_text(rc, cand.root_cause_method)}")
@@ -223,7 +228,8 @@ _EXPORTS = (
     ("polygraphy", "polygraphy convert/run (TensorRT <= 10)"),
     ("onnxruntime_float16_node_block_list", "onnxruntime float16 convert_float_to_float16(node_block_list=...)"),
     ("onnxruntime_quantization_nodes_to_exclude", "onnxruntime quantize_static(nodes_to_exclude=...)"),
-    ("modelopt_nodes_to_exclude", "ModelOpt --nodes_to_exclude"),
+    ("modelopt_autocast", "ModelOpt AutoCast"),
+    ("modelopt_quantization", "ModelOpt quantization"),
 )
 
 
@@ -244,10 +250,26 @@ def _repair(s: RepairResult) -> list[str]:
     if s.before is None or s.after is None or s.cost is None or s.keep is None:
         return []
     before = "passes" if s.before.passed else "; ".join(s.before.failed[:2])
-    out = [f"          before ({s.precision}, nothing kept): {before}"]
+    lowered = s.candidate_precision or s.precision
+    out = [f"          before ({lowered}, nothing kept): {before}"]
     share = f"{s.cost.flops_share:.1%} of multiply-adds, {s.cost.params_share:.1%} of parameters"
     verdict = "passes" if s.after.passed else "fails: " + "; ".join(s.after.failed[:2])
-    out.append(f"          keep in FP32: {', '.join(s.keep) or 'nothing'} ({share}); repaired model {verdict}")
+    where = "every tensor" if s.tensors == "all" else "the model outputs"
+    rows = s.rows or {}
+    searched = f" on the {rows['search']} row(s) searched" if rows.get("search") else ""
+    out.append(
+        f"          keep in FP32: {', '.join(s.keep) or 'nothing'} ({share}); repaired model {verdict}{searched}"
+    )
+    out.append(f"          passes means: the checks on {where}, and no tensor non-finite where the reference's is not")
+    if s.verified is not None:
+        held = "passes" if s.verified.passed else "fails: " + "; ".join(s.verified.failed[:2])
+        out.append(f"          held-out check ({rows.get('holdout', 0)} row(s) the search did not use): {held}")
+    else:
+        out.append(
+            "          held-out check: none (fewer than 4 rows, or --holdout 0): the pass is on the searched rows"
+        )
+    if s.stopped:
+        out.append(f"          not repaired: {s.stopped}; what still fails: {'; '.join(s.after.failed[:3])}")
     lat = s.cost.latency_ms
     out.append(
         f"          {s.evaluations} evaluations; ONNX Runtime CPU latency {lat.get('before', 0):.2f} ms -> "

@@ -125,6 +125,11 @@ class LayerwiseCandidate(Record):
     model: str
     samples: int
     precision: str = Field(description="what the candidate computes in (its `precision`, else read from the graph)")
+    precision_mix: dict[str, int] | None = optional(
+        "compute nodes per precision, read from the graph's types and Q/DQ (INT8/FP8/INT4: a Conv/Gemm/MatMul "
+        "reading a DequantizeLinear; else its output's float type)"
+    )
+    emulation: str | None = optional("how the candidate ran where this machine lacks its types (BF16 on a CPU)")
     checks_source: str = Field(
         description="where its checks come from: stages.layerwise.candidate_checks, stages.layerwise.checks, "
         "or 'default for PRECISION'"

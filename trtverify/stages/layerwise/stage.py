@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from trtverify.config.findings import LINT_KINDS
 from trtverify.config.models import Candidate
 from trtverify.config.stages import LayerwiseStage, precision_checks
 from trtverify.lint.findings import LintFinding
-from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, precision_label, precision_parts
+from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
 from trtverify.onnxgraph import GraphIndex
 from trtverify.onnxinfo import load_onnx
 from trtverify.stages.base import StageContext, status_of
@@ -362,6 +363,13 @@ def _candidate(
     backend = candidate_backend(spec.backend, Path(spec.path), as_written(suite.backends), samples)
     with backend:
         cand_names = list(dict.fromkeys(list(backend.intermediates()) + [m.name for m in backend.outputs()]))
+        rounded = getattr(backend, "emulated", None)
+        emulation = (
+            f"BF16 emulated on this CPU (ONNX Runtime has no BF16 kernels here): FP32 compute, each of {rounded} BF16 "
+            "tensors rounded to BF16 (docs/stages/layerwise.md#bf16-on-a-cpu)"
+            if rounded is not None
+            else None
+        )
         onnx_graph = backend.capabilities.onnx_graph
         # the candidate's ONNX graph says what each name holds, also for engines built from it (TensorRT marks
         # ONNX tensor names); isolation needs more than the graph: a backend that runs it as written
@@ -396,12 +404,15 @@ def _candidate(
         )
         checks += _lint_checks(name, cfg.lint.fail_on, lint)
     reason = "not in the candidate graph" if onnx_graph else "not exposed by the candidate (fused or optimised away)"
+    mix = Counter(node_precisions(Path(spec.path)).values()) if onnx_graph else None
     result = LayerwiseCandidate(
         name=name,
         backend=spec.backend,
         model=str(spec.path),
         samples=len(samples),
         precision=precision,
+        precision_mix=dict(mix.most_common()) if mix else None,
+        emulation=emulation,
         checks_source=checks_source,
         chunks=chunks,
         first_divergence=first_divergence,
