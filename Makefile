@@ -1,7 +1,7 @@
 # Two entry points a fresh machine needs (python3, pip and make; nothing else):
-#   make demo   install trtverify into .venv and run the five bundled demo suites
-#   make test   install trtverify[torch,dev] (CPU torch pinned in constraints/ci.txt), lint (ruff, import
-#               contracts) and run every test
+#   make demo   install trtverify into .venv and run the six bundled demo suites
+#   make test   install trtverify[torch,dev,modelopt] (CPU torch and ModelOpt pinned in constraints/ci.txt), lint
+#               (ruff, import contracts) and run every test
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -22,9 +22,10 @@ demo: $(BIN)/python
 	$(BIN)/trtverify run suites/shapes_segmentation.yaml
 	$(BIN)/trtverify run suites/fp16_repair.yaml
 	$(BIN)/trtverify run suites/perf_demo.yaml
+	$(BIN)/trtverify run suites/modelopt_repair.yaml
 
 test: $(BIN)/python
-	$(PIP) install -c constraints/ci.txt -e '.[torch,dev]'
+	$(PIP) install -c constraints/ci.txt -e '.[torch,dev,modelopt]'
 	$(BIN)/ruff check trtverify tests bench demo
 	$(BIN)/ruff format --check trtverify tests bench demo
 	$(BIN)/lint-imports

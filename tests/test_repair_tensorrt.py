@@ -82,3 +82,76 @@ def test_rtx_builds_the_fp16_rewrite_of_a_decomposed_layernorm_chain(tmp_path: P
     for name in pows:
         assert layers[name] == ["DataType.FLOAT"], (name, layers[name])
     assert len(engine) > 1000
+
+
+MODELOPT = ROOT / "demo" / "modelopt"
+BN = "/features/post_bn/BatchNormalization"
+# ModelOpt's own candidates (demo/modelopt/README.md), and the two broken ones repaired by trtverify (the BatchNorm
+# kept in FP32 inside ModelOpt's graph: convert/islands.py)
+MODELOPT_CASES = [
+    "fashion_bn_int8",
+    "fashion_bn_fp8",
+    "fashion_bn_autocast_fp16",
+    "fashion_bn_autocast_bf16",
+    "fashion_cnn_int4",
+    "fashion_bn_int8+repaired",
+    "fashion_bn_fp8+repaired",
+]
+
+
+def try_build(path: Path) -> dict:
+    """What TensorRT-RTX's strongly typed builder makes of a file: built (with the BatchNorm's layer types), or
+    refused with the parser's or builder's messages."""
+    import tensorrt_rtx as trt
+
+    class Collect(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.lines: list[str] = []
+
+        def log(self, severity, msg) -> None:  # noqa: ANN001 - TensorRT's callback signature
+            if severity <= trt.ILogger.Severity.WARNING:
+                self.lines.append(f"{severity}: {msg}")
+
+    logger = Collect()
+    builder = trt.Builder(logger)
+    flags = 0
+    if hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"):
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(path)):
+        errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
+        return {"built": False, "stage": "parse", "errors": errors + logger.lines[-5:]}
+    layers = {}
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        layers[layer.name] = [str(layer.get_output(k).dtype) for k in range(layer.num_outputs)]
+    config = builder.create_builder_config()
+    profile = builder.create_optimization_profile()
+    profile.set_shape("input", (4, 1, 28, 28), (4, 1, 28, 28), (4, 1, 28, 28))
+    config.add_optimization_profile(profile)
+    engine = builder.build_serialized_network(network, config)
+    if engine is None:
+        return {"built": False, "stage": "build", "errors": logger.lines[-8:], "layers": len(layers)}
+    return {"built": True, "engine_bytes": len(bytes(engine)), "layers": len(layers), "batchnorm": layers.get(BN)}
+
+
+@pytest.mark.parametrize("case", MODELOPT_CASES)
+def test_rtx_on_modelopt_candidates_and_their_repairs(case: str, tmp_path: Path):
+    """Records what the strongly typed builder accepts (printed as one `RTX {json}` line per case, copied into
+    docs/tensorrt.md); a repaired model must build with the kept BatchNorm in FP32."""
+    import json
+
+    from trtverify.convert.islands import keep_fp32 as islands
+
+    name, _, repaired = case.partition("+")
+    path = MODELOPT / f"{name}.onnx"
+    if repaired:
+        kept = islands(onnx.load(str(path)), onnx.load(str(DEMO / "fashion_bn_fp32.onnx")), [BN])
+        path = tmp_path / f"{name}_repaired.onnx"
+        onnx.save(kept, str(path))
+    result = try_build(path)
+    print("RTX", json.dumps({"case": case, **result}))
+    if repaired:
+        assert result["built"] and result["batchnorm"] == ["DataType.FLOAT"], result
