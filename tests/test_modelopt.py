@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from tests.conftest import ROOT, run_cli
 from trtverify.lint.linter import node_precisions, precision_label, precision_parts
@@ -79,6 +80,23 @@ def test_repair_keeps_the_culprit_in_modelopts_graph_and_the_pass_holds(tmp_path
     assert lw.code == 0, lw.out + lw.err
     cand = json.loads((tmp_path / "lw" / "results.json").read_text())["stages"][0]["candidates"][0]
     assert cand["precision"] == f"{precision}+fp16" and not [f for f in cand["lint"] if f["node"] == BN]
+    # the suite it wrote says how to run the repaired model as a strongly typed TensorRT candidate: valid as written
+    trt = _with_tensorrt_block(out / "suite.yaml")
+    assert trt["backends"] == {"tensorrt": {"strongly_typed": True}}
+    assert trt["models"]["candidates"]["repaired_trt"] == {"path": str(repaired.resolve()), "backend": "tensorrt"}
+    (tmp_path / "trt.yaml").write_text(yaml.safe_dump(trt))
+    assert run_cli("validate", str(tmp_path / "trt.yaml"), block=("tensorrt", "tensorrt_rtx")).code == 0
+
+
+def _with_tensorrt_block(path: Path) -> dict:
+    """The suite `repair` wrote, with its commented TensorRT block uncommented."""
+    head, _, tail = path.read_text().partition("\n# The repaired ONNX")
+    block = yaml.safe_load("\n".join(ln[4:] for ln in tail.splitlines() if ln.startswith("#   ")))
+    suite = yaml.safe_load(head)
+    suite["models"]["candidates"].update(block["models"]["candidates"])
+    suite["backends"] = block["backends"]
+    suite["stages"].update(block["stages"])
+    return suite
 
 
 def test_the_broken_candidates_are_diagnosed_and_autocasts_pass(tmp_path: Path, rows: Path):

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from trtverify.config.checks import Check
 from trtverify.convert.fp16 import node_labels, to_fp16
 from trtverify.convert.int8 import keep_fp32, quantize
@@ -285,3 +285,25 @@ def test_repair_against_the_e2e_gates(tmp_path: Path):
     (tmp_path / "bad.yaml").write_text(text.split("  e2e:\n")[0])  # no e2e stage to take the gates from
     bad = run_cli("validate", str(tmp_path / "bad.yaml"))
     assert bad.code == 2 and "target: e2e uses the e2e stage's gates" in bad.err
+
+
+def test_cost_counts_weights_held_in_constant_nodes():
+    """PP-OCRv4's recognizer (a PaddlePaddle export) holds its weights in Constant nodes, not initializers: a
+    48-node keep-list was printed as '0.0 % of parameters'. The same model either way costs the same."""
+    from onnx import helper
+
+    from trtverify.repair.record import cost
+
+    ref = ROOT / "demo" / "fashion_mnist" / "fashion_cnn_fp32.onnx"
+    model = onnx.load(str(ref))
+    as_constants = onnx.ModelProto()
+    as_constants.CopyFrom(model)
+    g = as_constants.graph
+    nodes = [helper.make_node("Constant", [], [t.name], name=f"{t.name}_const", value=t) for t in g.initializer]
+    del g.initializer[:]
+    for i, n in enumerate(nodes):
+        g.node.insert(i, n)
+    feed = {"input": np.zeros((1, 1, 28, 28), np.float32)}
+    keep = ["/features/block1/conv/Conv", "/classifier/fc1/Gemm"]
+    a, b = cost(model, keep, feed, {}), cost(as_constants, keep, feed, {})
+    assert a.params_share > 0.3 and b.params_share == pytest.approx(a.params_share)

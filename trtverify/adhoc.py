@@ -198,8 +198,18 @@ def repair_suite(
     }
     out.mkdir(parents=True, exist_ok=True)
     path = out / "suite.yaml"
+    repaired = (out / f"repair-{precision}" / f"{reference.stem}_{precision}_repaired.onnx").resolve()
+    tensorrt = (
+        "\n# The repaired ONNX is what TensorRT 11 and TensorRT-RTX build (strongly typed, no precision flags). To\n"
+        "# check it as an engine on a GPU, add it as a TensorRT candidate and compare it layer by layer:\n"
+        f"#   models:\n#     candidates:\n#       repaired_trt: {{path: {repaired}, backend: tensorrt}}\n"
+        "#   backends:\n#     tensorrt: {strongly_typed: true}\n"
+        "#   stages:\n#     layerwise: {candidates: [repaired_trt]}\n"
+    )
     atomic_write_text(
         path,
-        f"# written by trtverify repair; rerun with: trtverify run {path}\n" + yaml.safe_dump(suite, sort_keys=False),
+        f"# written by trtverify repair; rerun with: trtverify run {path}\n"
+        + yaml.safe_dump(suite, sort_keys=False)
+        + tensorrt,
     )
     return path

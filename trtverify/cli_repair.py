@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trtverify.cli_options import Several
+from trtverify.cli_options import QUIET, Several
 from trtverify.errors import UsageError
 
 INPUT_HELP = "Inputs: .npz, keys = input names, first axis = rows [default: one generated sample]."
@@ -78,6 +78,7 @@ def _rows(reference: Path, path: Path) -> list:
     type=click.Path(path_type=Path, file_okay=False),
     help="Output folder [default: reports/repair-<reference name>-<precision>].",
 )
+@QUIET
 def repair(
     reference: Path,
     precision: str,
@@ -91,6 +92,7 @@ def repair(
     max_evaluations: int,
     holdout: float,
     out_dir: Path | None,
+    quiet: bool,
 ) -> None:
     """Find the smallest set of nodes to keep in FP32 so REFERENCE lowered to --precision passes, and verify it.
 
@@ -131,7 +133,7 @@ def repair(
         max_evaluations=max_evaluations,
         holdout=holdout,
     )
-    execute(load_suite(path), out, ("repair",), False, None, False)
+    execute(load_suite(path), out, ("repair",), False, None, quiet)
 
 
 @click.command()

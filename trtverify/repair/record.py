@@ -157,7 +157,8 @@ def _work(model: Any, feed: dict[str, np.ndarray]) -> tuple[dict[str, int], dict
         if dims and all(d > 0 for d in dims):
             shapes[vi.name] = dims
     g = GraphIndex.from_model(model)
-    sizes = {t.name: int(np.prod(t.dims)) for t in model.graph.initializer if t.data_type in (1, 10, 16)}
+    # initializers and Constant nodes alike (PaddlePaddle's exports hold every weight in a Constant node)
+    sizes = {name: int(np.prod(t.dims)) for name, t in g.constants.items() if t.data_type in (1, 10, 16)}
     macs, params = {}, {}
     for i, n in enumerate(g.nodes):
         label = g.label(i)
