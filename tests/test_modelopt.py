@@ -149,3 +149,24 @@ def test_modelopt_itself_makes_what_the_demo_holds(tmp_path: Path, rows: Path):
                 "--candidate", str(tmp_path / "int8.onnx"), "--out", str(tmp_path / "r"))  # fmt: skip
     assert r.code == 0, r.out + r.err
     assert json.loads((tmp_path / "r" / "repair-int8" / "repair.json").read_text())["keep"] == [BN]
+
+
+@pytest.mark.modelopt
+def test_convert_and_repair_call_modelopt(tmp_path: Path, rows: Path):
+    """The [modelopt] extra: `convert --tool modelopt` runs AutoCast (it keeps the BatchNorm FP32 itself), and
+    `repair --tool modelopt` has ModelOpt make the INT8 candidate, then repairs it."""
+    pytest.importorskip("modelopt.onnx.quantization", reason="pip install -e '.[modelopt]' (nvidia-modelopt)")
+    r = run_cli("convert", str(REF), "--precision", "fp16", "--tool", "modelopt", "-o", str(tmp_path / "ac.onnx"))
+    assert r.code == 0, r.err
+    assert node_precisions(tmp_path / "ac.onnx")[BN] == "FP32"
+    r = run_cli("repair", str(REF), "--precision", "int8", "--tool", "modelopt", "--inputs", str(rows),
+                "--out", str(tmp_path / "r"))  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    rec = json.loads((tmp_path / "r" / "repair-int8" / "repair.json").read_text())
+    assert rec["keep"] == [BN] and rec["candidate_precision"] == "int8+fp16"
+
+
+def test_without_modelopt_the_tool_is_a_missing_dependency(tmp_path: Path):
+    r = run_cli("convert", str(REF), "--precision", "fp16", "--tool", "modelopt", "-o", str(tmp_path / "x.onnx"),
+                block=("modelopt",))  # fmt: skip
+    assert r.code == 3 and "trtverify[modelopt]" in r.err

@@ -66,6 +66,14 @@ def _rows(reference: Path, path: Path) -> list:
 )
 @click.option("--max-evaluations", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option(
+    "--tool",
+    type=click.Choice(["trtverify", "modelopt"]),
+    default="trtverify",
+    show_default=True,
+    help="Who lowers REFERENCE when there is no --candidate: trtverify (fp16, int8) or ModelOpt (AutoCast fp16/bf16, "
+    "int8/fp8/int4 Q/DQ with its FP16 rest; the [modelopt] extra), calibrated on --calibration or --inputs.",
+)
+@click.option(
     "--holdout",
     type=click.FloatRange(0, 1, max_open=True),
     default=0.25,
@@ -90,6 +98,7 @@ def repair(
     checks: tuple[str, ...],
     tensors: str,
     max_evaluations: int,
+    tool: str,
     holdout: float,
     out_dir: Path | None,
     quiet: bool,
@@ -113,12 +122,22 @@ def repair(
                 f"--candidate {candidate}: it computes in FP32 (no Q/DQ, no FP16/BF16 types): nothing was lowered to "
                 "repair; pass the lowered model (e.g. ModelOpt's output)"
             )
+    out = out_dir or Path("reports") / f"repair-{reference.stem}-{precision}"
+    if tool == "modelopt":
+        if candidate is not None:
+            raise UsageError("--tool modelopt makes the candidate: give it or --candidate, not both")
+        from trtverify.convert.modelopt import make
+
+        rows = _rows(reference, calibration or inputs_file) if (calibration or inputs_file) else []
+        candidate = make(reference, precision, Path(out) / "candidates" / f"{reference.stem}_{precision}_modelopt.onnx",
+                         rows)  # fmt: skip
+        if not quiet:
+            click.echo(f"ModelOpt made the candidate: {candidate}", err=True)
     if candidate is None and precision in ("bf16", "fp8", "int4"):
         raise UsageError(
             f"--precision {precision}: trtverify lowers to fp16 and int8 itself; pass the {precision} model ModelOpt "
-            "made as --candidate (docs/making-candidates.md)"
+            "made as --candidate, or --tool modelopt (docs/making-candidates.md)"
         )
-    out = out_dir or Path("reports") / f"repair-{reference.stem}-{precision}"
     path = repair_suite(
         out,
         reference,
@@ -138,22 +157,46 @@ def repair(
 
 @click.command()
 @click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option("--precision", required=True, type=click.Choice(["fp16", "int8"]), help="What to lower to.")
+@click.option(
+    "--precision",
+    required=True,
+    type=click.Choice(["fp16", "bf16", "int8", "fp8", "int4"]),
+    help="What to lower to (bf16, fp8, int4: --tool modelopt).",
+)
 @click.option("--keep", cls=Several, metavar="NODE", help="ONNX nodes kept in FP32 (several values, or repeat it).")
+@click.option(
+    "--tool",
+    type=click.Choice(["trtverify", "modelopt"]),
+    default="trtverify",
+    show_default=True,
+    help="trtverify (fp16 islands, TensorRT-compatible int8 Q/DQ) or ModelOpt with its defaults (the [modelopt] "
+    "extra; with --keep, AutoCast keeps those nodes FP32 and quantization leaves them without Q/DQ).",
+)
 @click.option(
     "--calibration",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="INT8 calibration data (.npz, keys = input names, first axis = rows); required for int8.",
 )
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path, dir_okay=False))
-def convert(reference: Path, precision: str, keep: tuple[str, ...], calibration: Path | None, output: Path) -> None:
+def convert(
+    reference: Path, precision: str, keep: tuple[str, ...], tool: str, calibration: Path | None, output: Path
+) -> None:
     """Lower REFERENCE to FP16 (FP32 islands for --keep) or to TensorRT-compatible INT8 Q/DQ (symmetric,
-    per-channel; --keep nodes without Q/DQ)."""
+    per-channel; --keep nodes without Q/DQ); or with ModelOpt (--tool modelopt), the TensorRT 11 way."""
     import onnx
 
     from trtverify.convert.fp16 import to_fp16
     from trtverify.convert.int8 import keep_fp32, quantize
 
+    if tool == "modelopt":
+        from trtverify.convert.modelopt import make
+
+        make(reference, precision, output, _rows(reference, calibration) if calibration else [], keep)
+        onnx.checker.check_model(str(output), full_check=True)
+        click.echo(f"written: {output} (ModelOpt)")
+        return
+    if precision not in ("fp16", "int8"):
+        raise UsageError(f"--precision {precision}: trtverify lowers to fp16 and int8; use --tool modelopt")
     model = onnx.load(str(reference))
     if precision == "fp16":
         try:

@@ -1,0 +1,91 @@
+"""Candidates made by NVIDIA ModelOpt (the `[modelopt]` extra), the TensorRT 11 way: AutoCast for FP16/BF16,
+ONNX quantization for INT8/FP8/INT4 (its rest FP16, ModelOpt's default).
+
+ModelOpt runs in a child process (`python -m modelopt.onnx.autocast | .quantization`, the documented command
+lines): it logs to stdout and its calibrator prints there, which would mix into trtverify's verdict lines. It gets
+a private copy of the model (its quantizer writes shape inference back over its --onnx_path) and the CPU
+(`--providers cpu`, `--calibration_eps cpu`); nothing else is set, so what it makes is what its defaults make.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from trtverify.errors import MissingDependency, UsageError
+
+PRECISIONS = ("fp16", "bf16", "int8", "fp8", "int4")
+INSTALL = "pip install 'trtverify[modelopt]'   (nvidia-modelopt and the ONNX packages it needs; torch first)"
+
+
+def available() -> bool:
+    try:
+        return importlib.util.find_spec("modelopt") is not None
+    except (ImportError, ValueError):  # a broken install, or blocked in sys.modules
+        return False
+
+
+def make(
+    reference: Path,
+    precision: str,
+    out: Path,
+    calibration: Sequence[dict[str, np.ndarray]] = (),
+    exclude: Sequence[str] = (),
+    timeout_s: float = 1800,
+) -> Path:
+    """ModelOpt's `precision` lowering of `reference`, written to `out`. `exclude`: nodes AutoCast keeps in FP32
+    (exact names), or that quantization leaves without Q/DQ."""
+    if precision not in PRECISIONS:
+        raise UsageError(f"ModelOpt lowers to {', '.join(PRECISIONS)}, not {precision}")
+    if not available():
+        raise MissingDependency(
+            "making candidates with ModelOpt needs nvidia-modelopt, which is not installed", INSTALL
+        )
+    if precision in ("int8", "fp8", "int4") and not calibration:
+        raise UsageError(f"ModelOpt's {precision} quantization needs calibration rows (--calibration X.npz)")
+    import re
+
+    with tempfile.TemporaryDirectory(prefix="trtverify-modelopt-") as tmp:
+        work = Path(tmp)
+        copy = work / "model.onnx"
+        shutil.copy(reference, copy)
+        cmd = [sys.executable, "-m"]
+        data: list[str] = []
+        if calibration:
+            names = list(calibration[0])
+            np.savez(work / "calib.npz", **{n: np.concatenate([np.asarray(f[n]) for f in calibration]) for n in names})
+        if precision in ("fp16", "bf16"):
+            cmd += [
+                "modelopt.onnx.autocast",
+                "--low_precision_type",
+                precision,
+                "--keep_io_types",
+                "--providers",
+                "cpu",
+            ]
+            data = ["--calibration_data", str(work / "calib.npz")] if calibration else []
+            if exclude:
+                cmd += ["--nodes_to_exclude", *(f"^{re.escape(n)}$" for n in exclude)]
+        else:
+            cmd += ["modelopt.onnx.quantization", "--quantize_mode", precision, "--calibration_eps", "cpu"]
+            data = ["--calibration_data_path", str(work / "calib.npz")]
+            if exclude:
+                cmd += ["--nodes_to_exclude", *exclude]
+        cmd += ["--onnx_path", str(copy), "--output_path", str(work / "out.onnx"), *data]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=work)
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"ModelOpt did not finish within {timeout_s:.0f} s: {' '.join(cmd[1:4])}") from None
+        if done.returncode != 0 or not (work / "out.onnx").is_file():
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
+            raise UsageError(f"ModelOpt failed ({' '.join(cmd[2:5])}, exit {done.returncode}):\n{tail}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(work / "out.onnx"), out)
+    return out
