@@ -120,7 +120,7 @@ def test_bf16_is_compared_tensor_by_tensor_on_a_cpu(tmp_path: Path, rows: Path):
     assert r.code == 0, r.out + r.err
     cand = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]["candidates"][0]
     compared = [row for row in cand["rows"] if row.get("metrics")]
-    assert len(compared) == 16 and cand["precision"] == "bf16" and "BF16 emulated" in cand["emulation"]
+    assert len(compared) == 16 and cand["precision"] == "bf16" and "emulated as a GPU computes it" in cand["emulation"]
     conv = next(row for row in compared if row["node"] == "/features/block1/conv/Conv")
     # BF16 rounding (8 bits of mantissa) is visible and bounded: more than FP16's, far below a broken model's
     assert 1e-3 < conv["metrics"]["rel_l2"] < 0.02

@@ -100,3 +100,34 @@ def test_unavailable_provider_names_the_fix():
     with pytest.raises(MissingDependency, match="onnxruntime-gpu") as info:
         b.infer({"input": X})
     assert info.value.exit_code == 3
+
+
+def test_fp16_on_the_cpu_is_emulated_as_a_gpu_rounds_it(tmp_path: Path):
+    """ONNX Runtime's CPU runs FP16 Add/Sub in FP32 inside and drops the casts between them: (x + 300) - 300 keeps
+    x there, while FP16 (spacing 0.25 at 300) loses it, as a GPU does. Emulated by default; `fp16_on_cpu: native`
+    is ONNX Runtime as it is. The FP16 output stays FP16, and a graph output read inside the graph still works."""
+    from trtverify.backends.onnxruntime import OnnxRuntimeBackend
+
+    off = helper.make_tensor("off", TensorProto.FLOAT16, [], np.array([300], np.float16).tobytes(), raw=True)
+    g = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "off"], ["h"], name="add"),
+            helper.make_node("Sub", ["h", "off"], ["y"], name="sub"),
+            helper.make_node("Add", ["y", "y"], ["z"], name="twice"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 3]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT16, [1, 3]),
+        ],  # fmt: skip
+        [off],
+    )
+    path = tmp_path / "cancel.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+    x = {"x": np.array([[0.01, 0.1, 0.3]], np.float32)}
+    emulated = OnnxRuntimeBackend(path).infer(x)
+    native = OnnxRuntimeBackend(path, OnnxRuntimeOptions(fp16_on_cpu="native")).infer(x)
+    assert emulated["y"].dtype == np.float16 and emulated["y"].tolist() == [[0.0, 0.0, 0.25]]  # FP16's rounding
+    assert emulated["z"].tolist() == [[0.0, 0.0, 0.5]]
+    assert native["y"].tolist() != emulated["y"].tolist()  # ONNX Runtime's CPU kept what FP16 cannot

@@ -14,7 +14,7 @@ from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.deps import require
 from trtverify.errors import BackendError, MissingDependency, UsageError
 from trtverify.lightmodel import LightModel
-from trtverify.onnxbf16 import holds_bf16, write_emulated
+from trtverify.onnxemulate import BF16, FP16, holds, internal, write_emulated
 from trtverify.onnxinfo import TensorMeta, graph_io, load_io, load_onnx
 
 CPU = "CPUExecutionProvider"
@@ -48,7 +48,7 @@ class OnnxRuntimeBackend(Backend):
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._loaded = False
         self.source = self.model_path  # the file given; model_path is its BF16 emulation where one runs
-        self.emulated: int | None = None  # BF16 tensors rounded by the emulation (None: runs as given)
+        self.emulated: int | None = None  # narrow tensors rounded by the emulation (None: runs as given)
 
     @classmethod
     def from_config(cls, model_path: Path, backends: Backends, samples: Sequence[Feed] = ()) -> OnnxRuntimeBackend:
@@ -56,20 +56,28 @@ class OnnxRuntimeBackend(Backend):
 
     # -- lifecycle -------------------------------------------------------------------------
     def load(self) -> None:
-        """Read the model's inputs and outputs; the session itself is created on first use. A BF16 graph on a
-        CPU-only provider list runs emulated (onnxbf16.py): FP32 compute, every BF16 tensor rounded to BF16."""
+        """Read the model's inputs and outputs; the session itself is created on first use. A BF16 or FP16 graph on
+        a CPU-only provider list runs emulated (onnxemulate.py): FP32 compute, every narrow tensor rounded."""
         try:
             io = load_io(self.model_path)
-            if self.emulated is None and _cpu_only(self.options.providers) and holds_bf16(load_onnx(self.model_path)):
+            kinds = self._emulated_kinds()
+            if kinds and self.emulated is None and holds(load_onnx(self.model_path), kinds):
                 self._workdir = self._workdir or tempfile.TemporaryDirectory(prefix="trtverify-ort-")
                 self.source = self.model_path
-                self.model_path, self.emulated = write_emulated(self.model_path, Path(self._workdir.name))
+                self.model_path, self.emulated = write_emulated(self.model_path, Path(self._workdir.name), kinds)
                 self._run_path = self.model_path
                 io = load_io(self.model_path)
             self._inputs, self._outputs = graph_io(io)
         except UsageError as exc:  # unreadable or not ONNX: the model under test is broken
             raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
         self._loaded = True
+
+    def _emulated_kinds(self) -> frozenset[int]:
+        """The narrow float types this backend emulates: on the CPU provider alone, BF16 always, FP16 unless
+        `fp16_on_cpu: native`."""
+        if not _cpu_only(self.options.providers):
+            return frozenset()
+        return frozenset({BF16, FP16} if self.options.fp16_on_cpu == "emulate" else {BF16})
 
     def prepare(self) -> None:
         """Create the session now, so that timed inference does not include it."""
@@ -158,8 +166,9 @@ class OnnxRuntimeBackend(Backend):
         return self._light
 
     def intermediates(self) -> list[str]:
-        """Node outputs that carry values derived from the inputs (shape-only tensors left out)."""
-        return self.graph().info.value_tensors()
+        """Node outputs that carry values derived from the inputs (shape-only tensors, and the tensors an emulation
+        added, left out)."""
+        return [t for t in self.graph().info.value_tensors() if not internal(t)]
 
     def expose(self, names: Sequence[str]) -> list[str]:
         """Make `names` graph outputs too. Outputs are declared untyped: ONNX Runtime infers

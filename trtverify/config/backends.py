@@ -224,6 +224,13 @@ class OnnxRuntimeOptions(Strict):
         description="intra-op threads spin-wait between runs; the e2e stage turns this off for its first model, "
         "which runs while the data is read (spinning threads take the cores the reading needs)",
     )
+    fp16_on_cpu: Literal["emulate", "native"] = Field(
+        default="emulate",
+        description="FP16 graphs on the CPU provider alone: emulate = FP32 compute, every FP16 tensor rounded to FP16 "
+        "as a GPU computes it (ONNX Runtime's CPU runs many FP16 ops in FP32 and drops the casts between them, hiding "
+        "roundings and overflows); native = ONNX Runtime as it is (the perf stage always times native). BF16 graphs "
+        "are always emulated on the CPU (no BF16 kernels)",
+    )
 
 
 class TorchOptions(Strict):

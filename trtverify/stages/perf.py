@@ -309,7 +309,10 @@ def run(ctx: StageContext) -> PerfResult:
     feeds = {b: batch_feed(ctx.samples, ctx.model_inputs, b) for b in batches}
     here = store.local_fingerprint()
     rows: list[PerfRow] = []
-    ref = OnnxRuntimeBackend(Path(suite.models.reference), suite.backends.onnxruntime)
+    # timed as ONNX Runtime runs them: an FP16 emulation (accuracy stages) would time FP32 kernels and casts
+    native = suite.backends.onnxruntime.model_copy(update={"fp16_on_cpu": "native"})
+    backends = suite.backends.model_copy(update={"onnxruntime": native})
+    ref = OnnxRuntimeBackend(Path(suite.models.reference), native)
     rows += [_measured_row("reference", "reference", "onnxruntime", s, here)
              for s in _measure_backend(ctx, ref, feeds, "reference", budget)]  # fmt: skip
     for name in suite.candidates_of(cfg):
@@ -317,7 +320,7 @@ def run(ctx: StageContext) -> PerfResult:
         if c.backend in TENSORRT and name in cfg.engines:
             continue  # read from its trtexec files below
         assert c.path is not None
-        backend = candidate_backend(c.backend, Path(c.path), suite.backends, ctx.samples)
+        backend = candidate_backend(c.backend, Path(c.path), backends, ctx.samples)
         runner = "polygraphy" if c.backend in TENSORRT else c.backend
         rows += [_measured_row(name, "candidate", runner, s, here)
                  for s in _measure_backend(ctx, backend, feeds, name, budget)]  # fmt: skip

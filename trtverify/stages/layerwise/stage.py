@@ -228,7 +228,7 @@ def _rows_and_checks(
                 dtype=s.dtype,
                 candidate_dtype=s.cand_dtype,
                 samples=s.samples,
-                metrics=s.worst(),
+                metrics={k: v for k, v in s.worst().items() if v == v},  # NaN: nothing finite to measure
                 **counts,
                 errors=s.errors[:3] or None,
                 passed=not evaluated.failed,
@@ -252,9 +252,9 @@ def _rows_and_checks(
             )
             agg["tensors"] += 1  # type: ignore[operator]
             v = ch.value
-            if v is not None:
+            if v is not None and v == v:  # NaN: no position finite on both sides; the nonfinite check says so
                 w = agg["worst"]
-                if w is None or (v > w if ch.op == "<=" else v < w) or v != v:  # type: ignore[operator]
+                if w is None or (v > w if ch.op == "<=" else v < w):  # type: ignore[operator]
                     agg["worst"], agg["worst_tensor"], agg["worst_sample"] = v, r, ch.worst_sample
             if not ch.passed:
                 agg["failed"] += 1  # type: ignore[operator]
@@ -365,8 +365,9 @@ def _candidate(
         cand_names = list(dict.fromkeys(list(backend.intermediates()) + [m.name for m in backend.outputs()]))
         rounded = getattr(backend, "emulated", None)
         emulation = (
-            f"BF16 emulated on this CPU (ONNX Runtime has no BF16 kernels here): FP32 compute, each of {rounded} BF16 "
-            "tensors rounded to BF16 (docs/stages/layerwise.md#bf16-on-a-cpu)"
+            f"emulated as a GPU computes it (ONNX Runtime's CPU lacks BF16 kernels and runs FP16 ops in FP32): FP32 "
+            f"compute, each of {rounded} BF16/FP16 tensors rounded to its type (docs/stages/layerwise.md#fp16-and-"
+            "bf16-on-a-cpu)"
             if rounded is not None
             else None
         )
