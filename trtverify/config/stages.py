@@ -51,8 +51,12 @@ CandidatePrecision = Literal["fp32", "tf32", "fp16", "bf16", "int8", "fp8", "int
 PRECISION_CHECKS: dict[str, tuple[tuple[float, float], str]] = {
     "fp32": ((0.01, 0.999), "TensorRT runs FP32 convolutions and matrix products in TF32 by default (10-bit mantissa)"),
     "tf32": ((0.01, 0.999), "TF32 keeps a 10-bit mantissa, like FP16"),
-    "fp16": ((0.01, 0.999), "FP16 rounding is 5e-4 per op; the demos' worst tensor is 0.0017"),
-    "bf16": ((0.04, 0.999), "BF16 keeps 7 mantissa bits, 8x the rounding of FP16"),
+    "fp16": (
+        (0.1, 0.999),
+        "FP16 rounding accumulates with depth: correct conversions of PP-OCRv4 reach 0.056 (worst "
+        "tensor) while reading every line right; cosine >= 0.999 carries the sensitivity",
+    ),
+    "bf16": ((0.1, 0.999), "BF16 keeps 7 mantissa bits, 8x FP16's rounding; no looser than FP16 until measured deeper"),
     "int8": ((0.25, 0.97), "8-bit activations add about 1% per quantised layer, up to 0.19 in a deep narrow layer"),
     "fp8": ((0.25, 0.97), "FP8 E4M3 keeps 3 mantissa bits, about INT8's error per layer"),
     "int4": ((0.25, 0.97), "weight-only INT4 blocks (activations stay FP16): 16 levels per block of weights"),
@@ -103,7 +107,7 @@ class LayerwiseStage(Strict):
         default=None,
         min_length=1,
         description="applied to every compared tensor (default: by the candidate's precision: rel_l2 <= 0.01 and "
-        "cosine >= 0.999 for FP32/TF32/FP16, 0.04 and 0.999 for BF16, 0.25 and 0.97 for INT8/FP8)",
+        "cosine >= 0.999 for FP32/TF32, 0.1 and 0.999 for FP16/BF16, 0.25 and 0.97 for INT8/FP8/INT4)",
     )
     candidate_checks: dict[Name, list[Check]] = Field(
         default_factory=dict, description="per-candidate checks replacing `checks`"
@@ -142,8 +146,8 @@ class RepairStage(Strict):
     checks: list[Check] | None = Field(
         default=None,
         min_length=1,
-        description="the target, on every model output (default: the precision's layerwise defaults: rel_l2 <= 0.01 "
-        "and cosine >= 0.999 for FP16, 0.04 and 0.999 for BF16, 0.25 and 0.97 for INT8/FP8/INT4); no tensor may be "
+        description="the target, on every model output (default: the precision's layerwise defaults: rel_l2 <= 0.1 "
+        "and cosine >= 0.999 for FP16/BF16, 0.25 and 0.97 for INT8/FP8/INT4); no tensor may be "
         "non-finite where the reference's is finite, whatever the checks",
     )
     tensors: Literal["outputs", "all"] = Field(default="outputs", description="where the checks apply")
