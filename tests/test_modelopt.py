@@ -170,3 +170,13 @@ def test_without_modelopt_the_tool_is_a_missing_dependency(tmp_path: Path):
     r = run_cli("convert", str(REF), "--precision", "fp16", "--tool", "modelopt", "-o", str(tmp_path / "x.onnx"),
                 block=("modelopt",))  # fmt: skip
     assert r.code == 3 and "trtverify[modelopt]" in r.err
+
+
+def test_the_report_shows_each_candidates_precision_mix(tmp_path: Path, rows: Path):
+    """results.json's `precision_mix`, as the engine audit shows an engine's, in the HTML report."""
+    r = run_cli("layerwise", str(REF), str(MO / "fashion_bn_int8.onnx"), str(MO / "fashion_bn_autocast_bf16.onnx"),
+                "--inputs", str(rows), "--out", str(tmp_path / "o"), "-q")  # fmt: skip
+    assert r.code == 1, r.out + r.err
+    html = (tmp_path / "o" / "report.html").read_text()
+    assert "Computes in <strong>int8+fp16</strong>: compute nodes FP16 12, INT8 4" in html
+    assert "Computes in <strong>bf16</strong>: compute nodes BF16 15, FP32 1" in html and "emulated as a GPU" in html

@@ -50,7 +50,9 @@ def failing_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(DEMO / "fashion_cnn_fp32.onnx", tmp / "ref.onnx")
     plant(tmp / "ref.onnx", tmp / "cand.onnx", FAULT)
     to_fp16(tmp / "cand.onnx", tmp / "cand.onnx")
-    stage = run_layerwise(tmp, suite_text("ref.onnx", {"cand": "cand.onnx"}, CNN_INPUTS))
+    # a 5 % scale error: caught by rel_l2 <= 0.01, written out (FP16's default leaves room for deep models)
+    checks = "    checks: [{metric: rel_l2, max: 0.01}, {metric: cosine, min: 0.999}]\n"
+    stage = run_layerwise(tmp, suite_text("ref.onnx", {"cand": "cand.onnx"}, CNN_INPUTS, checks))
     assert stage["status"] == "failed" and stage["candidates"][0]["first_divergence"]["node"] == FAULT
     return tmp / "out"
 
