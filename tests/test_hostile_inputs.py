@@ -753,3 +753,74 @@ def test_fuzz_layer_info_with_one_field_replaced(tmp_path: Path, index: int, key
         audit([path])
     except UsageError as exc:
         assert str(path) in str(exc)
+
+
+def _external_model(folder: Path, location: str) -> Path:
+    """x @ W with W stored as external data at `location` (relative to the model's folder)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("W", TensorProto.FLOAT, [4, 4], [0.0] * 16)
+    w.ClearField("float_data")
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", "0"), ("length", "64")):
+        entry = w.external_data.add()
+        entry.key, entry.value = k, v
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [w],
+    )
+    path = folder / "model.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    "location, why",
+    [
+        ("../../../../../../../../etc/passwd", "points outside the model's folder"),
+        ("/etc/hostname", "is an absolute path"),
+        ("link.bin", "points outside the model's folder"),  # a symlink leaving the folder
+    ],
+)
+def test_external_data_outside_the_models_folder_is_refused_before_reading(tmp_path: Path, location: str, why: str):
+    """Issue 28 item 7: trtverify's own weight reader followed any `location`; the run then ended in exit 4 when
+    onnx refused the same path later. Refused up front, naming the model and the tensor: exit 1 for a candidate,
+    exit 2 for the reference (as for any unreadable model)."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(bytes(64))
+    (bad / "link.bin").symlink_to(outside)
+    model = _external_model(bad, location)
+    good = tmp_path / "good.onnx"
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor("W", TensorProto.FLOAT, [4, 4], [0.5] * 16)],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(good))
+    r = run_cli("layerwise", str(good), str(model), "--out", str(tmp_path / "c"))
+    assert r.code == 1 and "Traceback" not in r.out + r.err, r.out + r.err
+    assert f"tensor 'W': external data location '{location}' {why}" in r.out and "model.onnx" in r.out
+    r = run_cli("layerwise", str(model), str(good), "--out", str(tmp_path / "r"))
+    assert r.code == 2 and "Traceback" not in r.out + r.err, r.out + r.err
+    assert f"external data location '{location}' {why}" in r.err
+
+
+def test_external_data_inside_the_folder_still_loads(tmp_path: Path):
+    weights = np.arange(16, dtype=np.float32).reshape(4, 4)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "w.bin").write_bytes(weights.tobytes())
+    model = _external_model(tmp_path, "sub/w.bin")
+    from trtverify.onnxwire import graph_problem
+
+    assert graph_problem(model) is None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 # field numbers from onnx.proto
@@ -166,13 +166,32 @@ class MappedModel:
         return out
 
 
+def escaping(path: Path, location: str) -> str | None:
+    """Why an external data `location` of the model at `path` may not be read (an absolute path, or one that
+    leaves the model's folder through '..' or a symlink), as onnx refuses it; None when it stays inside. Decided
+    from the path alone, before any byte of it is read."""
+    if not location:
+        return None
+    if PurePosixPath(location).is_absolute() or PureWindowsPath(location).is_absolute() or location.startswith("\\"):
+        return "is an absolute path"
+    folder = Path(path).resolve().parent
+    if not (folder / location).resolve().is_relative_to(folder):
+        return "points outside the model's folder"
+    return None
+
+
 def graph_problem(path: Path) -> str | None:
     """Why the graph at `path` cannot run, where that is visible without its weights: a cycle among its
-    nodes, or external data that is missing or shorter than a tensor needs; None when neither."""
+    nodes, or external data that is missing, outside the model's folder or shorter than a tensor needs; None
+    when none of these."""
     with MappedModel(path) as mm:
         nodes = mm.nodes()
         for tensor, entries in mm.external_data():
             location = entries.get("location", "")
+            why = escaping(path, location)
+            if why:
+                where = f"external data location '{location}'"
+                return f"tensor '{tensor}': {where} {why}; refused (the data must sit in the model's folder)"
             data = Path(path).parent / location
             if not location or not data.is_file():
                 return f"tensor '{tensor}' is stored in external data file '{location}', which is not beside the model"
