@@ -824,3 +824,22 @@ def test_external_data_inside_the_folder_still_loads(tmp_path: Path):
     from trtverify.onnxwire import graph_problem
 
     assert graph_problem(model) is None
+
+
+def test_inputs_that_make_the_reference_nonfinite_are_named(tmp_path: Path):
+    """Issue 28 item 8: a NaN in the inputs file ended in `FAIL ...: nan` with no word on why. The stage says which
+    input rows hold NaN/inf and that the metrics there are undefined because of them; the failing checks name a
+    tensor with nothing finite to measure, not a passing one."""
+    import json
+
+    x = np.random.default_rng(0).uniform(0, 1, (3, 1, 28, 28)).astype(np.float32)
+    x[1, 0, 3, 3] = np.nan
+    np.savez(tmp_path / "in.npz", input=x)
+    demo = ROOT / "demo" / "fashion_mnist"
+    r = run_cli("layerwise", str(demo / "fashion_cnn_fp32.onnx"), str(demo / "fashion_cnn_fp16.onnx"),
+                "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o"))  # fmt: skip
+    assert r.code == 1
+    assert "the inputs hold NaN or inf values (input 'input' in sample(s) 1)" in r.out
+    stage = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
+    failed = [c for c in stage["checks"] if not c["passed"] and c["metric"] == "rel_l2"]
+    assert failed and failed[0]["value"] is None and failed[0]["tensor"] == "/classifier/fc1/Gemm_output_0"

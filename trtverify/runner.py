@@ -160,6 +160,32 @@ def with_recipes_made(loaded: LoadedSuite, samples: Sequence[Any], out_dir: Path
     return dataclasses.replace(loaded, suite=loaded.suite.model_copy(update={"models": models}))
 
 
+SAMPLE_STAGES = ("framework", "layerwise", "repair")  # the stages that feed the inputs to the models
+
+
+def nonfinite_inputs(samples: Sequence[dict[str, Any]]) -> str | None:
+    """A warning naming the input rows that hold NaN or inf: the reference computes non-finite values from them,
+    and every comparison there says 'nan' where the inputs are the cause (None when every value is finite)."""
+    import numpy as np
+
+    bad: dict[str, list[int]] = {}
+    for i, feed in enumerate(samples):
+        for name, arr in feed.items():
+            a = np.asarray(arr)
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                bad.setdefault(name, []).append(i)
+    if not bad:
+        return None
+    where = "; ".join(
+        f"input '{n}' in sample(s) {', '.join(map(str, rows[:10]))}{' ...' if len(rows) > 10 else ''}"
+        for n, rows in bad.items()
+    )
+    return (
+        f"warning: the inputs hold NaN or inf values ({where}): the reference computes non-finite values from them, "
+        "so metrics there are undefined (nan) because of the inputs, not the candidate; fix the input file"
+    )
+
+
 def run_stages(
     loaded: LoadedSuite,
     plans: Sequence[StagePlan],
@@ -185,6 +211,7 @@ def run_stages(
     else:
         samples = build_samples(loaded)
         check_samples(samples, model_inputs, f"inputs of {loaded.path}")
+    warning = nonfinite_inputs(samples)
     loaded = with_recipes_made(loaded, samples, out_dir, progress)
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
     results: list[StageResult] = []
@@ -203,6 +230,8 @@ def run_stages(
         )
         s0 = time.perf_counter()
         res = _run_one(plan, ctx)
+        if warning and plan.name in SAMPLE_STAGES and plan.work is not None:
+            res = res.model_copy(update={"notes": [warning, *res.notes]})
         results.append(res.model_copy(update={"duration_s": time.perf_counter() - s0}))
         on_stage(list(results), [p.name for p in plans[i + 1 :]])
     return results

@@ -284,6 +284,10 @@ def _rows_and_checks(
         detail = {"tensors": agg["tensors"], "tensors_failed": agg["failed"]}
         if agg["first_failed"]:
             detail["first_failed"] = agg["first_failed"]
+        w = agg["worst"]
+        if agg["failed"] and (w is None or (w <= thr if op == "<=" else w >= thr)):  # type: ignore[operator]
+            # every failure is a tensor with no finite value to measure: name it, not a passing one
+            agg["worst"], agg["worst_tensor"], agg["worst_sample"] = None, agg["first_failed"], None
         checks.append(
             CheckResult(
                 name=f"{name}: {metric} {op} {thr:g} (every tensor)",
