@@ -369,6 +369,30 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+EXIT_GRACE_S = 3.0  # after Ctrl-C / SIGTERM: what worker threads may take to finish before the process ends anyway
+
+
+def _stop(code: int) -> None:
+    """Exit with `code` after a signal, within EXIT_GRACE_S whatever worker threads are doing: the interpreter
+    joins them at exit, and a data reader sleeping in a user's hook (or decoding a huge image) cannot be
+    interrupted. results.json and the lock are already done with; the watchdog only ends the wait."""
+    import os
+    import threading
+
+    def hard_exit() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+    timer = threading.Timer(EXIT_GRACE_S, hard_exit)
+    timer.daemon = True
+    timer.start()
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     import signal
 
@@ -381,9 +405,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort as exc:  # click turns KeyboardInterrupt (SIGINT, and our SIGTERM) into Abort
         if isinstance(exc.__cause__, Terminated):
             click.echo("terminated (SIGTERM)", err=True)
-            sys.exit(143)
+            _stop(143)
         click.echo("interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted", err=True)
-        sys.exit(130)
+        _stop(130)
     except click.ClickException as exc:
         if isinstance(exc, click.UsageError) and several_hint():
             exc.message += several_hint()
@@ -391,10 +415,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
     except Terminated:
         click.echo("terminated (SIGTERM)", err=True)
-        sys.exit(143)
+        _stop(143)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        _stop(130)
     except SystemExit:
         raise
     except Exception:  # a bug in trtverify: show everything

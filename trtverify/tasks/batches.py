@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,12 +128,15 @@ def batches(
     batches are in flight. An error is raised when its batch is reached, for the first failing image
     in order, as when reading serially."""
     per_image, finish = preprocess.per_image, preprocess.finish
+    stopping = threading.Event()  # set when the consumer stops (Ctrl-C, an error): readers end between images
 
     def read(part: Sequence[int]) -> tuple[list[np.ndarray], list[tuple[int, int]], list[Any]]:
         """Each sample's preprocessed image, its size and its label (a segmentation mask is decoded
         here too, in parallel like the images)."""
         out, sizes, labels = [], [], []
         for i in part:
+            if stopping.is_set():
+                raise CancelledError("the run stopped")
             image = reader.image(i)
             sizes.append(tuple(image.shape[:2]))
             out.append(per_image(image))
@@ -203,4 +206,5 @@ def batches(
                 pending.append(submit(nxt))
             yield done
     finally:
+        stopping.set()
         pool.shutdown(wait=True, cancel_futures=True)
