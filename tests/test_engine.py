@@ -152,3 +152,25 @@ def test_engine_json_schema_documents_the_stable_keys():
     assert {"total_a_ms", "total_b_ms", "rows", "findings"} <= set(schemas["diff"]["properties"])
     data = json.loads(run_cli("engine", "audit", str(EXPORTS / "fp16"), "--json").out)
     assert set(data) <= audit_keys
+
+
+def test_diff_with_several_files_after_vs_gives_each_build_its_own_files(tmp_path):
+    """Issue 29 item 2: `engine diff a.graph.json a.profile.json --vs b.graph.json b.profile.json` moved
+    b.profile.json into build A and reported B at 0.000 ms. Now --vs takes several files; a build with no timing
+    says so, never 0.000 ms."""
+    import json
+
+    from tests.conftest import ROOT, run_cli
+
+    e = ROOT / "tests" / "data" / "engine_exports"
+    a = [str(e / "fp16" / f"resnet.onnx.engine.{k}.json") for k in ("graph", "profile")]
+    b = [str(e / "qat" / f"resnet-qat.onnx.engine.{k}.json") for k in ("graph", "profile")]
+    r = run_cli("engine", "diff", *a, "--vs", *b, "--json")
+    assert r.code == 0, r.err
+    files = json.loads(r.out)
+    folders = json.loads(run_cli("engine", "diff", str(e / "fp16"), "--vs", str(e / "qat"), "--json").out)
+    assert (files["total_a_ms"], files["total_b_ms"]) == (folders["total_a_ms"], folders["total_b_ms"])
+    assert files["total_b_ms"] > files["total_a_ms"] > 0  # the QAT build's own profile: slower
+    r = run_cli("engine", "diff", *a, "--vs", b[0])  # B: its layer listing alone
+    assert r.code == 0 and "B no timing" in r.out and "0.000 ms" not in r.out.splitlines()[0], r.out
+    assert "no time comparison: B has no timing" in r.out

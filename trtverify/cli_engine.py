@@ -59,6 +59,7 @@ def diff(a_paths: tuple[Path, ...], b_paths: tuple[Path, ...], as_json: bool) ->
     if as_json:
         click.echo(to_json(d.dump()))
         return
-    click.echo(f"A {d.total_a_ms:.3f} ms, B {d.total_b_ms:.3f} ms, {len(d.rows)} layer groups")
+    ta, tb = (f"{t:.3f} ms" if t is not None else "no timing" for t in (d.total_a_ms, d.total_b_ms))
+    click.echo(f"A {ta}, B {tb}, {len(d.rows)} layer groups")
     for f in d.findings:
         click.echo(f"  [{f.severity}] {f.kind}: {f.message}")

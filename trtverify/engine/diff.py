@@ -26,8 +26,8 @@ class DiffRow(Record):
 
 
 class EngineDiff(Record):
-    total_a_ms: float
-    total_b_ms: float
+    total_a_ms: float | None = Field(description="sum of A's layer times; null: A's files hold no timing")
+    total_b_ms: float | None = Field(description="sum of B's layer times; null: B's files hold no timing")
     rows: list[DiffRow] = Field(description="every layer of A and of B in exactly one row; largest |delta| first")
     findings: list[EngineFinding]
 
@@ -91,32 +91,53 @@ def diff_read(a_layers: list[EngineLayer], b_layers: list[EngineLayer], a_audit:
             )
         )
     rows.sort(key=lambda r: -abs(r.delta_ms))
-    total_a = sum(layer.avg_ms or 0.0 for layer in a_layers)
-    total_b = sum(layer.avg_ms or 0.0 for layer in b_layers)
+    total_a = _total(a_layers)
+    total_b = _total(b_layers)
     found = _findings(a_audit, b_audit, rows, total_a, total_b)
     return EngineDiff(total_a_ms=total_a, total_b_ms=total_b, rows=rows, findings=found)
 
 
-def _findings(a: Audit, b: Audit, rows: list[DiffRow], ta: float, tb: float) -> list[EngineFinding]:
+def _total(layers: list[EngineLayer]) -> float | None:
+    """The build's summed layer time; None when none of its layers is timed (no profile among its files): a
+    build without timing is 'no timing', never 0 ms."""
+    if not any(layer.avg_ms is not None for layer in layers):
+        return None
+    return sum(layer.avg_ms or 0.0 for layer in layers)
+
+
+def _findings(a: Audit, b: Audit, rows: list[DiffRow], ta: float | None, tb: float | None) -> list[EngineFinding]:
     out = []
+    if ta is None or tb is None or not ta:
+        untimed = " and ".join(x for x, t in (("A", ta), ("B", tb)) if t is None) or "A"
+        message = f"no time comparison: {untimed} has no timing (no profile or profile table among its files)"
+        out.append(EngineFinding(kind="total", severity="info", layers=[], message=message))
+        return out + _structure(a, b, rows, timed=False)
     faster = "faster" if tb < ta else "slower"
     out.append(
         EngineFinding(
             kind="total",
             severity="info" if tb <= ta else "medium",
             layers=[],
-            message=f"B is {faster} than A: {tb:.3f} ms vs {ta:.3f} ms ({(tb - ta) / ta:+.1%})" if ta else "no times",
+            message=f"B is {faster} than A: {tb:.3f} ms vs {ta:.3f} ms ({(tb - ta) / ta:+.1%})",
         )
     )
+    return out + _structure(a, b, rows, timed=True)
+
+
+def _structure(a: Audit, b: Audit, rows: list[DiffRow], timed: bool) -> list[EngineFinding]:
+    """What changed besides the total: reformats, Q/DQ fusion, precision mix, and (timed builds) the groups whose
+    time moved most."""
+    out = []
     ra = sum(r.avg_ms or 0.0 for r in a.rows if r.reformat)
     rb = sum(r.avg_ms or 0.0 for r in b.rows if r.reformat)
     if a.reformat_layers != b.reformat_layers:
         out.append(
             EngineFinding(
                 kind="reformats",
-                severity="medium" if rb > ra else "info",
+                severity="medium" if (rb > ra if timed else b.reformat_layers > a.reformat_layers) else "info",
                 layers=[],
-                message=f"reformat layers {a.reformat_layers} -> {b.reformat_layers} ({ra:.3f} ms -> {rb:.3f} ms)",
+                message=f"reformat layers {a.reformat_layers} -> {b.reformat_layers}"
+                + (f" ({ra:.3f} ms -> {rb:.3f} ms)" if timed else ""),
             )
         )
     for kind in ("qdq_unfused", "residual_add_high_precision"):
@@ -130,7 +151,7 @@ def _findings(a: Audit, b: Audit, rows: list[DiffRow], ta: float, tb: float) -> 
     if a.precisions != b.precisions:
         out.append(EngineFinding(kind="precision_mix", severity="info", layers=[],
                                  message=f"precision mix {a.precisions} -> {b.precisions}"))  # fmt: skip
-    for r in rows[:RANKED]:
+    for r in rows[:RANKED] if timed else []:
         if abs(r.delta_ms) > 0:
             what = ", ".join(r.onnx_nodes[:4]) + (" ..." if len(r.onnx_nodes) > 4 else "")
             out.append(
