@@ -307,3 +307,18 @@ def test_cost_counts_weights_held_in_constant_nodes():
     keep = ["/features/block1/conv/Conv", "/classifier/fc1/Gemm"]
     a, b = cost(model, keep, feed, {}), cost(as_constants, keep, feed, {})
     assert a.params_share > 0.3 and b.params_share == pytest.approx(a.params_share)
+
+
+def test_where_nothing_passes_the_closest_keep_list_is_reported():
+    """Every evaluation of PP-OCRv4's recognizer failed the same checks, and the ranking then preferred the fewest
+    kept nodes: the empty keep-list (rel_l2 0.043) was reported as the best over one that reached 0.013."""
+    from trtverify.repair.evaluate import Evaluation
+    from trtverify.repair.search import _rank
+
+    def ev(keep: tuple[str, ...], rel: float) -> Evaluation:
+        return Evaluation(keep, False, {"y": {"rel_l2": rel}}, [f"y: rel_l2 <= 0.01 ({rel})"], [])
+
+    steps = [ev((), 0.043), ev(("a",), 0.03), ev(("a", "b"), 0.013), ev(("a", "b", "c"), 0.02)]
+    assert min(steps, key=_rank).keep == ("a", "b")
+    passing = Evaluation(("a", "b", "c", "d"), True, {"y": {"rel_l2": 0.009}}, [], [])
+    assert min([*steps, passing], key=_rank) is passing
