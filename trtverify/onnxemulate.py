@@ -27,6 +27,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trtverify.onnxgraph import elem_types
+
 BF16 = 16  # onnx.TensorProto.BFLOAT16
 FP16 = 10  # onnx.TensorProto.FLOAT16
 FLOAT = 1
@@ -72,26 +74,12 @@ def _fp32_tensor(t: Any) -> Any:
     return out
 
 
-def _types(model: Any) -> dict[str, int]:
-    import onnx
-
-    try:
-        g = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
-    except Exception:  # noqa: BLE001 - the declared types are enough for a graph inference cannot read
-        g = model.graph
-    types = {t.name: t.data_type for t in g.initializer}
-    for vi in [*g.input, *g.output, *g.value_info]:
-        if vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
-    return types
-
-
 def emulate(model: Any, kinds: frozenset[int]) -> tuple[Any, int]:
     """(the FP32 model that rounds every tensor of a type in `kinds` to that type, how many tensors it rounds)."""
     import onnx
     from onnx import helper
 
-    types = _types(model)
+    types = elem_types(model)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph

@@ -68,6 +68,29 @@ def _constant_tensor(node: Any) -> Any | None:
     return None
 
 
+def elem_types(model: Any) -> dict[str, int]:
+    """Element type of every tensor the model declares or shape inference gives (initializers, graph inputs and
+    outputs, value_info, Constant nodes). Types only; a graph inference cannot read (custom ops, an untrusted
+    file) gives what it declares: an unknown tensor is simply absent."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - partial types are enough
+        inferred = model
+    g = inferred.graph
+    types = {t.name: t.data_type for t in g.initializer}
+    for vi in [*g.input, *g.output, *g.value_info]:
+        if vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    for n in g.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value":
+                    types[n.output[0]] = a.t.data_type
+    return types
+
+
 def topological(nodes: list[Any], available: set[str]) -> list[Any]:
     """Nodes in an order where every input is produced before use (stable: file order where it is)."""
     produced_by = {o: i for i, n in enumerate(nodes) for o in n.output if o}

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from trtverify.onnxgraph import GraphIndex
+from trtverify.onnxgraph import GraphIndex, elem_types
 
 FP16_MAX = 65504.0
 # ops whose float inputs the ONNX spec types as float32 only: they stay FP32
@@ -37,26 +37,6 @@ def node_labels(model: Any) -> list[str]:
     """Labels of the model's nodes in topological order: names, or `<op_type>_<index>` for unnamed ones."""
     g = GraphIndex.from_model(model)
     return [g.label(i) for i in range(len(g.nodes))]
-
-
-def _elem_types(model: Any) -> dict[str, int]:
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:  # partial types are enough: unknown tensors are treated as not float
-        inferred = model
-    g = inferred.graph
-    types = {t.name: t.data_type for t in g.initializer}
-    for vi in [*g.input, *g.output, *g.value_info]:
-        if vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
-    for n in g.node:
-        if n.op_type == "Constant" and n.output:
-            for a in n.attribute:
-                if a.name == "value":
-                    types[n.output[0]] = a.t.data_type
-    return types
 
 
 def _fp16_tensor(t: Any, name: str) -> Any:
@@ -79,7 +59,7 @@ def to_fp16(model: Any, keep: Iterable[str] = ()) -> Any:
     if unknown:
         raise ValueError(f"keep names nodes the model does not have: {', '.join(unknown[:5])}")
     keep = set(keep)
-    types = _elem_types(model)
+    types = elem_types(model)
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     is_float = {name for name, t in types.items() if t == FLOAT}

@@ -23,33 +23,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from trtverify.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex
+from trtverify.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex, elem_types
 
 NARROW = (10, 16)  # onnx.TensorProto.FLOAT16, BFLOAT16
 FLOAT = 1  # onnx.TensorProto.FLOAT
 # nodes whose element type is an attribute: keeping them in FP32 means nothing
 TYPED_OPS = frozenset({"Cast", "CastLike", "RandomNormal", "RandomUniform", "EyeLike", "ConstantOfShape"})
-
-
-def elem_types(model: Any) -> dict[str, int]:
-    """Element type of every tensor the model declares or shape inference can give."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:  # partial types are enough: an unknown tensor is treated as not narrow
-        inferred = model
-    g = inferred.graph
-    types = {t.name: t.data_type for t in g.initializer}
-    for vi in [*g.input, *g.output, *g.value_info]:
-        if vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
-    for n in g.node:
-        if n.op_type == "Constant" and n.output:
-            for a in n.attribute:
-                if a.name == "value":
-                    types[n.output[0]] = a.t.data_type
-    return types
 
 
 def _before_lowering(g: GraphIndex, name: str, types: dict[str, int]) -> str:
@@ -88,8 +67,9 @@ def lowered_nodes(candidate: Any, reference: Any) -> list[str]:
     return out
 
 
-def keep_fp32(candidate: Any, reference: Any, keep: Iterable[str]) -> Any:
-    """A copy of `candidate` where the nodes named in `keep` compute in FP32 (see the module docstring)."""
+def keep_fp32(candidate: Any, reference: Any, keep: Iterable[str], types: dict[str, int] | None = None) -> Any:
+    """A copy of `candidate` where the nodes named in `keep` compute in FP32 (see the module docstring). `types`:
+    the candidate's `elem_types`, where a caller making many keep-lists of one candidate read them once."""
     import onnx
     from onnx import helper
 
@@ -100,7 +80,7 @@ def keep_fp32(candidate: Any, reference: Any, keep: Iterable[str]) -> Any:
         raise ValueError(f"keep names nodes the model does not have: {', '.join(missing[:5])}")
     ref = GraphIndex.from_model(reference)
     ref_by_name = {n.name: n for n in ref.nodes if n.name}
-    types = elem_types(candidate)
+    types = elem_types(candidate) if types is None else types
     out = onnx.ModelProto()
     out.CopyFrom(candidate)
     graph = out.graph

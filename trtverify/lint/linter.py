@@ -22,7 +22,7 @@ from trtverify.lint.graph_rules import activation_findings, coverage_findings, s
 from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types, onnx_types
 from trtverify.lint.reference_constants import reference_constant_findings
 from trtverify.lint.weights import initializer_findings, qdq_param_findings, quantized_weight_findings
-from trtverify.onnxgraph import QDQ_OPS, GraphIndex
+from trtverify.onnxgraph import QDQ_OPS, GraphIndex, elem_types
 from trtverify.onnxinfo import load_onnx
 
 if TYPE_CHECKING:
@@ -140,19 +140,9 @@ def target_precision(model: ModelLike) -> str:
 
 
 def tensor_types(model: onnx.ModelProto, g: GraphIndex) -> dict[str, int]:
-    """Element type of every tensor: the constants', and what shape inference gives (types only; a model with
-    custom ops still gives the types it can)."""
-    import onnx
-
-    types: dict[str, int] = {name: t.data_type for name, t in g.constants.items()}
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
-    except Exception:  # noqa: BLE001 - an untrusted file: fall back to what the file declares
-        inferred = model.graph
-    for vi in [*inferred.input, *inferred.output, *inferred.value_info]:
-        if vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
-    return types
+    """Element type of every tensor: the constants' (Constant nodes' scalar forms included), then what the model
+    declares or shape inference gives."""
+    return {**{name: t.data_type for name, t in g.constants.items()}, **elem_types(model)}
 
 
 def narrow_tensors(model: onnx.ModelProto, g: GraphIndex, types: dict[str, int] | None = None) -> dict[str, str]:

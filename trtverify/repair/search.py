@@ -28,12 +28,13 @@ import numpy as np
 
 from trtverify.config.checks import Check
 from trtverify.convert.fp16 import FP16_MAX, to_fp16
-from trtverify.convert.int8 import keep_fp32, quantize
+from trtverify.convert.int8 import quantize
+from trtverify.convert.islands import keep_fp32 as islands
 from trtverify.convert.islands import lowered_nodes
 from trtverify.errors import UsageError
 from trtverify.lint.linter import precision_parts
 from trtverify.lint.reference_constants import reference_constant_findings
-from trtverify.onnxgraph import GraphIndex
+from trtverify.onnxgraph import GraphIndex, elem_types
 from trtverify.repair.evaluate import Evaluation, Reference, evaluate
 
 Progress = Callable[[str], None]
@@ -79,6 +80,7 @@ class Lowering:
         self.count = 0
         self.labels = _labels(self.reference)
         self.qdq = None  # the lowered model the islands are made in (None: FP16 made from the reference)
+        self.types: dict[str, int] | None = None  # its element types, read on first use
         if candidate is not None:
             self.qdq = onnx.load(str(candidate))
             if precision_parts(self.qdq) == ["fp32"]:
@@ -97,7 +99,9 @@ class Lowering:
     def model(self, keep: Sequence[str]) -> Any:
         if self.qdq is None:
             return to_fp16(self.reference, keep)
-        return keep_fp32(self.qdq, self.reference, keep)
+        if self.types is None:  # one type inference per search, not one per evaluation
+            self.types = elem_types(self.qdq)
+        return islands(self.qdq, self.reference, keep, self.types)
 
     def save(self, keep: Sequence[str]) -> tuple[Path, Any]:
         import onnx
@@ -247,6 +251,6 @@ def _distance(ev: Evaluation) -> float:
 
 def _narrow(model: Any) -> bool:
     """Does the model hold FP16/BF16 values (constants or tensors)?"""
-    from trtverify.convert.islands import NARROW, elem_types
+    from trtverify.convert.islands import NARROW
 
     return any(t in NARROW for t in elem_types(model).values())
