@@ -9,7 +9,6 @@ Heavy modules are imported inside the commands so `trtverify --help` stays fast.
 from __future__ import annotations
 
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -18,41 +17,8 @@ import click
 
 from trtverify import __version__
 from trtverify.cli_options import JUNIT, OUT, QUIET, TAKEN, Several, several_hint
+from trtverify.cli_run import execute, finish
 from trtverify.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
-
-
-class _Progress:
-    """One updating line on a terminal; plain stage lines when stderr is not a terminal."""
-
-    def __init__(self, enabled: bool):
-        self.tty = enabled and sys.stderr.isatty()
-        self.enabled = enabled
-        self.last = 0.0
-        self.seen: set[tuple[str, str]] = set()
-
-    def __call__(self, stage: str, done: int, total: int, what: str) -> None:
-        if not self.enabled:
-            return
-        if total <= 0:  # a step with no count (perf: one model at one batch size)
-            if (stage, what) not in self.seen:
-                self.seen.add((stage, what))
-                click.echo(f"  {stage}: {what}...", err=True)
-            return
-        if self.tty:
-            now = time.monotonic()
-            if done == total or now - self.last > 0.1:
-                self.last = now
-                width = 24
-                fill = int(width * done / max(total, 1))
-                sys.stderr.write(
-                    f"\r  {stage:<10} {what:<14} [{'#' * fill}{'.' * (width - fill)}] {done}/{total}\033[K"
-                )
-                if done == total:
-                    sys.stderr.write("\n")
-                sys.stderr.flush()
-        elif (stage, what) not in self.seen:
-            self.seen.add((stage, what))
-            click.echo(f"  {stage}: {what} on {total} sample(s)...", err=True)
 
 
 def _fail(exc: TrtVerifyError) -> None:
@@ -174,61 +140,6 @@ def _worst_positions(previous: Any, source: Path) -> list[int]:
     return order
 
 
-def execute(
-    loaded: Any,
-    out: Path,
-    stages: tuple[str, ...],
-    update_reference: bool,
-    reference_dir: Path | None,
-    quiet: bool,
-    samples_override: Any = None,
-    junit: Path | None = None,
-    shard: Any = None,
-    update_baseline: bool = False,
-    chosen_by: str | None = None,
-) -> None:
-    from trtverify.fsutil import folder_lock
-    from trtverify.report.html import write_report
-    from trtverify.results.record import run_and_record
-
-    with folder_lock(out):  # before any work: exit 2 if OUT cannot be written or another run writes there
-        if not quiet:
-            click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}' ({loaded.path})", err=True)
-        results = run_and_record(
-            loaded,
-            out,
-            stages=stages,
-            shard=shard,
-            update_reference=update_reference,
-            update_baseline=update_baseline,
-            reference_dir=reference_dir,
-            progress=_Progress(not quiet),
-            samples_override=samples_override,
-            chosen_by=chosen_by,
-        )
-        write_report(results, out / "report.html")
-        _finish(results, out, quiet, junit)
-        for stage in results.stages:
-            if stage.error is not None and stage.error.traceback:
-                click.echo(f"\ninternal error in stage {stage.name}:\n{stage.error.traceback}", err=True)
-        sys.exit(results.exit_code)
-
-
-def _finish(results: Any, out: Path, quiet: bool, junit: Path | None) -> None:
-    from trtverify.report.text import run_summary
-
-    for line in run_summary(results, quiet):
-        click.echo(line)
-    if not quiet:  # -q: the verdict line only; the paths are in results.json
-        click.echo(f"results: {out / 'results.json'}\nreport:  {out / 'report.html'}", err=True)
-    if junit is not None:
-        from trtverify.report.junit import write_junit
-
-        write_junit(results, junit)
-        if not quiet:
-            click.echo(f"junit:   {junit}", err=True)
-
-
 @cli.command()
 @click.argument("dirs", nargs=-1, required=True, type=click.Path(path_type=Path, file_okay=False, exists=True))
 @OUT
@@ -259,7 +170,7 @@ def _write_merged(results: Any, out: Path, quiet: bool, junit: Path | None) -> N
 
     write_results(out / "results.json", results)
     write_report(results, out / "report.html")
-    _finish(results, out, quiet, junit)
+    finish(results, out, quiet, junit)
     sys.exit(results.exit_code)
 
 

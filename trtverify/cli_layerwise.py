@@ -91,7 +91,7 @@ def layerwise(
     can be repeated and extended with `trtverify run`.
     """
     from trtverify.adhoc import layerwise_suite
-    from trtverify.cli import execute
+    from trtverify.cli_run import execute
     from trtverify.config.loader import load_suite
     from trtverify.fsutil import writable_folder
 

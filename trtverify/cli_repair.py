@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from trtverify.cli_options import QUIET, Several
 from trtverify.errors import UsageError
+
+
+def tool_option(help_text: str) -> Any:
+    """`--tool trtverify|modelopt`: who lowers the reference (repair and convert say what it means for each)."""
+    return click.option(
+        "--tool", type=click.Choice(["trtverify", "modelopt"]), default="trtverify", show_default=True, help=help_text
+    )
+
 
 INPUT_HELP = "Inputs: .npz, keys = input names, first axis = rows [default: one generated sample]."
 
@@ -65,13 +74,9 @@ def _rows(reference: Path, path: Path) -> list:
     help="Apply the checks to the model outputs, or to every tensor.",
 )
 @click.option("--max-evaluations", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option(
-    "--tool",
-    type=click.Choice(["trtverify", "modelopt"]),
-    default="trtverify",
-    show_default=True,
-    help="Who lowers REFERENCE when there is no --candidate: trtverify (fp16, int8) or ModelOpt (AutoCast fp16/bf16, "
-    "int8/fp8/int4 Q/DQ with its FP16 rest; the [modelopt] extra), calibrated on --calibration or --inputs.",
+@tool_option(
+    "Who lowers REFERENCE when there is no --candidate: trtverify (fp16, int8) or ModelOpt (AutoCast fp16/bf16, "
+    "int8/fp8/int4 Q/DQ with its FP16 rest; the [modelopt] extra), calibrated on --calibration or --inputs."
 )
 @click.option(
     "--holdout",
@@ -111,7 +116,7 @@ def repair(
     reported, with why the search ended there), 2 for usage errors.
     """
     from trtverify.adhoc import repair_suite
-    from trtverify.cli import execute
+    from trtverify.cli_run import execute
     from trtverify.config.loader import load_suite
 
     if candidate is not None:
@@ -164,13 +169,9 @@ def repair(
     help="What to lower to (bf16, fp8, int4: --tool modelopt).",
 )
 @click.option("--keep", cls=Several, metavar="NODE", help="ONNX nodes kept in FP32 (several values, or repeat it).")
-@click.option(
-    "--tool",
-    type=click.Choice(["trtverify", "modelopt"]),
-    default="trtverify",
-    show_default=True,
-    help="trtverify (fp16 islands, TensorRT-compatible int8 Q/DQ) or ModelOpt with its defaults (the [modelopt] "
-    "extra; with --keep, AutoCast keeps those nodes FP32 and quantization leaves them without Q/DQ).",
+@tool_option(
+    "trtverify (fp16 islands, TensorRT-compatible int8 Q/DQ) or ModelOpt with its defaults (the [modelopt] "
+    "extra; with --keep, AutoCast keeps those nodes FP32 and quantization leaves them without Q/DQ)."
 )
 @click.option(
     "--calibration",
