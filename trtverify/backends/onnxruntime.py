@@ -47,7 +47,7 @@ class OnnxRuntimeBackend(Backend):
         self._light: LightModel | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._loaded = False
-        self.source = self.model_path  # the file given; model_path is its BF16 emulation where one runs
+        self.source = self.model_path  # the file given; model_path is its FP16/BF16 emulation where one runs
         self.emulated: int | None = None  # narrow tensors rounded by the emulation (None: runs as given)
 
     @classmethod
@@ -102,7 +102,7 @@ class OnnxRuntimeBackend(Backend):
     def _make_session(self, model: str) -> Any:
         ort = require("onnxruntime", "the onnxruntime backend")
         so = ort.SessionOptions()
-        # an emulated BF16 graph runs as written: an optimiser dropping a Cast pair would drop its rounding
+        # an emulated graph runs as written: an optimiser dropping a Cast pair would drop its rounding
         level = "disable" if self.emulated is not None else self.options.graph_optimization_level
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
         so.intra_op_num_threads = self.options.intra_op_num_threads
@@ -159,7 +159,7 @@ class OnnxRuntimeBackend(Backend):
     def graph(self) -> LightModel:
         """The model with its weights moved to one external file (made once, on first use)."""
         if not self._loaded:
-            self.load()  # a BF16 graph is emulated first: the graph is the one that runs
+            self.load()  # an FP16/BF16 graph is emulated first: the graph is the one that runs
         if self._light is None:
             self._workdir = self._workdir or tempfile.TemporaryDirectory(prefix="trtverify-ort-")
             self._light = LightModel(self.model_path, Path(self._workdir.name))
