@@ -24,7 +24,6 @@ Cast pair, and with it the rounding.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from trtverify.onnxgraph import elem_types
@@ -83,8 +82,11 @@ def emulate(model: Any, kinds: frozenset[int]) -> tuple[Any, int]:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
+    stored: dict[str, int] = {}  # narrow weights left where they are (external data): read through a Cast
     for i, t in enumerate(list(g.initializer)):
-        if t.data_type in kinds:
+        if t.data_type in kinds and t.data_location == onnx.TensorProto.EXTERNAL:
+            stored[t.name] = t.data_type
+        elif t.data_type in kinds:
             g.initializer[i].CopyFrom(_fp32_tensor(t))
     rounded = 0
 
@@ -107,6 +109,12 @@ def emulate(model: Any, kinds: frozenset[int]) -> tuple[Any, int]:
 
     inputs = {vi.name: vi.type.tensor_type.elem_type for vi in g.input if vi.type.tensor_type.elem_type in kinds}
     renamed_inputs: dict[str, str] = {}
+    for name, kind in stored.items():  # exact widening, computed when the graph runs, never stored
+        if kind == FP16:
+            nodes.append(fp16_twin(name))
+        else:
+            renamed_inputs[name] = f"{name}{SUFFIX[kind]}_in"
+            nodes.append(helper.make_node("Cast", [name], [renamed_inputs[name]], name=f"{name}_widen", to=FLOAT))
     for name, kind in inputs.items():
         if kind == FP16:
             nodes.append(fp16_twin(name))
@@ -157,13 +165,3 @@ def emulate(model: Any, kinds: frozenset[int]) -> tuple[Any, int]:
     del g.value_info[:]
     g.value_info.extend(kept)
     return out, rounded
-
-
-def write_emulated(path: Path, folder: Path, kinds: frozenset[int]) -> tuple[Path, int]:
-    """The emulated twin of the model at `path`, written in `folder`."""
-    import onnx
-
-    model, rounded = emulate(onnx.load(str(path)), kinds)
-    target = folder / f"{path.stem}.emulated.onnx"
-    onnx.save(model, str(target))
-    return target, rounded

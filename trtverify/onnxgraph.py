@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # ops whose outputs describe a tensor's shape, not its values
@@ -27,6 +28,27 @@ class Producer:
     index: int  # topological position of the node
     node: str  # its label: the node's name, or '<op_type>_<index>' when it has none
     op_type: str
+
+
+def values_of(t: Any, folder: Path | None = None) -> Any:
+    """Values of a TensorProto (external data memory-mapped from `folder`, the model's); None when they live in
+    an external file that cannot be read (no folder given, missing, short or outside the folder)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from trtverify.onnxwire import read_external
+
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        if folder is None:
+            return None  # to_array would read a path relative to the working directory
+        try:
+            return read_external(t, folder)
+        except (OSError, ValueError):
+            return None
+    try:
+        return numpy_helper.to_array(t)
+    except Exception:  # a malformed tensor in an untrusted file: reported as unreadable, never a crash
+        return None
 
 
 def subgraphs(node: Any) -> list[Any]:
@@ -128,14 +150,15 @@ class GraphIndex:
     consumers: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
     constants: dict[str, Any] = field(default_factory=dict)  # name -> TensorProto (initializers, Constant nodes)
     subgraph_nodes: dict[int, int] = field(default_factory=dict)  # control-flow node -> nodes in its subgraphs
+    folder: Path | None = None  # where its external data lives (a weightless model's: the original files)
 
     @classmethod
-    def from_model(cls, model: Any) -> GraphIndex:
+    def from_model(cls, model: Any, folder: Path | None = None) -> GraphIndex:
         g = model.graph
         inits = {i.name for i in g.initializer} | {i.name for i in g.sparse_initializer}
         inputs = [i.name for i in g.input if i.name not in inits]
         nodes = topological(list(g.node), set(inputs) | inits)
-        info = cls(inputs, [o.name for o in g.output], inits, nodes)
+        info = cls(inputs, [o.name for o in g.output], inits, nodes, folder=folder)
         info.constants = {t.name: t for t in g.initializer}
         for idx, n in enumerate(nodes):
             for o in n.output:
@@ -156,6 +179,11 @@ class GraphIndex:
                     if name in info.constants or name in info.producers:
                         info.consumers[name].append((idx, -1))
         return info
+
+    def values_of(self, t: Any) -> Any:
+        """The values of constant `t` (a TensorProto of this graph), external data read from `folder`; None when
+        unreadable."""
+        return values_of(t, self.folder)
 
     def label(self, index: int) -> str:
         n = self.nodes[index]

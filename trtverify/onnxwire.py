@@ -20,6 +20,10 @@ MODEL_GRAPH = 7
 GRAPH_NODE, GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT = 1, 5, 11, 12
 NODE_INPUT, NODE_OUTPUT, NODE_NAME = 1, 2, 3
 TENSOR_NAME, TENSOR_EXTERNAL_DATA, TENSOR_DATA_LOCATION = 8, 13, 14
+TENSOR_FLOAT_DATA, TENSOR_RAW_DATA, TENSOR_DOUBLE_DATA = 4, 9, 10
+TENSOR_EXTERNAL = 1  # onnx.TensorProto.EXTERNAL
+# (packed) fields whose bytes are the tensor's little-endian values, as raw_data's are: FLOAT, DOUBLE
+_RAW_LAYOUT = {TENSOR_RAW_DATA: None, TENSOR_FLOAT_DATA: 1, TENSOR_DOUBLE_DATA: 11}
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -297,3 +301,124 @@ def externalize(src: Path, dst: Path, weights_name: str = "weights.bin", thresho
                     out.write(_len_field(MODEL_GRAPH, bytes(graph)))
                 else:
                     out.write(buf[fs:ve])
+
+
+def weightless(path: Path, threshold: int = 1024) -> tuple[Any, Path]:
+    """(the model at `path` with no weight bytes in it, the folder its weights resolve in).
+
+    Every initializer of >= `threshold` bytes becomes a reference to where its bytes already are: its own
+    external data file, or, for a weight stored inside the .onnx file, the file itself at the byte offset of
+    its values (ONNX external data with `location` = the model's file name). ONNX Runtime reads such a model
+    from memory with the folder given (`session.model_external_initializers_file_folder_path`), so no weight is
+    copied, rewritten or parsed in Python: variants of the graph (exposed outputs, isolation models, emulated
+    twins) cost the size of the graph. External data that leaves the folder is refused here, before any byte of
+    it is read (ValueError naming the tensor).
+    """
+    import onnx
+
+    src = Path(path).resolve()  # a symlinked model: its weights are where the file really is
+    folder = src.parent
+    with MappedModel(src) as mm:
+        buf = mm.buf
+        gs, ge = mm.graph  # type: ignore[misc]
+        graph = bytearray()
+        for num, wt, fs, vs, ve in fields(buf, gs, ge):
+            if num != GRAPH_INITIALIZER or wt != _LEN:
+                graph += buf[fs:ve]
+                continue
+            head = bytearray()
+            data: tuple[int, int] | None = None
+            external = False
+            for tnum, twt, tfs, tvs, tve in fields(buf, vs, ve):
+                if tnum in _RAW_LAYOUT and twt == _LEN and tve - tvs >= threshold and data is None:
+                    data = (tvs, tve)
+                    continue
+                if tnum == TENSOR_DATA_LOCATION and twt == _VARINT:
+                    external = _varint(buf, tvs)[0] == TENSOR_EXTERNAL
+                head += buf[tfs:tve]
+            if data is None or external:
+                if external:
+                    _check_external(Path(path), buf[vs:ve])
+                graph += buf[fs:ve]
+                continue
+            t = onnx.TensorProto.FromString(bytes(head))  # everything but the values: name, type, dims
+            t.data_location = onnx.TensorProto.EXTERNAL
+            for k, v in (("location", src.name), ("offset", str(data[0])), ("length", str(data[1] - data[0]))):
+                entry = t.external_data.add()
+                entry.key, entry.value = k, v
+            graph += _len_field(GRAPH_INITIALIZER, t.SerializeToString())
+        out = bytearray()
+        for num, _, fs, _, ve in fields(buf):
+            out += _len_field(MODEL_GRAPH, bytes(graph)) if num == MODEL_GRAPH else buf[fs:ve]
+    return onnx.ModelProto.FromString(bytes(out)), folder
+
+
+def _check_external(path: Path, tensor: Any) -> None:
+    import onnx
+
+    t = onnx.TensorProto.FromString(bytes(tensor)) if not isinstance(tensor, onnx.TensorProto) else tensor
+    location = next((e.value for e in t.external_data if e.key == "location"), "")
+    why = escaping(path, location)
+    if why:
+        raise ValueError(
+            f"tensor '{t.name}': external data location '{location}' {why}; refused (the data must sit in the "
+            "model's folder)"
+        )
+
+
+# numpy dtypes whose raw bytes are the values (little-endian), by onnx.TensorProto data type
+_PLAIN = {
+    1: "<f4",
+    2: "u1",
+    3: "i1",
+    4: "<u2",
+    5: "<i2",
+    6: "<i4",
+    7: "<i8",
+    9: "?",
+    10: "<f2",
+    11: "<f8",
+    12: "<u4",
+    13: "<u8",
+}
+
+
+def read_external(t: Any, folder: Path) -> Any:
+    """The values of an external-data TensorProto whose file sits in `folder`, as a read-only numpy array.
+
+    Plain types are memory-mapped, nothing copied: the pages are the file's and go when the array does.
+    Other types (bfloat16, float8, int4) are read into a copy and decoded by onnx. Raises ValueError for a
+    location outside the folder or bytes the file does not hold."""
+    import numpy as np
+
+    entries = {e.key: e.value for e in t.external_data}
+    location = entries.get("location", "")
+    why = escaping(folder / "model.onnx", location)
+    if why:
+        raise ValueError(f"tensor '{t.name}': external data location '{location}' {why}")
+    file = folder / location
+    offset = int(entries.get("offset", 0) or 0)
+    size = file.stat().st_size
+    length = int(entries["length"]) if entries.get("length") else size - offset
+    if offset + length > size:
+        raise ValueError(f"tensor '{t.name}' needs {offset + length:,} bytes of '{location}', which holds {size:,}")
+    dims = tuple(int(d) for d in t.dims)
+    plain = _PLAIN.get(t.data_type)
+    count = int(np.prod(dims)) if dims else 1
+    if plain is not None and count * np.dtype(plain).itemsize == length:
+        if length == 0:
+            return np.zeros(dims, dtype=plain)
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        with open(file, "rb") as fh:
+            mapped = mmap.mmap(fh.fileno(), length + offset - start, access=mmap.ACCESS_READ, offset=start)
+        return np.frombuffer(mapped, dtype=plain, count=count, offset=offset - start).reshape(dims)
+    import onnx
+    from onnx import numpy_helper
+
+    with open(file, "rb") as fh:
+        fh.seek(offset)
+        raw = fh.read(length)
+    copy = onnx.TensorProto()
+    copy.name, copy.data_type, copy.raw_data = t.name, t.data_type, raw
+    copy.dims.extend(dims)
+    return numpy_helper.to_array(copy)

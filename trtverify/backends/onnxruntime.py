@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,9 @@ from trtverify.backends.base import Backend, Capabilities, Feed, cast_float, che
 from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.deps import require
 from trtverify.errors import BackendError, MissingDependency, UsageError
-from trtverify.lightmodel import LightModel
-from trtverify.onnxemulate import BF16, FP16, holds, internal, write_emulated
-from trtverify.onnxinfo import TensorMeta, graph_io, load_io, load_onnx
+from trtverify.lightmodel import EXTERNAL_FOLDER, GraphBytes, LightModel
+from trtverify.onnxemulate import BF16, FP16, emulate, holds, internal
+from trtverify.onnxinfo import TensorMeta, graph_io, load_io
 
 CPU = "CPUExecutionProvider"
 
@@ -36,18 +35,20 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     capabilities = Capabilities(exposes_intermediates=True, onnx_graph=True, casts_feeds=True)
 
-    def __init__(self, model_path: Path, options: OnnxRuntimeOptions | None = None):
+    def __init__(self, model_path: Path | GraphBytes, options: OnnxRuntimeOptions | None = None):
         super().__init__()
-        self.model_path = Path(model_path)
+        # a GraphBytes: a graph made in memory over another model's weights (an isolation model), run as given
+        self._given = model_path if isinstance(model_path, GraphBytes) else None
+        self.model_path = Path(model_path.name) if isinstance(model_path, GraphBytes) else Path(model_path)
         self.options = options or OnnxRuntimeOptions()
         self._session: Any = None
-        self._run_path: Path = self.model_path  # the model a session runs (a variant once tensors are exposed)
+        self._run: GraphBytes | None = None  # what a session runs (a variant once tensors are exposed)
         self._inputs: list[TensorMeta] = []
         self._outputs: list[TensorMeta] = []
-        self._light: LightModel | None = None
-        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self._light: LightModel | None = None  # the graph that runs (the emulated twin where one runs)
+        self.source_graph: LightModel | None = None  # the model as given, weights where they are
         self._loaded = False
-        self.source = self.model_path  # the file given; model_path is its FP16/BF16 emulation where one runs
+        self.source = self.model_path  # the file given
         self.emulated: int | None = None  # narrow tensors rounded by the emulation (None: runs as given)
 
     @classmethod
@@ -56,20 +57,32 @@ class OnnxRuntimeBackend(Backend):
 
     # -- lifecycle -------------------------------------------------------------------------
     def load(self) -> None:
-        """Read the model's inputs and outputs; the session itself is created on first use. A BF16 or FP16 graph on
-        a CPU-only provider list runs emulated (onnxemulate.py): FP32 compute, every narrow tensor rounded."""
+        """Read the graph once, weights left in their files (lightmodel.py); the session is created on first use.
+        A BF16 or FP16 graph on a CPU-only provider list runs emulated (onnxemulate.py): FP32 compute, every
+        narrow tensor rounded."""
+        import onnx
+
+        if self._given is not None:
+            model = onnx.ModelProto.FromString(self._given.data)
+            self._run = self._given
+            self._inputs, self._outputs = graph_io(model)
+            self._loaded = True
+            return
         try:
-            io = load_io(self.model_path)
-            kinds = self._emulated_kinds()
-            if kinds and self.emulated is None and holds(load_onnx(self.model_path), kinds):
-                self._workdir = self._workdir or tempfile.TemporaryDirectory(prefix="trtverify-ort-")
-                self.source = self.model_path
-                self.model_path, self.emulated = write_emulated(self.model_path, Path(self._workdir.name), kinds)
-                self._run_path = self.model_path
-                io = load_io(self.model_path)
-            self._inputs, self._outputs = graph_io(io)
+            load_io(self.model_path)  # a clear error for a file that is missing, not ONNX, cyclic or short
+            light = LightModel(self.model_path)
         except UsageError as exc:  # unreadable or not ONNX: the model under test is broken
             raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
+        except ValueError as exc:  # external data outside the model's folder
+            raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
+        self.source_graph = light
+        kinds = self._emulated_kinds()
+        if kinds and holds(light.model, kinds):
+            model, self.emulated = emulate(light.model, kinds)
+            light = light.derived(model)
+        self._light = light
+        self._run = light.runnable()
+        self._inputs, self._outputs = graph_io(light.model)
         self._loaded = True
 
     def _emulated_kinds(self) -> frozenset[int]:
@@ -84,22 +97,18 @@ class OnnxRuntimeBackend(Backend):
         if not self._loaded:
             self.load()
         if self._session is None:
-            self._session = self._make_session(str(self._run_path))
+            assert self._run is not None
+            self._session = self._make_session(self._run)
 
     def release(self) -> None:
         self._session = None
 
     def close(self) -> None:
         self._session = None
-        self._light = None
-        if self.emulated is not None:  # the emulated twin lives in the workdir removed here
-            self.model_path, self.emulated, self._loaded = self.source, None, False
-        self._run_path = self.model_path  # an exposed variant lives in the workdir removed here
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
+        self._light = self.source_graph = self._run = None
+        self.emulated, self._loaded = None, False
 
-    def _make_session(self, model: str) -> Any:
+    def _make_session(self, model: GraphBytes) -> Any:
         ort = require("onnxruntime", "the onnxruntime backend")
         so = ort.SessionOptions()
         # an emulated graph runs as written: an optimiser dropping a Cast pair would drop its rounding
@@ -119,7 +128,8 @@ class OnnxRuntimeBackend(Backend):
                 "or change backends.onnxruntime.providers",
             )
         try:
-            return ort.InferenceSession(model, sess_options=so, providers=list(self.options.providers))
+            so.add_session_config_entry(EXTERNAL_FOLDER, str(model.folder))  # weights read where they are
+            return ort.InferenceSession(model.data, sess_options=so, providers=list(self.options.providers))
         except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
             raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
 
@@ -157,12 +167,15 @@ class OnnxRuntimeBackend(Backend):
 
     # -- intermediates ---------------------------------------------------------------------
     def graph(self) -> LightModel:
-        """The model with its weights moved to one external file (made once, on first use)."""
+        """The graph that runs (an FP16/BF16 graph's emulated twin), weights left in their files."""
         if not self._loaded:
-            self.load()  # an FP16/BF16 graph is emulated first: the graph is the one that runs
-        if self._light is None:
-            self._workdir = self._workdir or tempfile.TemporaryDirectory(prefix="trtverify-ort-")
-            self._light = LightModel(self.model_path, Path(self._workdir.name))
+            self.load()
+        if self._light is None:  # a graph given in memory
+            import onnx
+
+            assert self._given is not None
+            model = onnx.ModelProto.FromString(self._given.data)
+            self._light = LightModel(self.model_path, model=model, folder=self._given.folder)
         return self._light
 
     def intermediates(self) -> list[str]:
@@ -178,7 +191,7 @@ class OnnxRuntimeBackend(Backend):
         info = self.graph().info
         known = set(info.producers) | set(info.inputs)
         chosen = [n for n in dict.fromkeys(names) if n in known]
-        self._run_path = self.graph().with_outputs(chosen)
+        self._run = self.graph().with_outputs(chosen)
         self._session = None
-        self._session = self._make_session(str(self._run_path))
+        self._session = self._make_session(self._run)
         return chosen

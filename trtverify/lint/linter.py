@@ -23,24 +23,47 @@ from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types, onnx_types
 from trtverify.lint.reference_constants import reference_constant_findings
 from trtverify.lint.weights import initializer_findings, qdq_param_findings, quantized_weight_findings
 from trtverify.onnxgraph import QDQ_OPS, GraphIndex, elem_types
-from trtverify.onnxinfo import load_onnx
 
 if TYPE_CHECKING:
     import onnx
 
-    ModelLike = onnx.ModelProto | Path | str
+    from trtverify.lightmodel import LightModel
+
+    ModelLike = onnx.ModelProto | Path | str | LightModel
 
 
-def _as_model(model: ModelLike, weights: bool) -> onnx.ModelProto:
+def _light(model: ModelLike) -> LightModel | None:
+    """A path becomes a weightless model (lightmodel.py): the lint reads each weight it judges from its file, one
+    tensor at a time, never the whole model into Python. An onnx.ModelProto is used as given."""
+    from trtverify.lightmodel import LightModel
+
+    if isinstance(model, LightModel):
+        return model
     if isinstance(model, (str, Path)):
         path = Path(model)
-        if weights:
-            try:
-                return load_onnx(path, with_weights=True)
-            except UsageError:  # external data files missing: lint what the file itself holds
-                pass
-        return load_onnx(path)
-    return model
+        try:
+            return LightModel(path)
+        except FileNotFoundError as exc:
+            raise UsageError(f"{path}: file not found") from exc
+        except IsADirectoryError as exc:
+            raise UsageError(f"{path}: is a folder, expected an ONNX model") from exc
+        except ValueError as exc:  # external data outside the model's folder, a truncated file
+            raise UsageError(f"{path}: {exc}") from exc
+        except Exception as exc:  # malformed protobuf: the file is not an ONNX model
+            raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+    return None
+
+
+def _as_model(model: ModelLike) -> onnx.ModelProto:
+    light = _light(model)
+    return light.model if light is not None else model  # type: ignore[return-value]
+
+
+def _index(model: ModelLike) -> tuple[onnx.ModelProto, GraphIndex]:
+    light = _light(model)
+    if light is not None:
+        return light.model, light.info
+    return model, GraphIndex.from_model(model)  # type: ignore[arg-type,return-value]
 
 
 # what a candidate computes in, loosest last (a mixed candidate gets the defaults of its loosest part)
@@ -54,7 +77,7 @@ def precision_parts(model: ModelLike) -> list[str]:
     import onnx
 
     T = onnx.TensorProto
-    m = _as_model(model, weights=False)
+    m = _as_model(model)
     g = m.graph
     types: set[int] = {t.data_type for t in g.initializer}
     for vi in [*g.input, *g.output, *g.value_info]:
@@ -96,8 +119,7 @@ def node_precisions(model: ModelLike) -> dict[str, str]:
     from trtverify.lint.ranges import COMPUTE_OPS
     from trtverify.onnxgraph import CAST_OPS, SHAPE_OPS
 
-    m = _as_model(model, weights=False)
-    g = GraphIndex.from_model(m)
+    m, g = _index(model)
     types = tensor_types(m, g)
     names = {1: "FP32", 10: "FP16", 16: "BF16", 11: "FP64"}
     int4, fp8 = onnx_types("INT4", "UINT4"), fp8_types()
@@ -166,7 +188,7 @@ def lint_candidate(
     *,
     target: str | None = None,
     activation_max: Mapping[str, float] | None = None,
-    reference: ModelLike | None = None,
+    reference: ModelLike | GraphIndex | None = None,
     strongly_typed: bool = False,
 ) -> list[LintFinding]:
     """Precision findings of `model` (an onnx.ModelProto or a path) built for `target` (auto-detected when None).
@@ -180,12 +202,11 @@ def lint_candidate(
     whose precision flags may lower every FP32 layer to the target.
     Only the main graph is inspected; If/Loop/Scan bodies are reported once as skipped.
     """
-    m = _as_model(model, weights=True)
+    m, g = _index(model)
     if target is None:
         target = target_precision(m)
     elif target not in TARGETS:
         raise UsageError(unknown("lint target", target, list(TARGETS)))
-    g = GraphIndex.from_model(m)
     narrow = narrow_tensors(m, g) if strongly_typed else None
     found, unread = initializer_findings(g, target, narrow)
     qdq, unread_q = qdq_param_findings(g)
@@ -197,6 +218,7 @@ def lint_candidate(
         found += activation_findings(g, target, activation_max, narrow)
     found += structure_findings(g, unread + unread_q)
     if reference is not None:
-        found += reference_constant_findings(GraphIndex.from_model(_as_model(reference, weights=True)), g)
+        ref_index = reference if isinstance(reference, GraphIndex) else _index(reference)[1]
+        found += reference_constant_findings(ref_index, g)
     found.sort(key=lambda pf: (SEVERITY_RANK[pf[1].severity], pf[0], pf[1].kind, pf[1].tensor or ""))
     return [f for _, f in found]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from trtverify.onnxgraph import QDQ_OPS
+from trtverify.onnxgraph import QDQ_OPS, values_of  # noqa: F401 - values_of: where the lint reads it
 
 TARGETS = ("fp32", "fp16", "bf16", "int8", "fp8")
 SMALL_SHARE = 0.01  # subnormals/underflows below this share of a tensor are only "info" (TensorRT warns on most models)
@@ -93,19 +92,6 @@ def role(op_type: str, i: int) -> str:
     if i in META_INPUTS.get(op_type, ()):
         return "meta"
     return "data"
-
-
-def values_of(t: Any) -> np.ndarray | None:
-    """Values of a TensorProto; None when they live in an external file that was not loaded."""
-    import onnx
-    from onnx import numpy_helper
-
-    if t.data_location == onnx.TensorProto.EXTERNAL:
-        return None  # to_array would read a path relative to the working directory
-    try:
-        return numpy_helper.to_array(t)
-    except Exception:  # a malformed tensor in an untrusted file: reported as unreadable, never a crash
-        return None
 
 
 # --- element statistics -------------------------------------------------------------------

@@ -18,12 +18,15 @@ looking through Casts the converter put between them. Per constant, one high fin
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from trtverify.lint.findings import Found, at
-from trtverify.lint.ranges import RANGES, values_of
+from trtverify.lint.ranges import RANGES
 from trtverify.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex
 
 
@@ -100,6 +103,77 @@ def _summary(values: np.ndarray) -> dict[str, float]:
     return {"min": float(values.min()), "max": float(values.max())}
 
 
+BLOCK = 1 << 22  # values compared at a time: the float64 temporaries stay near 100 MB whatever the weight's size
+
+
+def _rounded_exactly(c: np.ndarray, r: np.ndarray, rounding: Rounding) -> bool:
+    """Whether no value can be reported: each candidate value is the reference's rounded to the candidate's type
+    and finite, and a value rounded to zero is no larger than the rounding of the constant's largest value (what
+    `_classify` ignores). The common case, a plain conversion, decided in the narrow type, block by block."""
+    if c.dtype.kind != "f" or c.dtype.itemsize > r.dtype.itemsize or c.dtype == np.float64:
+        return False
+    cf, rf = c.reshape(-1), r.reshape(-1)
+    bits = np.dtype(f"u{c.dtype.itemsize}")
+    finite_max = float(np.finfo(c.dtype).max)
+    rmax = flushed = 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(0, cf.size, BLOCK):
+            cb, rb = cf[s : s + BLOCK], rf[s : s + BLOCK]
+            top = max(float(rb.max()), -float(rb.min()))  # NaN anywhere: NaN, and the test below fails
+            if not top <= finite_max or not np.array_equal(cb.view(bits), rb.astype(c.dtype).view(bits)):
+                return False  # a value beyond the type (rounds to inf), a NaN, or one not plainly rounded
+            rmax = max(rmax, top)
+            if np.count_nonzero(cb) != np.count_nonzero(rb):  # equal bits: only a rounding to zero differs
+                zero = (cb == 0) & (rb != 0)
+                flushed = max(flushed, float(np.abs(rb[zero]).max()))
+    return flushed <= rounding.unit * rmax
+
+
+_Counted = tuple[int, dict[str, float], dict[str, float], float]
+
+
+def _classify(c: np.ndarray, r: np.ndarray, rounding: Rounding) -> dict[str, _Counted]:
+    """Per kind: (values, reference min/max, candidate min/max, reference |max|), block by block in float64."""
+    rmax = 0.0
+    finite_any = False
+    for s in range(0, r.size, BLOCK):
+        rb = r[s : s + BLOCK].astype(np.float64)
+        fin = np.isfinite(rb)
+        if fin.any():
+            finite_any = True
+            rmax = max(rmax, float(np.abs(rb[fin]).max()))
+    # a change matters when it exceeds the rounding of the constant's largest value: clamping a 1e-10
+    # weight to 6e-8 beside weights of 0.5 does not (the underflow lint reports those), a x1.05 does
+    scale = rounding.unit * rmax if finite_any else 0.0
+    acc: dict[str, list] = {k: [0, [], [], 0.0] for k in ("constant_saturated", "constant_flushed", "constant_changed")}
+    for s in range(0, r.size, BLOCK):
+        c64, r64 = c[s : s + BLOCK].astype(np.float64), r[s : s + BLOCK].astype(np.float64)
+        finite = np.isfinite(r64)
+        saturated = finite & (np.abs(r64) > rounding.max) & (np.abs(c64) >= rounding.max)
+        flushed = finite & (r64 != 0) & (c64 == 0) & ~saturated & (np.abs(r64) > scale)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(c64 - r64)
+            beyond = (diff > rounding.unit * np.abs(r64) + rounding.tiny / 2) & (diff > scale)
+        changed = finite & ~saturated & ~flushed & beyond
+        for kind, mask in (
+            ("constant_saturated", saturated),
+            ("constant_flushed", flushed),
+            ("constant_changed", changed),
+        ):
+            n = int(np.count_nonzero(mask))
+            if n:
+                a = acc[kind]
+                a[0] += n
+                a[1].append(_summary(r64[mask]))
+                a[2].append(_summary(c64[mask]))
+                a[3] = max(a[3], float(np.abs(r64[mask]).max()))
+    return {kind: (n, _merged(was), _merged(now), absmax) for kind, (n, was, now, absmax) in acc.items()}
+
+
+def _merged(parts: list[dict[str, float]]) -> dict[str, float]:
+    return {"min": min(p["min"] for p in parts), "max": max(p["max"] for p in parts)} if parts else {}
+
+
 def _span(v: dict[str, float]) -> str:
     return f"{v['min']:.6g}" if v["min"] == v["max"] else f"{v['min']:.6g} .. {v['max']:.6g}"
 
@@ -110,6 +184,7 @@ def reference_constant_findings(ref: GraphIndex, cand: GraphIndex, matched: Matc
     matched = matched if matched is not None else Matched()
     found: Found = []
     pairs = _counterparts(ref, cand)
+    todo: list[tuple[str, Any, str, Rounding]] = []
     for name, tensor in cand.constants.items():
         rounding = roundings.get(tensor.data_type)
         if rounding is None or _quantization_only(cand, name):
@@ -118,41 +193,48 @@ def reference_constant_findings(ref: GraphIndex, cand: GraphIndex, matched: Matc
         if ref_name is None:
             matched.unmatched.append(name)
             continue
-        c, r = values_of(tensor), values_of(ref.constants[ref_name])
+        todo.append((name, tensor, ref_name, rounding))
+
+    def judged(item: tuple[str, Any, str, Rounding]) -> dict[str, _Counted] | None | bool:
+        """False: not comparable; None: nothing to report; else the counts by kind. Each pair is read, judged
+        and let go (memory-mapped: the pages leave with the arrays)."""
+        name, tensor, ref_name, rounding = item
+        c, r = cand.values_of(tensor), ref.values_of(ref.constants[ref_name])
         if c is None or r is None or c.shape != r.shape or r.dtype.kind != "f":
+            return False
+        if _rounded_exactly(c, r, rounding):
+            return None  # each value is the reference's rounded to the candidate's type: nothing to report
+        return _classify(c.reshape(-1), r.reshape(-1), rounding)
+
+    # numpy lets go of the GIL on big arrays: two weights at a time keep both cores busy
+    big = sum(int(np.prod(t.dims)) for _, t, _, _ in todo if t.dims) > BLOCK
+    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1) if big else 1) as pool:
+        results = list(pool.map(judged, todo))
+    for (name, tensor, ref_name, rounding), masks in zip(todo, results):
+        if masks is False:
             continue
         matched.compared += 1
-        c64, r64 = c.astype(np.float64).ravel(), r.astype(np.float64).ravel()
-        finite = np.isfinite(r64)
-        # a change matters when it exceeds the rounding of the constant's largest value: clamping a 1e-10
-        # weight to 6e-8 beside weights of 0.5 does not (the underflow lint reports those), a x1.05 does
-        scale = rounding.unit * float(np.abs(r64[finite]).max()) if finite.any() else 0.0
-        saturated = finite & (np.abs(r64) > rounding.max) & (np.abs(c64) >= rounding.max)
-        flushed = finite & (r64 != 0) & (c64 == 0) & ~saturated & (np.abs(r64) > scale)
-        with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.abs(c64 - r64)
-            beyond = (diff > rounding.unit * np.abs(r64) + rounding.tiny / 2) & (diff > scale)
-        changed = finite & ~saturated & ~flushed & beyond
+        if masks is None or masks is True:
+            continue
+        size = int(np.prod(tensor.dims)) if tensor.dims else 1
         uses = sorted(cand.consumers.get(name, []))
         users = [cand.label(i) for i, _ in uses if i >= 0]
         first = uses[0][0] if uses else len(cand.nodes)
         node = cand.label(first) if uses else None
         op = cand.nodes[first].op_type if uses else None
-        for kind, mask, verb in (
-            ("constant_saturated", saturated, "saturated to"),
-            ("constant_flushed", flushed, "flushed to"),
-            ("constant_changed", changed, "changed to"),
+        for kind, verb in (
+            ("constant_saturated", "saturated to"),
+            ("constant_flushed", "flushed to"),
+            ("constant_changed", "changed to"),
         ):
-            n = int(np.count_nonzero(mask))
+            n, was, now, absmax = masks[kind]
             if not n:
                 continue
-            was, now = _summary(r64[mask]), _summary(c64[mask])
-            absmax = float(np.abs(r64[mask]).max())
             shown, became = _span(was), _span(now)
             known_as = f" ('{ref_name}')" if ref_name != name else ""
             message = (
                 f"'{name}' of {op} '{node}' is {shown} in the reference{known_as} and {verb} {became} in "
-                f"{rounding.name} ({n} of {c64.size} values); keep this node in FP32"
+                f"{rounding.name} ({n} of {size} values); keep this node in FP32"
                 + (" or fold the BatchNormalization before converting" if op == "BatchNormalization" else "")
             )
             detail = {

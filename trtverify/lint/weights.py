@@ -17,7 +17,6 @@ from trtverify.lint.ranges import (
     quant_range,
     role,
     stats,
-    values_of,
 )
 from trtverify.onnxgraph import QDQ_OPS, GraphIndex
 
@@ -143,7 +142,7 @@ def initializer_findings(g: GraphIndex, target: str, narrow: dict[str, str] | No
         uses = _weight_uses(g, name)
         if not uses:
             continue  # unused, Q/DQ scales (checked apart), or shape-like inputs
-        arr = values_of(t)
+        arr = g.values_of(t)
         if arr is None:
             unread.append(name)
             continue
@@ -166,7 +165,7 @@ def qdq_param_findings(g: GraphIndex) -> tuple[Found, list[str]]:
             if not name or name in seen or name not in g.constants:
                 continue
             seen.add(name)
-            arr = values_of(g.constants[name])
+            arr = g.values_of(g.constants[name])
             if arr is None:
                 unread.append(name)
                 continue
@@ -238,7 +237,7 @@ def _q_params(g: GraphIndex, qnode: Any) -> _QParams | None:
     import onnx
 
     scale_t = g.constants.get(qnode.input[1]) if len(qnode.input) > 1 else None
-    scale = values_of(scale_t) if scale_t is not None else None
+    scale = g.values_of(scale_t) if scale_t is not None else None
     if scale is None:
         return None
     elem, zp, axis, blocked = onnx.TensorProto.UINT8, np.zeros(1), 1, False  # UINT8: QuantizeLinear's default
@@ -252,7 +251,7 @@ def _q_params(g: GraphIndex, qnode: Any) -> _QParams | None:
     zp_name = qnode.input[2] if len(qnode.input) > 2 else ""
     if zp_name:
         zp_t = g.constants.get(zp_name)
-        zp_arr = values_of(zp_t) if zp_t is not None else None
+        zp_arr = g.values_of(zp_t) if zp_t is not None else None
         if zp_arr is None:
             return None
         elem, zp = zp_t.data_type, np.asarray(zp_arr)
@@ -288,7 +287,7 @@ def quantized_weight_findings(g: GraphIndex) -> Found:
         rng = quant_range(qp.elem_type) if qp is not None else None
         if t.data_type not in floats or qp is None or rng is None or qp.blocked:
             continue
-        w = values_of(t)
+        w = g.values_of(t)
         if w is None or w.size == 0:
             continue  # unreadable constants are reported by the initializer rule
         w = np.asarray(w).astype(np.float32)

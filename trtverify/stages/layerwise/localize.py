@@ -34,8 +34,8 @@ from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written
 from trtverify.stages.layerwise.stream import Outputs, chunks_for, stream, worst_of
 
 KEY_METRICS = ("rel_l2", "cosine", "max_abs", "sqnr", "mean_abs", "max_rel")
-# runs an isolation model (path) whose sample i is feed_for(i)
-BackendFor = Callable[[Path, Callable[[int], dict[str, np.ndarray]]], Backend]
+# runs an isolation model (an onnx.ModelProto over the candidate's weights) whose sample i is feed_for(i)
+BackendFor = Callable[[Any, Callable[[int], dict[str, np.ndarray]]], Backend]
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def isolate(
     """Run candidate node groups on the reference's inputs: {reference tensor: its own error},
     and the tensors that could not be isolated, with why.
 
-    `make_backend(path, feed_for)` runs the generated isolation model: ONNX Runtime for ONNX
+    `make_backend(model, feed_for)` runs the generated isolation model: ONNX Runtime for ONNX
     candidates, or the candidate's own backend when confirming suspects (`feed_for(i)` gives the
     isolation model's inputs of sample i, also its calibration data).
     """
@@ -135,7 +135,7 @@ def isolate(
                     overflowed.add(b)
             return out
 
-        with make_backend(light.save_variant(model), feed_for) as iso:
+        with make_backend(model, feed_for) as iso:
             yield lambda si: iso.infer(feed_for(si))
 
     def progress(done: int, steps: int) -> None:
@@ -283,9 +283,9 @@ def confirm(
     light = LightModel(Path(spec.path), workdir)
     backends = as_written(ctx.loaded.suite.backends)
 
-    def make(path: Path, feed_for: Callable[[int], dict[str, np.ndarray]]) -> Backend:
+    def make(model: Any, feed_for: Callable[[int], dict[str, np.ndarray]]) -> Backend:
         feeds = [feed_for(i) for i in range(len(ev.samples))]  # calibration data for weakly typed INT8 builds
-        return candidate_backend(spec.backend, path, backends, feeds)
+        return candidate_backend(spec.backend, light.save_variant(model), backends, feeds)
 
     suspects = causes[:top]
     only = {rc.tensor for rc in suspects}
@@ -333,12 +333,14 @@ def root_causes(
     if method == "isolate" and backend.capabilities.onnx_graph:
         options = as_written(ctx.loaded.suite.backends).onnxruntime
 
-        def make(path: Path, feed_for: Any) -> Backend:
+        light = backend.graph()
+
+        def make(model: Any, feed_for: Any) -> Backend:
             from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 
-            return OnnxRuntimeBackend(path, options)
+            return OnnxRuntimeBackend(light.runnable(model), options)  # over the candidate's own weight files
 
-        local, not_isolated = isolate(ctx, budget, backend.graph(), make, ev, timings, label)
+        local, not_isolated = isolate(ctx, budget, light, make, ev, timings, label)
         return "isolate", ranked(isolate_ranking(local, ev)), not_isolated
     causes = ranked(amplification_ranking(ev))
     if cfg.confirm_top and causes:

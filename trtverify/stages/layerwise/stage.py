@@ -32,6 +32,7 @@ from trtverify.config.checks import Check
 from trtverify.config.findings import LINT_KINDS
 from trtverify.config.models import Candidate
 from trtverify.config.stages import LayerwiseStage, precision_checks
+from trtverify.lightmodel import LightModel
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
 from trtverify.onnxgraph import GraphIndex
@@ -56,12 +57,13 @@ from trtverify.stages.layerwise.stream import chunks_for, exposing, stream
 HISTOGRAM_SUSPECTS = 3  # root causes that get an error histogram, besides the first divergence
 
 
-def candidate_precision(spec: Candidate, backends: Backends) -> str:
+def candidate_precision(spec: Candidate, backends: Backends, graph: LightModel | None = None) -> str:
     """What a candidate computes in: its `precision`, else what its graph's types and Q/DQ say, mixed parts
-    joined ('int8+fp16'), with the TensorRT precision flags of a weakly typed build added."""
+    joined ('int8+fp16'), with the TensorRT precision flags of a weakly typed build added. `graph`: the
+    candidate's graph as read already (else read from its file)."""
     if spec.precision is not None:
         return spec.precision
-    found = precision_parts(Path(spec.path))
+    found = precision_parts(graph if graph is not None else Path(spec.path))
     options = getattr(backends, spec.backend.replace("-", "_"), None)
     flags = [p for p in getattr(options, "precisions", []) if p in LOOSEST_LAST and p not in found]
     return precision_label(sorted(set(found + flags) - ({"fp32"} if flags else set()), key=LOOSEST_LAST.index,
@@ -381,7 +383,9 @@ def _candidate(
         cand_graph = backend.graph().info if onnx_graph else GraphIndex.from_model(load_onnx(Path(spec.path)))
         resolved = resolve(pair_names(ref.order, cand_names, cfg.rename, cfg.ignore), ref.graph, cand_graph, cfg.rename)
         pairing = resolved.pairing
-        precision = candidate_precision(spec, suite.backends)
+        # the candidate as given (not its emulated twin), read once by the backend, weights left in their files
+        source = getattr(backend, "source_graph", None) if onnx_graph else None
+        precision = candidate_precision(spec, suite.backends, source)
         checks_for, checks_source = _checks_for(cfg, name, precision)
         series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings)
         backend.release()  # its weights are not needed while the isolation model runs
@@ -399,9 +403,9 @@ def _candidate(
         lint = (
             # an ONNX graph run as written: strongly typed, like what TensorRT 11 builds from it
             lint_candidate(
-                Path(spec.path),
+                source if source is not None else Path(spec.path),
                 activation_max=ref.max_abs,
-                reference=Path(suite.models.reference),
+                reference=ref.graph,  # the reference as the reference pass read it
                 strongly_typed=True,
             )
             if onnx_graph
@@ -409,7 +413,7 @@ def _candidate(
         )
         checks += _lint_checks(name, cfg.lint.fail_on, lint)
     reason = "not in the candidate graph" if onnx_graph else "not exposed by the candidate (fused or optimised away)"
-    mix = Counter(node_precisions(Path(spec.path)).values()) if onnx_graph else None
+    mix = Counter(node_precisions(source if source is not None else Path(spec.path)).values()) if onnx_graph else None
     result = LayerwiseCandidate(
         name=name,
         backend=spec.backend,
