@@ -39,6 +39,11 @@ class TensorStore:
             return self._mem[key]
         return np.load(self._files[key], mmap_mode="r", allow_pickle=False)
 
+    def clear(self) -> None:
+        """Let go of every value (the files on disk go with their folder)."""
+        self._mem.clear()
+        self._files.clear()
+
     def __contains__(self, key: tuple[int, str]) -> bool:
         return key in self._mem or key in self._files
 

@@ -62,26 +62,24 @@ class OnnxRuntimeBackend(Backend):
         narrow tensor rounded."""
         import onnx
 
-        if self._given is not None:
-            model = onnx.ModelProto.FromString(self._given.data)
-            self._run = self._given
-            self._inputs, self._outputs = graph_io(model)
-            self._loaded = True
-            return
-        try:
-            load_io(self.model_path)  # a clear error for a file that is missing, not ONNX, cyclic or short
-            light = LightModel(self.model_path)
-        except UsageError as exc:  # unreadable or not ONNX: the model under test is broken
-            raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
-        except ValueError as exc:  # external data outside the model's folder
-            raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
+        if self._given is not None:  # a graph made in memory (a repair candidate, an isolation model)
+            given = onnx.ModelProto.FromString(self._given.data)
+            light = LightModel(self.model_path, model=given, folder=self._given.folder)
+        else:
+            try:
+                load_io(self.model_path)  # a clear error for a file that is missing, not ONNX, cyclic or short
+                light = LightModel(self.model_path)
+            except UsageError as exc:  # unreadable or not ONNX: the model under test is broken
+                raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
+            except ValueError as exc:  # external data outside the model's folder
+                raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
         self.source_graph = light
         kinds = self._emulated_kinds()
         if kinds and holds(light.model, kinds):
             model, self.emulated = emulate(light.model, kinds)
             light = light.derived(model)
         self._light = light
-        self._run = light.runnable()
+        self._run = self._given if self._given is not None and self.emulated is None else light.runnable()
         self._inputs, self._outputs = graph_io(light.model)
         self._loaded = True
 
@@ -170,12 +168,7 @@ class OnnxRuntimeBackend(Backend):
         """The graph that runs (an FP16/BF16 graph's emulated twin), weights left in their files."""
         if not self._loaded:
             self.load()
-        if self._light is None:  # a graph given in memory
-            import onnx
-
-            assert self._given is not None
-            model = onnx.ModelProto.FromString(self._given.data)
-            self._light = LightModel(self.model_path, model=model, folder=self._given.folder)
+        assert self._light is not None
         return self._light
 
     def intermediates(self) -> list[str]:

@@ -103,7 +103,10 @@ def _summary(values: np.ndarray) -> dict[str, float]:
     return {"min": float(values.min()), "max": float(values.max())}
 
 
-BLOCK = 1 << 22  # values compared at a time: the float64 temporaries stay near 100 MB whatever the weight's size
+# values compared at a time: the float64 comparison's temporaries stay near 30 MB whatever the weight's size; the
+# fast path's are 2-byte or 4-byte, and it takes bigger blocks
+BLOCK = 1 << 19
+FAST_BLOCK = 1 << 22
 
 
 def _rounded_exactly(c: np.ndarray, r: np.ndarray, rounding: Rounding) -> bool:
@@ -117,8 +120,8 @@ def _rounded_exactly(c: np.ndarray, r: np.ndarray, rounding: Rounding) -> bool:
     finite_max = float(np.finfo(c.dtype).max)
     rmax = flushed = 0.0
     with np.errstate(over="ignore", invalid="ignore"):
-        for s in range(0, cf.size, BLOCK):
-            cb, rb = cf[s : s + BLOCK], rf[s : s + BLOCK]
+        for s in range(0, cf.size, FAST_BLOCK):
+            cb, rb = cf[s : s + FAST_BLOCK], rf[s : s + FAST_BLOCK]
             top = max(float(rb.max()), -float(rb.min()))  # NaN anywhere: NaN, and the test below fails
             if not top <= finite_max or not np.array_equal(cb.view(bits), rb.astype(c.dtype).view(bits)):
                 return False  # a value beyond the type (rounds to inf), a NaN, or one not plainly rounded
@@ -207,7 +210,7 @@ def reference_constant_findings(ref: GraphIndex, cand: GraphIndex, matched: Matc
         return _classify(c.reshape(-1), r.reshape(-1), rounding)
 
     # numpy lets go of the GIL on big arrays: two weights at a time keep both cores busy
-    big = sum(int(np.prod(t.dims)) for _, t, _, _ in todo if t.dims) > BLOCK
+    big = sum(int(np.prod(t.dims)) for _, t, _, _ in todo if t.dims) > FAST_BLOCK
     with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1) if big else 1) as pool:
         results = list(pool.map(judged, todo))
     for (name, tensor, ref_name, rounding), masks in zip(todo, results):

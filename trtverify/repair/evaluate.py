@@ -18,34 +18,55 @@ from trtverify.compare.pairing import pair_names
 from trtverify.compare.semantic import resolve
 from trtverify.config.backends import Backends
 from trtverify.config.checks import Check, better_of
+from trtverify.lightmodel import GraphBytes
 from trtverify.onnxgraph import GraphIndex
 from trtverify.stages.layerwise.reference import as_written, update_max_abs
+from trtverify.tensorstore import TensorStore
 
 AS_WRITTEN = as_written(Backends()).onnxruntime  # graphs run as written, as in the layerwise stage
 
 
+# reference intermediates kept in memory up to half of this (the layerwise stage's default budget); beyond, on disk
+MEMORY_BUDGET = 2048 << 20
+
+
 @dataclass
 class Reference:
-    """The reference's value tensors for every sample, and its graph."""
+    """The reference's value tensors for every sample (in memory, or on disk when they do not fit half the
+    budget), and its graph. Computed once per search, one sample at a time."""
 
     graph: GraphIndex
     order: list[str]
     outputs: list[str]
-    values: list[dict[str, np.ndarray]]
+    store: TensorStore
     max_abs: dict[str, float]
+    samples: int = 0
 
     @classmethod
-    def run(cls, path: Path, samples: Sequence[dict[str, np.ndarray]]) -> Reference:
+    def run(
+        cls,
+        path: Path,
+        samples: Sequence[dict[str, np.ndarray]],
+        workdir: Path | None = None,
+        budget: int = MEMORY_BUDGET,
+    ) -> Reference:
+        max_abs: dict[str, float] = {}
+        store: TensorStore | None = None
         with OnnxRuntimeBackend(path, AS_WRITTEN) as backend:
             info = backend.graph().info
             order = info.value_tensors()
             backend.expose(order)
-            values = [backend.infer(feed) for feed in samples]
-        max_abs: dict[str, float] = {}
-        for per_sample in values:
-            for name, arr in per_sample.items():
-                update_max_abs(max_abs, name, arr)
-        return cls(info, order, list(info.outputs), values, max_abs)
+            for si, feed in enumerate(samples):
+                out = backend.infer(feed)
+                if store is None:
+                    total = sum(a.nbytes for a in out.values()) * len(samples)
+                    on_disk = workdir is not None and total > budget // 2
+                    store = TensorStore(workdir / "reference" if on_disk and workdir is not None else None)
+                for name, arr in out.items():
+                    store.put(si, name, arr)
+                    update_max_abs(max_abs, name, arr)
+                del out
+        return cls(info, order, list(info.outputs), store or TensorStore(), max_abs, len(samples))
 
 
 @dataclass
@@ -64,15 +85,19 @@ class Evaluation:
 
 def evaluate(
     ref: Reference,
-    candidate: Path,
+    candidate: Path | GraphBytes,
     samples: Sequence[dict[str, np.ndarray]],
     checks: Sequence[Check],
     tensors: str,
     keep: tuple[str, ...],
 ) -> Evaluation:
-    """Run `candidate` with every value tensor exposed; `checks` on the outputs (`tensors='outputs'`) or on
-    every tensor ('all'); any tensor non-finite where the reference is finite fails as well."""
+    """Run `candidate` (a file, or a graph in memory) with every value tensor exposed, one sample at a time, each
+    compared and let go before the next; `checks` on the outputs (`tensors='outputs'`) or on every tensor ('all');
+    any tensor non-finite where the reference is finite fails as well."""
     t0 = time.perf_counter()
+    overflows: dict[str, list[str]] = {}
+    worst: dict[str, dict[str, float]] = {}
+    bad: dict[str, int] = {}
     with OnnxRuntimeBackend(candidate, AS_WRITTEN) as backend:
         cand: Any = backend.graph().info
         names = cand.value_tensors()
@@ -80,30 +105,27 @@ def evaluate(
         pairs = resolved.pairing.pairs
         casts = _narrowing_casts(cand)
         backend.expose([c for _, c in pairs] + [t for pair in casts.items() for t in pair])
-        outs = [backend.infer(feed) for feed in samples]
-    overflows: dict[str, list[str]] = {}
-    for out in outs:
-        for cast, source in casts.items():
-            if cast in out and source in out and _overflowed(out[source], out[cast]):
-                overflows[cast] = [cand.label(i) for i, _ in cand.consumers.get(cast, [])]
-    worst: dict[str, dict[str, float]] = {}
-    bad: dict[str, int] = {}
-    for si, out in enumerate(outs):
-        for r, c in pairs:
-            if c not in out:
-                continue
-            try:
-                cmp = compare(ref.values[si][r], out[c])
-            except CompareError:
-                continue
-            if cmp.nonfinite_mismatch:
-                bad[r] = bad.get(r, 0) + cmp.nonfinite_mismatch
-            w = worst.setdefault(r, {})
-            for k, v in cmp.metrics.items():
-                if v != v:
+        for si, feed in enumerate(samples):
+            out = backend.infer(feed)
+            for cast, source in casts.items():
+                if cast in out and source in out and _overflowed(out[source], out[cast]):
+                    overflows[cast] = [cand.label(i) for i, _ in cand.consumers.get(cast, [])]
+            for r, c in pairs:
+                if c not in out or (si, r) not in ref.store:
                     continue
-                if k not in w or (v > w[k] if better_of(k) == "lower" else v < w[k]):
-                    w[k] = v
+                try:
+                    cmp = compare(ref.store.get(si, r), out[c])
+                except CompareError:
+                    continue
+                if cmp.nonfinite_mismatch:
+                    bad[r] = bad.get(r, 0) + cmp.nonfinite_mismatch
+                w = worst.setdefault(r, {})
+                for k, v in cmp.metrics.items():
+                    if v != v:
+                        continue
+                    if k not in w or (v > w[k] if better_of(k) == "lower" else v < w[k]):
+                        w[k] = v
+            del out
     checked_names = ref.outputs if tensors == "outputs" else [r for r, _ in pairs]
     failed, checked = [], {}
     for t in checked_names:

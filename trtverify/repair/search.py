@@ -32,6 +32,7 @@ from trtverify.convert.int8 import quantize
 from trtverify.convert.islands import keep_fp32 as islands
 from trtverify.convert.islands import lowered_nodes
 from trtverify.errors import UsageError
+from trtverify.lightmodel import GraphBytes
 from trtverify.lint.linter import precision_parts
 from trtverify.lint.reference_constants import reference_constant_findings
 from trtverify.onnxgraph import GraphIndex, elem_types
@@ -103,14 +104,19 @@ class Lowering:
             self.types = elem_types(self.qdq)
         return islands(self.qdq, self.reference, keep, self.types)
 
-    def save(self, keep: Sequence[str]) -> tuple[Path, Any]:
-        import onnx
-
+    def runnable(self, keep: Sequence[str]) -> tuple[GraphBytes, Any]:
+        """The lowered model for `keep`, serialized in memory for ONNX Runtime (no file is written)."""
         self.count += 1
         model = self.model(keep)
-        path = self.workdir / f"candidate{self.count}.onnx"
+        return GraphBytes(model.SerializeToString(), self.workdir, f"candidate{self.count}.onnx"), model
+
+    def save(self, model: Any, name: str) -> Path:
+        """`model` as a file, for a hook that reads one (the suite's e2e gates)."""
+        import onnx
+
+        path = self.workdir / name
         onnx.save(model, str(path))
-        return path, model
+        return path
 
 
 def _labels(model: Any) -> list[str]:
@@ -178,16 +184,16 @@ def search(
     (the suite's e2e gates), asked only where the tensors pass."""
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-") as tmp:
         work = Path(tmp)
-        ref = Reference.run(reference, samples)
+        ref = Reference.run(reference, samples, work)  # the one reference pass of the search
         lowering = Lowering(reference, precision, calibration or samples, work, candidate)
         quantized = set(lowered_nodes(lowering.qdq, lowering.reference)) if lowering.qdq else set(lowering.labels)
         steps: list[Evaluation] = []
 
         def run(keep: Sequence[str]) -> Evaluation:
-            path, _ = lowering.save(keep)
-            ev = evaluate(ref, path, samples, checks, tensors, tuple(keep))
+            graph, model = lowering.runnable(keep)
+            ev = evaluate(ref, graph, samples, checks, tensors, tuple(keep))
             if extra is not None and ev.passed:
-                ev.failed += extra(path)
+                ev.failed += extra(lowering.save(model, graph.name))
                 ev.passed = not ev.failed
             steps.append(ev)
             progress(f"evaluation {len(steps)}: keep {len(keep)} node(s): {'passes' if ev.passed else ev.failed[0]}")

@@ -144,7 +144,11 @@ def isolate(
     local: dict[str, list[dict[str, float]]] = {}
     nonfinite: dict[str, int] = {}
     t0 = time.perf_counter()
-    chunks = chunks_for([g.key for g in groups], sizes, budget)
+    # a chunk's feeds (the reference's values at its boundary, in the candidate's types) and its outputs are both
+    # held while it runs: chunks of half of one sample's compared tensors keep isolation within the memory the
+    # comparison pass needed, instead of adding to its peak
+    half = max(sum(sizes.values()) // 2, 1)
+    chunks = chunks_for([g.key for g in groups], sizes, min(budget, 3 * half))
     for _chunk, si, outs in stream(chunks, len(samples), open_chunk, progress):
         for iso_name, cand_name in out_map.items():
             rname = cand_to_ref.get(cand_name, cand_name)

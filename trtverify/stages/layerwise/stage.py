@@ -363,6 +363,7 @@ def _candidate(
     samples: list[dict[str, np.ndarray]],
     workdir: Path,
     timings: dict[str, float],
+    last: bool = False,
 ) -> tuple[LayerwiseCandidate, list[CheckResult]]:
     suite = ctx.loaded.suite
     spec = suite.models.candidates[name]
@@ -400,6 +401,8 @@ def _candidate(
             ctx, cfg.root_cause_method, backend, spec, ev, workdir, timings, name
         )
         causes = [rc.model_copy(update={"rank": i + 1}) for i, rc in enumerate(causes)][: cfg.root_causes]
+        if last:  # no candidate needs the reference's values any more: the lint runs without them in memory
+            ref.store.clear()
         lint = (
             # an ONNX graph run as written: strongly typed, like what TensorRT 11 builds from it
             lint_candidate(
@@ -475,8 +478,8 @@ def run(ctx: StageContext) -> LayerwiseResult:
             chunks=ref.chunks,
             store="disk (memory-mapped)" if ref.store.on_disk else "memory",
         )
-        for n in names:
-            cand, cand_checks = _candidate(ctx, cfg, n, ref, samples, workdir, timings)
+        for i, n in enumerate(names):
+            cand, cand_checks = _candidate(ctx, cfg, n, ref, samples, workdir, timings, last=i == len(names) - 1)
             candidates.append(cand)
             checks += cand_checks
     return LayerwiseResult(
