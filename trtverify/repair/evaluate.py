@@ -49,7 +49,10 @@ class Reference:
         samples: Sequence[dict[str, np.ndarray]],
         workdir: Path | None = None,
         budget: int = MEMORY_BUDGET,
+        search_rows: int | None = None,
     ) -> Reference:
+        """`search_rows`: the activation ranges (`max_abs`) come from the first rows only (the search's; the rest
+        are held out for the verification)."""
         max_abs: dict[str, float] = {}
         store: TensorStore | None = None
         with OnnxRuntimeBackend(path, AS_WRITTEN) as backend:
@@ -64,7 +67,8 @@ class Reference:
                     store = TensorStore(workdir / "reference" if on_disk and workdir is not None else None)
                 for name, arr in out.items():
                     store.put(si, name, arr)
-                    update_max_abs(max_abs, name, arr)
+                    if search_rows is None or si < search_rows:
+                        update_max_abs(max_abs, name, arr)
                 del out
         return cls(info, order, list(info.outputs), store or TensorStore(), max_abs, len(samples))
 
@@ -90,10 +94,11 @@ def evaluate(
     checks: Sequence[Check],
     tensors: str,
     keep: tuple[str, ...],
+    first: int = 0,
 ) -> Evaluation:
     """Run `candidate` (a file, or a graph in memory) with every value tensor exposed, one sample at a time, each
     compared and let go before the next; `checks` on the outputs (`tensors='outputs'`) or on every tensor ('all');
-    any tensor non-finite where the reference is finite fails as well."""
+    any tensor non-finite where the reference is finite fails as well. Sample i is the reference's row first + i."""
     t0 = time.perf_counter()
     overflows: dict[str, list[str]] = {}
     worst: dict[str, dict[str, float]] = {}
@@ -105,7 +110,7 @@ def evaluate(
         pairs = resolved.pairing.pairs
         casts = _narrowing_casts(cand)
         backend.expose([c for _, c in pairs] + [t for pair in casts.items() for t in pair])
-        for si, feed in enumerate(samples):
+        for si, feed in enumerate(samples, start=first):
             out = backend.infer(feed)
             for cast, source in casts.items():
                 if cast in out and source in out and _overflowed(out[source], out[cast]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,9 +35,36 @@ def repair(
 ) -> RepairRecord:
     """Search on `samples`; the repaired model is then verified on `holdout` (rows the search never saw) when
     there are any."""
-    import onnx
 
     t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="trtverify-repair-ref-") as tmp:
+        return _repair(reference, precision, samples, checks, out, tensors, calibration, candidate,
+                       max_evaluations, progress, extra, target, holdout, t0, Path(tmp))  # fmt: skip
+
+
+def _repair(
+    reference: Path,
+    precision: str,
+    samples: Sequence[dict[str, np.ndarray]],
+    checks: Sequence[Check],
+    out: Path,
+    tensors: str,
+    calibration: Sequence[dict[str, np.ndarray]],
+    candidate: Path | None,
+    max_evaluations: int,
+    progress: Progress,
+    extra: Callable[[Path], list[str]] | None,
+    target: list[str] | None,
+    holdout: Sequence[dict[str, np.ndarray]],
+    t0: float,
+    work: Path,
+) -> RepairRecord:
+    import onnx
+
+    # one reference pass for the search's rows and the held-out ones (their activation ranges stay unseen by the
+    # search); on disk when all of it does not fit half the memory budget
+    progress(f"reference: {len(samples) + len(holdout)} row(s)")
+    ref = Reference.run(reference, [*samples, *holdout], work, search_rows=len(samples))
     result = search(
         reference,
         precision,
@@ -48,6 +76,7 @@ def repair(
         max_evaluations=max_evaluations,
         progress=progress,
         extra=extra,
+        reference_pass=ref,
     )
     seconds = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
@@ -63,7 +92,7 @@ def repair(
     verified = None
     if holdout:
         progress(f"verifying the repaired model on {len(holdout)} held-out row(s)")
-        verified = evaluate(Reference.run(reference, holdout), repaired, holdout, checks, tensors, tuple(result.keep))
+        verified = evaluate(ref, repaired, holdout, checks, tensors, tuple(result.keep), first=len(samples))
         if extra is not None and verified.passed:  # the e2e gates are the validation set's: same on every row split
             verified.failed += extra(repaired)
             verified.passed = not verified.failed

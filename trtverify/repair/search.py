@@ -176,6 +176,7 @@ def search(
     max_evaluations: int = 50,
     progress: Progress = lambda _: None,
     extra: Callable[[Path], list[str]] | None = None,
+    reference_pass: Reference | None = None,
 ) -> Search:
     """Find a 1-minimal FP32 keep-list for `reference` lowered to `precision` (fp16 or int8).
 
@@ -184,7 +185,8 @@ def search(
     (the suite's e2e gates), asked only where the tensors pass."""
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-") as tmp:
         work = Path(tmp)
-        ref = Reference.run(reference, samples, work)  # the one reference pass of the search
+        # the one reference pass of the search (given: made with the held-out rows after the search's)
+        ref = reference_pass if reference_pass is not None else Reference.run(reference, samples, work)
         lowering = Lowering(reference, precision, calibration or samples, work, candidate)
         quantized = set(lowered_nodes(lowering.qdq, lowering.reference)) if lowering.qdq else set(lowering.labels)
         steps: list[Evaluation] = []
