@@ -27,6 +27,7 @@ from trtverify.compare.metrics import CompareError, compare
 from trtverify.config.checks import Check
 from trtverify.config.models import Candidate
 from trtverify.lightmodel import LightModel
+from trtverify.onnxgraph import GraphIndex
 from trtverify.stages.base import StageContext, timed
 from trtverify.stages.layerwise.isolation import build_isolation_model, isolation_groups
 from trtverify.stages.layerwise.models import RootCause, Row
@@ -103,6 +104,9 @@ def isolate(
     groups, skipped = isolation_groups(cand_info, known, wanted)
     declared = _graph_dtypes(light)
     sizes = {g.key: sum(ref.nbytes.get(cand_to_ref.get(o, o), 0) for o in g.outputs) for g in groups}
+    # a group also holds the weights its nodes compute from constants when it runs (an emulated FP16 weight
+    # widened to FP32 by a Cast): counted too, so that a chunk of groups never holds more of them than fits
+    computed = {g.key: _computed_weight_bytes(cand_info, g) for g in groups}
     by_key = {g.key: g for g in groups}
     out_map: dict[str, str] = {}  # of the open chunk: isolated output -> candidate tensor
     overflowed: set[str] = set()  # boundary tensors whose reference values are not finite in the candidate's type
@@ -148,7 +152,8 @@ def isolate(
     # held while it runs: chunks of half of one sample's compared tensors keep isolation within the memory the
     # comparison pass needed, instead of adding to its peak
     half = max(sum(sizes.values()) // 2, 1)
-    chunks = chunks_for([g.key for g in groups], sizes, min(budget, 3 * half))
+    limit = min(budget, 3 * max(half, max(computed.values(), default=0)))
+    chunks = chunks_for([g.key for g in groups], {k: sizes[k] + computed[k] for k in sizes}, limit)
     for _chunk, si, outs in stream(chunks, len(samples), open_chunk, progress):
         for iso_name, cand_name in out_map.items():
             rname = cand_to_ref.get(cand_name, cand_name)
@@ -169,6 +174,17 @@ def isolate(
         )
         out[rname] = Local(worst, nonfinite[rname], inputs)
     return out, skipped
+
+
+def _computed_weight_bytes(g: GraphIndex, group: Any) -> int:
+    """Bytes of the values a group's Cast nodes make from constants when it runs (FP32: 4 bytes a value)."""
+    total = 0
+    for i in group.nodes:
+        node = g.nodes[i]
+        if node.op_type == "Cast" and node.input and node.input[0] in g.constants:
+            dims = g.constants[node.input[0]].dims
+            total += 4 * int(np.prod(dims)) if dims else 4
+    return total
 
 
 def _overflows(value: np.ndarray, cast: np.ndarray) -> bool:
