@@ -31,6 +31,14 @@ def audit(paths: tuple[Path, ...], as_json: bool) -> None:
     total = f"{a.total_ms:.3f} ms" if a.total_ms is not None else "no profile"
     mix = ", ".join(f"{k} {v}" for k, v in a.precisions.items())
     click.echo(f"{a.layers} engine layers ({mix}); {a.reformat_layers} reformat layers; total {total}")
+    if a.io_tensors:
+        shown = [
+            f"{t.name} ({', '.join(str(x) for x in (t.mode, t.dtype, t.dimensions) if x is not None)})"
+            if t.mode or t.dtype or t.dimensions
+            else t.name
+            for t in a.io_tensors
+        ]
+        click.echo(f"I/O tensors ({a.inspector} inspector): " + "; ".join(shown))
     perf = a.performance
     if perf is not None:
         lat = perf.stats.get("latency", {})

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.engine.exports import TIMES_NAMES, EngineLayer, load_json, peek_json, read_engine
+from trtverify.engine.exports import TIMES_NAMES, EngineIO, EngineLayer, io_format, load_json, peek_json, read_engine
 from trtverify.engine.tables import console_layers
 from trtverify.errors import UsageError
 from trtverify.record import Record
@@ -48,6 +48,25 @@ class EngineFinding(Record):
     message: str
 
 
+class ProfileShapes(Record):
+    min: list[int] | None
+    opt: list[int] | None
+    max: list[int] | None
+    format: str | None = Field(description="the tensor's format in this profile, as written")
+
+
+class IOTensor(Record):
+    """An input or output of the engine, as the inspector lists it (TensorRT <= 10: the name alone)."""
+
+    name: str
+    mode: str | None = Field(description="Input or Output (TensorRT 11's IOMode)")
+    dtype: str | None = Field(description="its type as written (Float, Half, Int8, ...)")
+    dimensions: list[int] | None = Field(description="-1 for a dimension the profiles set")
+    location: str | None = Field(description="Device or Host")
+    shape_inference_io: bool | None
+    profiles: list[ProfileShapes] = Field(description="min/opt/max shapes per optimisation profile")
+
+
 class Audit(Record):
     """One engine (`--json`: these keys are stable; schema: `trtverify schema --engine`)."""
 
@@ -58,6 +77,12 @@ class Audit(Record):
     rows: list[EngineRow]
     findings: list[EngineFinding]
     performance: PerfSummary | None = Field(default=None, description="trtexec's performance summary (a log given)")
+    inspector: str | None = Field(
+        default=None,
+        description="the IEngineInspector generation that wrote the layer file: 'TensorRT 11' (I/O Tensors, split "
+        "Format and Datatype) or 'TensorRT <= 10' (Bindings, Format/Datatype); null: neither list in the file",
+    )
+    io_tensors: list[IOTensor] = Field(default_factory=list, description="the engine's inputs and outputs")
     files: dict[str, Any] = Field(description="what was read")
 
 
@@ -124,7 +149,7 @@ def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFindi
         layer.name
         for layer in hp
         if any("Add" in n for n in layer.onnx_nodes)
-        and str(_first_io(layer.raw, "Outputs").get("Format/Datatype", "")).lower().find("int8") < 0
+        and io_format(_first_io(layer.raw, "Outputs")).lower().find("int8") < 0
     ]
     if mixed_out:
         out.append(
@@ -257,7 +282,22 @@ def audit_layers(layers: list[EngineLayer], files: dict[str, Any], performance: 
     """The audit of layers already read (engine diff audits both builds from what it read)."""
     rows, total = _rows(layers)
     precisions = Counter(layer.precision or "unknown" for layer in layers)
+    files = dict(files)
+    io: list[EngineIO] = files.pop("io_tensors", None) or []
     return Audit(
+        inspector=files.pop("inspector", None),
+        io_tensors=[
+            IOTensor(
+                name=t.name,
+                mode=t.mode,
+                dtype=t.dtype,
+                dimensions=t.dimensions,
+                location=t.location,
+                shape_inference_io=t.shape_inference_io,
+                profiles=[ProfileShapes(**p) for p in t.profiles],
+            )
+            for t in io
+        ],
         layers=len(layers),
         reformat_layers=sum(1 for layer in layers if layer.reformat),
         total_ms=total,

@@ -151,6 +151,7 @@ def _structure(a: Audit, b: Audit, rows: list[DiffRow], timed: bool) -> list[Eng
     if a.precisions != b.precisions:
         out.append(EngineFinding(kind="precision_mix", severity="info", layers=[],
                                  message=f"precision mix {a.precisions} -> {b.precisions}"))  # fmt: skip
+    out += _io_changes(a, b)
     for r in rows[:RANKED] if timed else []:
         if abs(r.delta_ms) > 0:
             what = ", ".join(r.onnx_nodes[:4]) + (" ..." if len(r.onnx_nodes) > 4 else "")
@@ -164,3 +165,27 @@ def _structure(a: Audit, b: Audit, rows: list[DiffRow], timed: bool) -> list[Eng
                 )
             )
     return out
+
+
+def _io_changes(a: Audit, b: Audit) -> list[EngineFinding]:
+    """Inputs and outputs whose type or shape differs between the builds, where both exports say (TensorRT 11's
+    `I/O Tensors`; TensorRT <= 10 lists names only), and tensors only one build has."""
+    ia, ib = {t.name: t for t in a.io_tensors}, {t.name: t for t in b.io_tensors}
+    if not ia or not ib:
+        return []
+    changes, names = [], []
+    for name in [*ia, *(n for n in ib if n not in ia)]:
+        ta, tb = ia.get(name), ib.get(name)
+        if ta is None or tb is None:
+            changes.append(f"{name}: only in {'B' if ta is None else 'A'}")
+            names.append(name)
+            continue
+        for what in ("dtype", "dimensions"):
+            va, vb = getattr(ta, what), getattr(tb, what)
+            if va is not None and vb is not None and va != vb:
+                changes.append(f"{name}: {va} -> {vb}")
+                names.append(name)
+    if not changes:
+        return []
+    return [EngineFinding(kind="io_changed", severity="medium", layers=list(dict.fromkeys(names)),
+                          message="engine inputs/outputs changed: " + "; ".join(changes))]  # fmt: skip

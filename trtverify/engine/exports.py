@@ -19,8 +19,9 @@ from typing import Any
 
 from trtverify.errors import UsageError
 
-TYPES = (("int4", "INT4"), ("fp8", "FP8"), ("int8", "INT8"), ("bf16", "BF16"), ("fp16", "FP16"), ("half", "FP16"),
-         ("int32", "INT32"), ("int64", "INT64"), ("bool", "BOOL"), ("fp32", "FP32"), ("float", "FP32"))  # fmt: skip
+TYPES = (("int4", "INT4"), ("fp8", "FP8"), ("e4m3", "FP8"), ("int8", "INT8"), ("bf16", "BF16"), ("bfloat", "BF16"),
+         ("fp16", "FP16"), ("half", "FP16"), ("int32", "INT32"), ("int64", "INT64"), ("bool", "BOOL"), ("fp32", "FP32"),
+         ("float", "FP32"))  # fmt: skip
 NARROW_FIRST = ("INT4", "FP8", "INT8", "BF16", "FP16", "FP32", "INT32", "INT64", "BOOL")
 REFORMAT_OF = re.compile(r"^Reformatting CopyNode for (?:Input|Output) Tensor \d+ to (.+)$")
 ONNX_META = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
@@ -45,11 +46,29 @@ def type_of(fmt: str) -> str | None:
     return next((name for key, name in TYPES if key in low), None)
 
 
+def io_type(tensor: dict[str, Any]) -> str | None:
+    """The type of a layer's input or output record: TensorRT <= 10 writes one 'Format/Datatype' description ('Row
+    major linear FP16 format'); TensorRT 11 splits it into 'Format' and 'Datatype' (the migration guide writes
+    'DataType'), the type then read from 'Datatype' first."""
+    if "Format/Datatype" in tensor:
+        return type_of(str(tensor["Format/Datatype"]))
+    dtype = tensor.get("Datatype", tensor.get("DataType"))
+    return type_of(str(dtype)) if dtype is not None else type_of(str(tensor.get("Format", "")))
+
+
+def io_format(tensor: dict[str, Any]) -> str:
+    """A layer input's or output's type and format as one text, whichever generation wrote it."""
+    if "Format/Datatype" in tensor:
+        return str(tensor["Format/Datatype"])
+    parts = (tensor.get("Datatype", tensor.get("DataType")), tensor.get("Format"))
+    return " ".join(str(p) for p in parts if p is not None)
+
+
 def _precision(layer: dict[str, Any]) -> str | None:
     weights = (layer.get("Weights") or {}).get("Type")
     if weights:
         return type_of(str(weights))
-    found = [type_of(str(o.get("Format/Datatype", ""))) for o in layer.get("Outputs", [])]
+    found = [io_type(o) for o in layer.get("Outputs", []) if isinstance(o, dict)]
     found = [f for f in found if f]
     return min(found, key=NARROW_FIRST.index) if found else None
 
@@ -104,6 +123,73 @@ def read_layer_info(path: Path, data: Any = None) -> list[EngineLayer]:
     return out
 
 
+@dataclass
+class EngineIO:
+    """One input or output of the engine, from the inspector's `I/O Tensors` (TensorRT 11) or `Bindings` (<= 10,
+    names only)."""
+
+    name: str
+    mode: str | None = None  # Input / Output
+    dtype: str | None = None  # as written: Float, Half, Int8, ...
+    dimensions: list[int] | None = None
+    location: str | None = None  # Device / Host
+    shape_inference_io: bool | None = None
+    profiles: list[dict[str, Any]] = field(default_factory=list)  # per optimisation profile: min, opt, max, format
+
+
+def _dims(value: Any, where: str) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+        raise UsageError(f"{where}: expected a list of integers, got {value!r}")
+    return list(value)
+
+
+def read_io(path: Path, data: Any) -> tuple[list[EngineIO], str | None]:
+    """(the engine's inputs and outputs, the inspector generation that wrote them: 'TensorRT 11' for `I/O
+    Tensors`, 'TensorRT <= 10' for `Bindings`, None where the file has neither)."""
+    if not isinstance(data, dict):
+        return [], None
+    if "I/O Tensors" in data:
+        items = data["I/O Tensors"]
+        if not isinstance(items, list):
+            raise UsageError(f"{path}: 'I/O Tensors' must be a list of tensor records")
+        out = []
+        for i, t in enumerate(items):
+            where = f"{path}: I/O Tensors[{i}]"
+            if not isinstance(t, dict) or not isinstance(t.get("Name"), str):
+                raise UsageError(f"{where}: not a tensor record with a Name")
+            profiles = []
+            for j, p in enumerate(t.get("ProfileInfo") or []):
+                if not isinstance(p, dict):
+                    raise UsageError(f"{where}.ProfileInfo[{j}]: not a profile record")
+                profiles.append({
+                    "min": _dims(p.get("MinShape"), f"{where}.ProfileInfo[{j}].MinShape"),
+                    "opt": _dims(p.get("OptShape"), f"{where}.ProfileInfo[{j}].OptShape"),
+                    "max": _dims(p.get("MaxShape"), f"{where}.ProfileInfo[{j}].MaxShape"),
+                    "format": str(p["Format"]) if p.get("Format") is not None else None,
+                })  # fmt: skip
+            shape_io = t.get("IsShapeInferenceIO")
+            out.append(
+                EngineIO(
+                    name=t["Name"],
+                    mode=str(t["IOMode"]) if t.get("IOMode") is not None else None,
+                    dtype=str(t.get("DataType", t.get("Datatype"))) if t.get("DataType", t.get("Datatype")) else None,
+                    dimensions=_dims(t.get("Dimensions"), f"{where}.Dimensions"),
+                    location=str(t["Location"]) if t.get("Location") is not None else None,
+                    shape_inference_io=shape_io if isinstance(shape_io, bool) else None,
+                    profiles=profiles,
+                )
+            )
+        return out, "TensorRT 11"
+    if "Bindings" in data:
+        names = data["Bindings"]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise UsageError(f"{path}: 'Bindings' must be a list of tensor names")
+        return [EngineIO(name=n) for n in names], "TensorRT <= 10"
+    return [], None
+
+
 def read_profile(path: Path, data: Any = None) -> dict[str, float]:
     """Layer name -> average ms of a `--exportProfile` file ([{count}, {name, averageMs, ...}, ...]); `data`: its
     JSON, when already parsed."""
@@ -145,12 +231,15 @@ def read_engine(paths: list[Path], allow_none: bool = False) -> tuple[list[Engin
         raise UsageError(f"need exactly one --exportLayerInfo file per engine (found: {found})")
     if not info:
         return [], {"layer_info": None, "profile": None, "build": {}}
-    layers = read_layer_info(info[0], parsed.get(info[0]))
+    data = parsed[info[0]] if info[0] in parsed else parsed.setdefault(info[0], load_json(info[0]))
+    layers = read_layer_info(info[0], data)
+    io, inspector = read_io(info[0], data)
     times = read_profile(prof[0], parsed.get(prof[0])) if prof else {}
     for layer in layers:
         layer.avg_ms = times.get(layer.name)
     meta = next((load_json(f) for f in files if f.name.endswith("build.metadata.json")), {})
-    return layers, {"layer_info": str(info[0]), "profile": str(prof[0]) if prof else None, "build": meta}
+    read = {"layer_info": str(info[0]), "profile": str(prof[0]) if prof else None, "build": meta}
+    return layers, {**read, "inspector": inspector, "io_tensors": io}
 
 
 def peek_json(path: Path) -> Any:
