@@ -20,7 +20,10 @@ from hypothesis import strategies as st
 
 from trtverify.buildlog.lines import split_records
 from trtverify.buildlog.parser import parse, parse_file
-from trtverify.buildlog.polygraphy import RULES, rule_polygraphy_compare, rule_polygraphy_debug
+from trtverify.buildlog.polygraphy import RULES as COMPARE_RULES
+from trtverify.buildlog.polygraphy import rule_polygraphy_compare
+from trtverify.buildlog.polygraphy_debug import RULES as DEBUG_RULES
+from trtverify.buildlog.polygraphy_debug import rule_polygraphy_debug
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "logcorpus"
 DEV = sorted(
@@ -73,7 +76,10 @@ def test_002_fail_old_format() -> None:
     """a/002_polygraphy_compare_fail_oldformat_tensorrtdemos315.log: 016_convolutional FAILED on line 8 (no
     output name on the verdict line); 023_convolutional compared on line 9, no verdict."""
     got = _findings(parse_file(_dev("002_polygraphy_compare_fail")))
-    assert set(got) == {"polygraphy_compare_failed"}
+    assert set(got) == {"polygraphy_compare_failed", "polygraphy_compare_no_verdict"}
+    cut = got["polygraphy_compare_no_verdict"]  # its numbers reported; the paste ends before its verdict
+    assert (cut.severity, cut.lines, cut.layers) == ("info", (9,), ("023_convolutional",))
+    assert cut.detail["verdict"] == "not in the log" and cut.detail["required"]["atol"] == 0.095589
     f = got["polygraphy_compare_failed"]
     assert (f.severity, f.count, f.lines, f.layers) == ("high", 1, (8,), ("016_convolutional",))
     d = f.detail
@@ -473,7 +479,7 @@ def test_findings_survive_json() -> None:
 
 def _run(text: str) -> None:
     records = split_records(text)
-    for rule in RULES:
+    for rule in COMPARE_RULES + DEBUG_RULES:
         for hit in rule(records):
             assert hit.line >= 1 and hit.kind.startswith("polygraphy_")
     parse(text)

@@ -228,6 +228,18 @@ _BUILD_TIME = [
 _ELAPSED = re.compile(r"Build TRT engine elapsed time:\s*(?:(?P<h>\d+):)?(?P<m>\d+):(?P<s>\d+(?:\.\d+)?)")
 
 
+_TACTIC_TIME = re.compile(r"Formats and tactics? selection completed in " + _NUM + r"\s*(?:seconds|secs|s)\b", re.I)
+
+
+def rule_tactic_selection_time(records: list[LogRecord]) -> Iterator[Hit]:
+    """Where a build spent its time: TensorRT's `Formats and tactics selection completed in N seconds.`, beside the
+    build's total (`build_time`)."""
+    for r in records:
+        m = _TACTIC_TIME.search(r.text.split("\n", 1)[0])
+        if m:
+            yield Hit("tactic_selection_time", "performance", "info", _msg(r), r.first, (), {"seconds": float(m["n"])})
+
+
 def rule_build_time(records: list[LogRecord]) -> Iterator[Hit]:
     for r in records:
         text = r.text.split("\n", 1)[0].strip()
@@ -284,10 +296,21 @@ def rule_calibration_cache_contents(records: list[LogRecord]) -> Iterator[Hit]:
                 "calibrator": head.group("cal") if head else None,
                 "tensors": len(entries),
             }
+            msg = f"calibration cache with {len(entries)} tensor scales" + (f" ({head.group(0)})" if head else "")
+            extremes: tuple[str, ...] = ()
             if entries:
                 d["first"] = [entries[0][0], _scale(entries[0][1])]
-            msg = f"calibration cache with {len(entries)} tensor scales" + (f" ({head.group(0)})" if head else "")
-            yield Hit("calibration_cache_contents", "calibration", "info", msg, r.first, (), d)
+                # the tensors with the extreme scales: a huge scale (a wide range, coarse INT8 steps) or a tiny one
+                # (a range calibration barely saw) is where INT8 loses accuracy first
+                scaled = sorted(((_scale(h), n) for n, h in entries if _SCALE_HEX.match(h.zfill(8))), reverse=True)
+                if scaled:
+                    d["largest"] = [[n, v] for v, n in scaled[:3]]
+                    d["smallest"] = [[n, v] for v, n in scaled[::-1][:3]]
+                    (top, top_name), (low, low_name) = scaled[0], scaled[-1]
+                    msg += f"; largest {top:.4g} ({top_name}), smallest {low:.4g} ({low_name})"
+                    extremes = tuple(dict.fromkeys([top_name, low_name]))
+            last = records[j - 1].last if j > i else r.last
+            yield Hit("calibration_cache_contents", "calibration", "info", msg, r.first, extremes, d, last=last)
             i = max(j, i + 1)
         else:
             i += 1
@@ -381,6 +404,7 @@ RULES: tuple[Rule, ...] = (
     rule_strongly_typed_usage,
     rule_weak_typing_deprecated,
     rule_build_time,
+    rule_tactic_selection_time,
     rule_calibration_cache_contents,
     rule_tftrt_native_segment,
     rule_ort_trt_ep_unsupported,

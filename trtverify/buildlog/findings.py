@@ -16,7 +16,7 @@ from pydantic import Field
 
 from trtverify.buildlog.layers import EngineLayer
 from trtverify.buildlog.lines import LogRecord
-from trtverify.config.findings import SEVERITY_RANK, Severity
+from trtverify.config.findings import Severity
 from trtverify.record import Record
 
 
@@ -43,6 +43,7 @@ class Hit:
     layers: tuple[str, ...] = ()
     detail: dict[str, Any] = field(default_factory=dict)
     key: str = ""  # fold key; defaults to the kind
+    last: int | None = None  # the last line it read, where it read more than one (a pasted cache, a table)
 
 
 Rule = Callable[[list[LogRecord]], Iterator[Hit]]
@@ -99,7 +100,9 @@ rule_dla_fallback = _simple(
     r"(?:DLA is enabled but layer (?P<layer>.+?) is not (?:supported|running) on DLA,? falling back to GPU"
     r"|Layer '(?P<q>.+?)' \([A-Z_0-9]+\):? (?:Unsupported on DLA|is not supported on DLA)"
     r"|Validation failed for DLA layer:? (?P<v>.+?)\.? Switching to GPU fallback"
-    r"|DLA only supports \w+(?: and \w+)* precision type\. Switching (?P<p>.+?) device type to GPU)",
+    r"|DLA only supports \w+(?: and \w+)* precision type\. Switching (?P<p>.+?) device type to GPU"
+    # any stated reason, then the switch: `DLA supports only 8 subgraphs per DLA core. Switching to GPU for layer X`
+    r"|\S[^\n]*?\.\s*Switching to GPU(?: fallback)? for (?:layer:? )?'?(?P<sw>[^\s',]+))",
     "layer",
 )
 rule_dla_unsupported = _simple(
@@ -454,46 +457,3 @@ RULES: tuple[Rule, ...] = (
     rule_library_mismatch,
     rule_fp16_weights,
 )
-
-
-def fold(hits: list[Hit]) -> list[Finding]:
-    groups: dict[str, list[Hit]] = {}
-    for h in hits:
-        groups.setdefault(h.key or h.kind, []).append(h)
-    out = []
-    for group in groups.values():
-        group.sort(key=lambda h: h.line)
-        first = group[0]
-        layers: list[str] = []
-        for h in group:
-            layers.extend(x for x in h.layers if x not in layers)
-        detail = dict(first.detail)
-        if len(group) > 1:
-            detail["occurrences"] = [dict(h.detail, line=h.line) for h in group] if any(h.detail for h in group) else []
-            if not detail["occurrences"]:
-                del detail["occurrences"]
-        out.append(
-            Finding(
-                kind=first.kind,
-                category=first.category,
-                severity=max((h.severity for h in group), key=lambda s: -SEVERITY_RANK[s]),
-                message=first.message,
-                lines=tuple(h.line for h in group),
-                layers=tuple(layers),
-                count=len(group),
-                detail=detail,
-            )
-        )
-    out.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.lines[0], f.kind))
-    return out
-
-
-def collect(
-    records: list[LogRecord],
-    extra: list[Hit] = (),
-    rules: Sequence[Rule] = RULES,  # type: ignore[assignment]
-) -> list[Finding]:
-    hits: list[Hit] = list(extra)
-    for rule in rules:
-        hits.extend(rule(records))
-    return fold(hits)

@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.buildlog import families, performance, polygraphy
-from trtverify.buildlog.findings import RULES, Finding, collect, precision_fallback
+from trtverify.buildlog import families, floor, performance, polygraphy, polygraphy_debug
+from trtverify.buildlog.findings import RULES, Finding, precision_fallback
+from trtverify.buildlog.folding import fold, gather
 from trtverify.buildlog.layers import EngineLayer, layer_table
 from trtverify.buildlog.lines import LogRecord, split_records
 from trtverify.errors import UsageError
@@ -118,17 +119,20 @@ class BuildLog(Record):
 def parse(text: str) -> BuildLog:
     records = split_records(text)
     dialects: dict[str, int] = {}
-    unknown = 0
     for r in records:
-        if r.dialect == "unknown":
-            if not _KNOWN_BARE.match(r.text):
-                unknown += 1
-        elif r.dialect not in ("blank", "elision"):
+        if r.dialect not in ("unknown", "blank", "elision"):
             dialects[r.dialect] = dialects.get(r.dialect, 0) + 1
     options = find_options(records)
     layers = layer_table(records)
     extra = precision_fallback(layers, _requested_precision(options)) + performance.hits(text)
-    findings = collect(records, extra, RULES + polygraphy.RULES + families.RULES)
+    hits = gather(records, extra, RULES + polygraphy.RULES + polygraphy_debug.RULES + families.RULES)
+    covered = {h.line for h in hits}
+    hits += floor.hits(records, covered)  # every error and warning reported
+    findings = fold(hits)
+    read = {x for h in hits for x in range(h.line, (h.last or h.line) + 1)}  # lines that feed a finding
+    unknown = sum(
+        1 for r in records if r.dialect == "unknown" and not _KNOWN_BARE.match(r.text) and r.first not in read
+    )
     rtx = "rtx" in dialects or any("TensorRT-RTX" in r.text or "tensorrt_rtx" in r.text for r in records)
     return BuildLog(
         product="TensorRT-RTX" if rtx else "TensorRT",

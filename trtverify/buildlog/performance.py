@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from trtverify.buildlog.findings import Hit
-from trtverify.toolout.perfsummary import parse_perf_summary
+from trtverify.toolout.perfsummary import perf_summaries
 from trtverify.toolout.tables import parse_layer_listings, parse_profile_tables
 
 SUMMARY_LINE = re.compile(
@@ -45,16 +45,24 @@ def _table_line(lines: list[str], header: int) -> int:
 def hits(text: str) -> list[Hit]:
     lines = text.split("\n")
     out: list[Hit] = []
-    perf = parse_perf_summary(text)
-    if perf is not None:
+    summaries = perf_summaries(text)
+    for start, perf in summaries:
         lat = perf.stats.get("latency") or perf.stats.get("gpu_compute") or {}
         parts = [f"throughput {perf.throughput_qps:g} qps" if perf.throughput_qps is not None else ""]
         parts += [f"latency mean {lat['mean']:g} ms" if "mean" in lat else ""]
         parts += [f"median {lat['median']:g} ms" if "median" in lat else ""]
         parts += [f"p99 {lat['p99']:g} ms" if "p99" in lat else ""]
         message = "performance summary: " + (", ".join(p for p in parts if p) or "no figures")
-        out.append(Hit("performance_summary", "performance", "info", message, _summary_line(lines), (),
-                       perf.dump()))  # fmt: skip
+        if len(summaries) > 1:  # a log comparing runs: each summary a finding of its own, in order
+            message = (
+                f"performance summary {summaries.index((start, perf)) + 1} of {len(summaries)}: "
+                + (message.split(": ", 1)[1])
+            )
+            out.append(Hit("performance_summary", "performance", "info", message, start, (), perf.dump(),
+                           key=f"performance_summary:{start}"))  # fmt: skip
+        else:
+            out.append(Hit("performance_summary", "performance", "info", message, _summary_line(lines), (),
+                           perf.dump()))  # fmt: skip
     for table in parse_profile_tables(text):
         if not table.rows:
             continue

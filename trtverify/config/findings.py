@@ -76,6 +76,7 @@ POLYGRAPHY_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/polygraph
     # one hit per output compared; layers: the output names; detail: runners, tolerances, error statistics
     "polygraphy_compare_failed": ("comparison", "polygraphy_compare"),  # high
     "polygraphy_compare_passed": ("comparison", "polygraphy_compare"),  # info
+    "polygraphy_compare_no_verdict": ("comparison", "polygraphy_compare"),  # info: numbers, no PASSED/FAILED line
     # `polygraphy debug build / precision / reduce`: iterations, pass rate, result; one hit per summary
     "polygraphy_debug_summary": ("comparison", "polygraphy_debug"),  # medium when it found a failure, else info
 }
@@ -85,11 +86,16 @@ FAMILY_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/families.py
     "strongly_typed_usage": ("build", "strongly_typed_error"),  # high: API misuse in a strongly typed network
     "weak_typing_deprecated": ("build", "weak_typing_deprecated"),  # info: precision flags deprecated (TRT 10.x+)
     "build_time": ("performance", "build_time"),  # info: how long the build took; detail: seconds
+    "tactic_selection_time": ("performance", "build_time"),  # info: of it, formats and tactics selection; seconds
     "calibration_cache_contents": ("calibration", "calibration_cache"),  # info: header and per-tensor scales
     "tftrt_native_segment": ("fallback", "tftrt_fallback"),  # medium: TF-TRT ran a segment in TensorFlow
     "ort_trt_ep_unsupported": ("fallback", "ort_trt_unsupported"),  # medium: nodes ONNX Runtime's TRT EP left out
 }
-for _table in (PERFORMANCE_KINDS, POLYGRAPHY_KINDS, FAMILY_KINDS):
+FLOOR_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/floor.py: where no family rule reported the line
+    "log_error": ("build", "log_error"),  # high: a line its tool marks as an error, an assertion failure or an abort
+    "log_warning": ("build", "log_warning"),  # info: a line its tool marks as a warning
+}
+for _table in (PERFORMANCE_KINDS, POLYGRAPHY_KINDS, FAMILY_KINDS, FLOOR_KINDS):
     for _kind, (_category, _family) in _table.items():
         KINDS[_kind] = _category
         FAMILIES[_kind] = _family

@@ -60,8 +60,56 @@ def _key(stat: str, pct: str | None) -> str:
     return f"p{pct.rstrip('0').rstrip('.') if '.' in pct else pct}" if pct else stat.lower()
 
 
-def parse_perf_summary(text: str) -> PerfSummary | None:
-    """The last performance summary in `text`, or None when there is none."""
+HEADER = re.compile(r"=== Performance summary ===", re.IGNORECASE)
+
+
+def _block_key(line: str) -> str | None:
+    """Which part of a summary a (prefix-stripped) line is, or None."""
+    if HEADER.search(line):
+        return "header"
+    m = ONE_LINE.match(line)
+    if m and m.group("what").strip().lower() in NAMES:
+        return NAMES[m.group("what").strip().lower()]
+    low = line.lower().rstrip(":")
+    if low in NAMES:
+        return NAMES[low]
+    if THROUGHPUT.match(line):
+        return "throughput"
+    if TRT6.search(line):
+        return "trt6"
+    return None
+
+
+def perf_summaries(text: str) -> list[tuple[int, PerfSummary]]:
+    """Every performance summary in `text`, in order, with the 1-based line it starts on (its `=== Performance
+    summary ===` banner, else its first figure): a log comparing two runs or two TensorRT versions holds several.
+    A summary ends where a quantity it already has appears again, or at the next banner."""
+    lines = text.splitlines()
+    starts: list[int] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(lines):
+        key = _block_key(PREFIX.sub("", raw.strip()).strip())
+        if key is None:
+            continue
+        if not starts or key in seen or (key == "header" and seen - {"header"}):
+            starts.append(i)
+            seen = set()
+        seen.add(key)
+    out = []
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(lines)
+        summary = parse_perf_summary("\n".join(lines[start:end]), merged=True)
+        if summary is not None:
+            out.append((start + 1, summary))
+    return out
+
+
+def parse_perf_summary(text: str, merged: bool = False) -> PerfSummary | None:
+    """The last performance summary in `text` (`merged`: every figure in `text`, a later one replacing an earlier
+    one), or None when there is none."""
+    if not merged:
+        found = perf_summaries(text)
+        return found[-1][1] if found else None
     out: dict[str, Any] = {"stats": {}}
     section: str | None = None
     fmt = None

@@ -1,0 +1,91 @@
+"""A floor under every error and warning: each log record its tool marks as an error or a warning (a logger
+prefix such as `[E]`, `[W]`, `ERROR:`; or, on a line without one, `ERROR:`, `WARNING:`, `Error[9]:`, an
+assertion failure, an abort, a Python traceback's closing line) becomes at least a generic finding, where no
+family rule reported it. Records are grouped by message template (numbers, hex, paths and quoted names taken
+out), so a warning repeated for 300 layers is one finding with 300 lines and the names in them.
+
+Severity: an error or an abort is `high`; a warning is `info` (reported, never a gate by default: `fail_on:
+[log_warning]` makes it one). The tool's own level is in `detail.log_severity`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+
+from trtverify.buildlog.findings import Hit
+from trtverify.buildlog.lines import LogRecord
+
+# on lines without a logger prefix: what marks an error, an abort or a warning, as the tools write them
+_ABORT = re.compile(
+    r"Assertion [`'\"]?.+[`'\"]? failed|\bAborted\b(?: \(core dumped\))?|terminate called after throwing|"
+    r"Segmentation fault|core dumped|Fatal Python error|\bCUDA error\b.*: "
+)
+_ERROR = re.compile(
+    r"^(?:\S+ )?(?:ERROR|Error|error)(?:\[\d+\])?:|^E\d{4} |\bError\[\d+\]:|^\w*(?:Error|Exception): \S|"
+    r"^\[ERROR\]|^(?:FAILED|FAIL)\b"
+)
+_WARNING = re.compile(r"^(?:\S+ )?(?:WARNING|Warning|WARN|warning)(?:\[\d+\])?:|^W\d{4} |^\[WARNING\]|\bUserWarning: ")
+
+_QUOTED = re.compile(r"'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"|`([^`'\n]{1,200})[`']")
+_NAMED = re.compile(r"\b(?:layer|node|tensor|input|output|plugin|op|Layer|Node|Tensor)\s*:?\s+([\w./:\[\]-]{2,120})")
+_TEMPLATE = (
+    (_QUOTED, "'<name>'"),
+    (re.compile(r"(?:/[\w.+-]+){2,}"), "<path>"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"(?<![A-Za-z0-9.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"), "<n>"),
+)
+MESSAGE = 300  # characters of a message kept
+
+
+def level(record: LogRecord) -> str | None:
+    """'error', 'abort' or 'warning' where the record's tool marks it so; else None."""
+    if record.severity in ("error", "internal_error"):
+        return "abort" if _ABORT.search(record.text) else "error"
+    if record.severity == "warning":
+        return "warning"
+    if record.severity is not None or record.dialect in ("blank", "elision"):
+        return None
+    text = record.text.strip()
+    if _ABORT.search(text):
+        return "abort"
+    if _ERROR.search(text):
+        return "error"
+    if _WARNING.search(text):
+        return "warning"
+    return None
+
+
+def template(text: str) -> str:
+    """The message with what varies between repeats taken out: quoted names, paths, hex and numbers."""
+    for rx, repl in _TEMPLATE:
+        text = rx.sub(repl, text)
+    return re.sub(r"\s+", " ", text).strip()[:MESSAGE]
+
+
+def names(text: str) -> list[str]:
+    """The names a message mentions: quoted, or after 'layer', 'node', 'tensor', 'input', 'output', 'plugin'."""
+    found = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(text)]
+    found += [m.group(1).rstrip(".,:;") for m in _NAMED.finditer(text)]
+    return list(dict.fromkeys(n for n in found if n))
+
+
+def hits(records: Iterable[LogRecord], covered: set[int]) -> Iterator[Hit]:
+    """A generic hit for each marked record none of whose lines a rule reported (`covered`: reported lines)."""
+    for r in records:
+        how = level(r)
+        if how is None or any(line in covered for line in range(r.first, r.last + 1)):
+            continue
+        text = r.text.strip()
+        shape = template(text)
+        kind = "log_warning" if how == "warning" else "log_error"
+        yield Hit(
+            kind=kind,
+            category="build",
+            severity="info" if how == "warning" else "high",
+            message=text[:MESSAGE],
+            line=r.first,
+            layers=tuple(names(text)[:8]),
+            detail={"log_severity": how, "template": shape},
+            key=f"{kind}:{shape}",
+        )

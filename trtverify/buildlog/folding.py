@@ -1,0 +1,62 @@
+"""Hits to findings: every rule's hits gathered, then folded by key (one finding per kind, or per message
+template for the floor's), with every line and layer of its occurrences."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trtverify.buildlog.findings import RULES, Finding, Hit, Rule
+from trtverify.buildlog.lines import LogRecord
+from trtverify.config.findings import SEVERITY_RANK
+
+
+def fold(hits: list[Hit]) -> list[Finding]:
+    groups: dict[str, list[Hit]] = {}
+    for h in hits:
+        groups.setdefault(h.key or h.kind, []).append(h)
+    out = []
+    for group in groups.values():
+        group.sort(key=lambda h: h.line)
+        first = group[0]
+        layers: list[str] = []
+        for h in group:
+            layers.extend(x for x in h.layers if x not in layers)
+        detail = dict(first.detail)
+        if len(group) > 1:
+            detail["occurrences"] = [dict(h.detail, line=h.line) for h in group] if any(h.detail for h in group) else []
+            if not detail["occurrences"]:
+                del detail["occurrences"]
+        out.append(
+            Finding(
+                kind=first.kind,
+                category=first.category,
+                severity=max((h.severity for h in group), key=lambda s: -SEVERITY_RANK[s]),
+                message=first.message,
+                lines=tuple(h.line for h in group),
+                layers=tuple(layers),
+                count=len(group),
+                detail=detail,
+            )
+        )
+    out.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.lines[0], f.kind))
+    return out
+
+
+def gather(
+    records: list[LogRecord],
+    extra: list[Hit] = (),
+    rules: Sequence[Rule] = RULES,  # type: ignore[assignment]
+) -> list[Hit]:
+    """Every rule's hits (before folding), `extra` first."""
+    hits: list[Hit] = list(extra)
+    for rule in rules:
+        hits.extend(rule(records))
+    return hits
+
+
+def collect(
+    records: list[LogRecord],
+    extra: list[Hit] = (),
+    rules: Sequence[Rule] = RULES,  # type: ignore[assignment]
+) -> list[Finding]:
+    return fold(gather(records, extra, rules))
