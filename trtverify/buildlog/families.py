@@ -309,8 +309,8 @@ def rule_calibration_cache_contents(records: list[LogRecord]) -> Iterator[Hit]:
                     (top, top_name), (low, low_name) = scaled[0], scaled[-1]
                     msg += f"; largest {top:.4g} ({top_name}), smallest {low:.4g} ({low_name})"
                     extremes = tuple(dict.fromkeys([top_name, low_name]))
-            last = records[j - 1].last if j > i else r.last
-            yield Hit("calibration_cache_contents", "calibration", "info", msg, r.first, extremes, d, last=last)
+            span = (r.first, records[j - 1].last if j > i else r.last)
+            yield Hit("calibration_cache_contents", "calibration", "info", msg, r.first, extremes, d, span=span)
             i = max(j, i + 1)
         else:
             i += 1

@@ -43,7 +43,7 @@ class Hit:
     layers: tuple[str, ...] = ()
     detail: dict[str, Any] = field(default_factory=dict)
     key: str = ""  # fold key; defaults to the kind
-    last: int | None = None  # the last line it read, where it read more than one (a pasted cache, a table)
+    span: tuple[int, int] | None = None  # (first, last) line it read, where more than its own (a cache, a table)
 
 
 Rule = Callable[[list[LogRecord]], Iterator[Hit]]

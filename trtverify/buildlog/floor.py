@@ -18,14 +18,18 @@ from trtverify.buildlog.lines import LogRecord
 
 # on lines without a logger prefix: what marks an error, an abort or a warning, as the tools write them
 _ABORT = re.compile(
-    r"Assertion [`'\"]?.+[`'\"]? failed|\bAborted\b(?: \(core dumped\))?|terminate called after throwing|"
-    r"Segmentation fault|core dumped|Fatal Python error|\bCUDA error\b.*: "
+    r"Assertion [`'\"]?.+[`'\"]? failed|\bassertion failed\b|\bAbort(?:ed)?\b(?: \(core dumped\))?|"
+    r"terminate called after throwing|Segmentation fault|core dumped|Fatal Python error|\bCUDA error\b.*: "
 )
+# (a level inside a logger's own brackets: `E onnxruntime: [2024-09-20 12:15:43   ERROR] ...`)
 _ERROR = re.compile(
     r"^(?:\S+ )?(?:ERROR|Error|error)(?:\[\d+\])?:|^E\d{4} |\bError\[\d+\]:|^\w*(?:Error|Exception): \S|"
-    r"^\[ERROR\]|^(?:FAILED|FAIL)\b"
+    r"^\[ERROR\]|^(?:FAILED|FAIL)\b|\[[\d/: .-]*\s(?:ERROR|INTERNAL_ERROR)\]|\bError Code:? \d+:"
 )
-_WARNING = re.compile(r"^(?:\S+ )?(?:WARNING|Warning|WARN|warning)(?:\[\d+\])?:|^W\d{4} |^\[WARNING\]|\bUserWarning: ")
+_WARNING = re.compile(
+    r"^(?:\S+ )?(?:WARNING|Warning|WARN|warning)(?:\[\d+\])?:|^W\d{4} |^\[WARNING\]|\bUserWarning: |"
+    r"\[[\d/: .-]*\sWARNING\]"
+)
 
 _QUOTED = re.compile(r"'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"|`([^`'\n]{1,200})[`']")
 _NAMED = re.compile(r"\b(?:layer|node|tensor|input|output|plugin|op|Layer|Node|Tensor)\s*:?\s+([\w./:\[\]-]{2,120})")
@@ -70,11 +74,31 @@ def names(text: str) -> list[str]:
     return list(dict.fromkeys(n for n in found if n))
 
 
-def hits(records: Iterable[LogRecord], covered: set[int]) -> Iterator[Hit]:
-    """A generic hit for each marked record none of whose lines a rule reported (`covered`: reported lines)."""
+def _marked(records: Iterable[LogRecord]) -> Iterator[tuple[LogRecord, str]]:
+    """(record, level) of every marked record; an unmarked record's continuation lines are looked at one by one
+    (an abort printed right after a verbose line is joined to it as a wrapped line)."""
     for r in records:
         how = level(r)
-        if how is None or any(line in covered for line in range(r.first, r.last + 1)):
+        if how is not None:
+            yield r, how
+            continue
+        if r.severity not in (None, "info", "verbose") or r.last == r.first:
+            continue
+        parts = r.text.split("\n")
+        if len(parts) > 1:  # continuation lines kept apart: each is looked at on its own line
+            for i, part in enumerate(parts[1:], 1):
+                line = LogRecord(r.first + i, r.first + i, "unknown", None, part)
+                how = level(line)
+                if how is not None:
+                    yield line, how
+        elif _ABORT.search(r.text):  # wrapped lines joined into one text: an abort in them, on its last line
+            yield LogRecord(r.last, r.last, "unknown", None, r.text), "abort"
+
+
+def hits(records: Iterable[LogRecord], covered: set[int]) -> Iterator[Hit]:
+    """A generic hit for each marked record none of whose lines a rule reported (`covered`: reported lines)."""
+    for r, how in _marked(records):
+        if any(line in covered for line in range(r.first, r.last + 1)):
             continue
         text = r.text.strip()
         shape = template(text)

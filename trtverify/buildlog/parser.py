@@ -19,6 +19,7 @@ from trtverify.buildlog.findings import RULES, Finding, precision_fallback
 from trtverify.buildlog.folding import fold, gather
 from trtverify.buildlog.layers import EngineLayer, layer_table
 from trtverify.buildlog.lines import LogRecord, split_records
+from trtverify.buildlog.noise import noise_classes
 from trtverify.errors import UsageError
 from trtverify.fsutil import FileTooLarge, read_capped
 from trtverify.record import Record
@@ -116,6 +117,16 @@ class BuildLog(Record):
         return self.unknown_lines / self.lines if self.lines else 0.0
 
 
+def _recognised(r: LogRecord, read: set[int], noise: dict[int, str]) -> bool:
+    """A record is recognised when it feeds a finding (a rule read one of its lines), is in a named noise class
+    (noise.py), or is a layer-information line of a known bare form; blank lines and elisions are not counted."""
+    if r.dialect in ("blank", "elision"):
+        return True
+    if any(x in read for x in range(r.first, r.last + 1)) or r.first in noise:
+        return True
+    return bool(_KNOWN_BARE.match(r.text))
+
+
 def parse(text: str) -> BuildLog:
     records = split_records(text)
     dialects: dict[str, int] = {}
@@ -129,10 +140,9 @@ def parse(text: str) -> BuildLog:
     covered = {h.line for h in hits}
     hits += floor.hits(records, covered)  # every error and warning reported
     findings = fold(hits)
-    read = {x for h in hits for x in range(h.line, (h.last or h.line) + 1)}  # lines that feed a finding
-    unknown = sum(
-        1 for r in records if r.dialect == "unknown" and not _KNOWN_BARE.match(r.text) and r.first not in read
-    )
+    read = {x for h in hits for x in range(*(h.span[0], h.span[1] + 1) if h.span else (h.line, h.line + 1))}
+    noise = noise_classes(records)
+    unknown = sum(1 for r in records if not _recognised(r, read, noise))
     rtx = "rtx" in dialects or any("TensorRT-RTX" in r.text or "tensorrt_rtx" in r.text for r in records)
     return BuildLog(
         product="TensorRT-RTX" if rtx else "TensorRT",

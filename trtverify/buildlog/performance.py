@@ -79,8 +79,9 @@ def hits(text: str) -> list[Hit]:
         head = f"per-layer profile ({table.format}): {len(table.rows)} layers"
         message = f"{head}, total {total:g} ms; slowest: {slowest}" if total is not None else f"{head}; {slowest}"
         start = _table_line(lines, table.line)
+        end = table.line + len(table.rows) + (1 if table.total is not None else 0)  # the rows follow the header
         out.append(Hit("profile_table", "performance", "info", message, start, tuple(r.name for r in top),
-                       detail, key=f"profile_table:{start}"))  # fmt: skip
+                       detail, key=f"profile_table:{start}", span=(start, end)))  # fmt: skip
     for listing in parse_layer_listings(text):
         if not listing.layers or listing.format != "names":
             continue  # detailed and build-log listings are the parse's engine layer table (BuildLog.layers)

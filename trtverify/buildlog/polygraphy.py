@@ -120,6 +120,7 @@ class _Output:
     data: dict[str, Any] = field(default_factory=dict)
     status: str | None = None  # PASS / FAIL
     verdict_line: int | None = None
+    lines: list[int] = field(default_factory=list)  # every line the block read
     message: str = ""
 
 
@@ -165,6 +166,7 @@ def _scan_compare(items: list[tuple[int, str]]) -> tuple[list[_Output], list[_Su
         if cur is None or cur.status is not None:
             cur = _Output(line, None, list(pair), iteration)
             outs.append(cur)
+        cur.lines.append(line)
         return cur
 
     for k, (line, t) in enumerate(items):
@@ -294,7 +296,9 @@ def rule_polygraphy_compare(records: list[LogRecord]) -> Iterator[Hit]:
             detail = dict(_output_detail(o, None), verdict="not in the log")
             layers = (o.name,) if o.name else ()
             message = f"Polygraphy compared '{o.name}'; its numbers are in the log, its PASSED/FAILED verdict is not"
-            hits.append(Hit("polygraphy_compare_no_verdict", "comparison", "info", message, o.line, layers, detail))
+            last = max([o.line, *(line for line in o.lines)]) if o.lines else o.line
+            hits.append(Hit("polygraphy_compare_no_verdict", "comparison", "info", message, o.line, layers, detail,
+                            span=(o.line, last)))  # fmt: skip
             continue
         if o.status is None or o.verdict_line is None:
             continue
@@ -302,7 +306,9 @@ def rule_polygraphy_compare(records: list[LogRecord]) -> Iterator[Hit]:
         kind = "polygraphy_compare_failed" if failed else "polygraphy_compare_passed"
         detail = _output_detail(o, owner.get(id(o)))
         layers = (o.name,) if o.name else ()
-        hits.append(Hit(kind, "comparison", "high" if failed else "info", o.message, o.verdict_line, layers, detail))
+        span = (min(o.line, o.verdict_line), max(o.verdict_line, *o.lines, o.line))
+        hits.append(Hit(kind, "comparison", "high" if failed else "info", o.message, o.verdict_line, layers, detail,
+                        span=span))  # fmt: skip
     if not hits:
         return
     listing = []

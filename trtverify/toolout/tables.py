@@ -114,6 +114,9 @@ def _row(text: str, columns_first: bool, median: bool) -> ProfileRow | None:
     return ProfileRow(name=name, total_ms=total, avg_ms=avg, median_ms=rest[0] if median else None, percent=rest[-1])
 
 
+ELISION = re.compile(r"^\s*(?:\.{3,}|…)\s*$")
+
+
 def parse_profile_tables(text: str) -> list[ProfileTable]:
     """Every `--dumpProfile` table in a console log, in order (an empty list when there is none)."""
     tables: list[dict[str, Any]] = []
@@ -136,6 +139,9 @@ def parse_profile_tables(text: str) -> list[ProfileTable]:
             continue
         if current is None:
             continue
+        if ELISION.match(line):  # a paste's `......`: rows left out, the table goes on
+            current["elided"] = True
+            continue
         row = _row(line, *layout) if line.strip() else None
         if row is None:
             current = None
@@ -143,7 +149,7 @@ def parse_profile_tables(text: str) -> list[ProfileTable]:
             current["total"], current = row, None
         else:
             current["rows"].append(row)
-    return [ProfileTable(**t) for t in tables]
+    return [ProfileTable(**{k: v for k, v in t.items() if k != "elided"}) for t in tables]
 
 
 def parse_profile_table(text: str) -> ProfileTable | None:
