@@ -21,6 +21,7 @@ from trtverify.lint.findings import LintFinding
 from trtverify.lint.graph_rules import activation_findings, coverage_findings, structure_findings
 from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types, onnx_types
 from trtverify.lint.reference_constants import reference_constant_findings
+from trtverify.lint.shapes import shape_baking_findings
 from trtverify.lint.weights import initializer_findings, qdq_param_findings, quantized_weight_findings
 from trtverify.onnxgraph import QDQ_OPS, GraphIndex, elem_types
 
@@ -47,8 +48,9 @@ def _light(model: ModelLike) -> LightModel | None:
             raise UsageError(f"{path}: file not found") from exc
         except IsADirectoryError as exc:
             raise UsageError(f"{path}: is a folder, expected an ONNX model") from exc
-        except ValueError as exc:  # external data outside the model's folder, a truncated file
-            raise UsageError(f"{path}: {exc}") from exc
+        except ValueError as exc:  # external data outside the model's folder; a truncated or garbled file
+            why = str(exc) if "external data" in str(exc) else f"not a readable ONNX model ({exc})"
+            raise UsageError(f"{path}: {why}") from exc
         except Exception as exc:  # malformed protobuf: the file is not an ONNX model
             raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
     return None
@@ -217,6 +219,7 @@ def lint_candidate(
     if activation_max:
         found += activation_findings(g, target, activation_max, narrow)
     found += structure_findings(g, unread + unread_q)
+    found += shape_baking_findings(m, g)
     if reference is not None:
         ref_index = reference if isinstance(reference, GraphIndex) else _index(reference)[1]
         found += reference_constant_findings(ref_index, g)
