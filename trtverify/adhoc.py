@@ -7,6 +7,7 @@ user can rerun and edit.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,25 +68,50 @@ def _name(path: Path, taken: set[str]) -> str:
 
 
 def _generated_inputs(reference: Path, dims: Sequence[str], seed: int) -> dict[str, Any]:
-    values: dict[str, int] = {}
+    """Generated inputs at the given dynamic dimensions; `NAME=V1,V2,...` sweeps them (inputs.shapes: every
+    combination of the values given, the first one also the generated shape)."""
+    values: dict[str, list[int]] = {}
     for d in dims:
         key, _, val = d.partition("=")
-        if not key or not val.isdigit() or int(val) < 1:
-            raise UsageError(f"--dim '{d}': expected NAME=VALUE with a positive integer, e.g. --dim batch=8")
-        values[key] = int(val)
+        parts = val.split(",")
+        if not key or not val or not all(p.isdigit() and int(p) >= 1 for p in parts):
+            raise UsageError(
+                f"--dim '{d}': expected NAME=VALUE or NAME=V1,V2,... with positive integers, e.g. --dim batch=8 or "
+                "--dim batch=1,8,32 (a shape sweep)"
+            )
+        if key in values:
+            raise UsageError(f"--dim '{d}': '{key}' is given twice; give its values once, comma-separated")
+        values[key] = list(dict.fromkeys(int(p) for p in parts))
     inputs, _ = graph_io(load_io(reference))
+    names = {str(d) for m in inputs for d in (m.shape or ()) if not (isinstance(d, int) and d > 0)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise UsageError(
+            f"--dim {', '.join(unknown)}: {reference.name} has no dynamic dimension of that name "
+            f"(its dynamic dimensions: {', '.join(sorted(names)) or 'none'})"
+        )
+    combos = [dict(zip(values, c)) for c in itertools.product(*values.values())] or [{}]
+
+    def shapes_at(choice: dict[str, int]) -> dict[str, list[int]]:
+        return {
+            m.name: [d if isinstance(d, int) and d > 0 else choice.get(str(d), 1) for d in (m.shape or ())]
+            for m in inputs
+        }
+
     spec: dict[str, Any] = {}
     for m in inputs:
         if m.shape is None:
             raise UsageError(f"{reference}: input '{m.name}' has no declared shape; pass --inputs FILE.npz")
-        shape = [d if isinstance(d, int) and d > 0 else values.get(str(d), 1) for d in m.shape]
         dtype = (
             m.dtype
             if m.dtype in ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")
             else "float32"
         )
-        spec[m.name] = {"shape": shape, "dtype": dtype, "range": [0.0, 1.0]}
-    return {"samples": 1, "seed": seed, "generate": spec}
+        spec[m.name] = {"shape": shapes_at(combos[0])[m.name], "dtype": dtype, "range": [0.0, 1.0]}
+    out: dict[str, Any] = {"samples": 1, "seed": seed, "generate": spec}
+    if len(combos) > 1:
+        out["shapes"] = [shapes_at(c) for c in combos]
+    return out
 
 
 def layerwise_suite(

@@ -27,7 +27,8 @@ from trtverify.cli_options import QUIET, Several
     "dims",
     cls=Several,
     metavar="NAME=VALUE",
-    help="Value of a dynamic dimension for generated inputs (several values, or repeat it) [default: 1].",
+    help="Value of a dynamic dimension for generated inputs (several values, or repeat it) [default: 1]; "
+    "NAME=V1,V2,... sweeps it: the stage runs at every combination of the values given.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated inputs.")
 @click.option(

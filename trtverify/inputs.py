@@ -41,13 +41,27 @@ class HookError(UsageError):
     """The user's input hook raised; its traceback is the user's to read."""
 
 
-def build_samples(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta] | None = None) -> list[dict[str, np.ndarray]]:
+def shape_label(shape_set: dict[str, list[int]]) -> str:
+    """'x=8x3x224x224' (several inputs joined by ', '): how a shape set is named in results and the verdict."""
+    return ", ".join(f"{name}={'x'.join(str(d) for d in shape)}" for name, shape in shape_set.items())
+
+
+def build_samples(
+    loaded: LoadedSuite,
+    model_inputs: Sequence[TensorMeta] | None = None,
+    shape_set: dict[str, list[int]] | None = None,
+) -> list[dict[str, np.ndarray]]:
     """The suite's samples; `model_inputs` (else read from the reference) decide whether a file
-    whose arrays have exactly the model's fixed input shapes is one sample rather than rows."""
+    whose arrays have exactly the model's fixed input shapes is one sample rather than rows. `shape_set`: the
+    generated inputs' shapes for one set of a shape sweep (`inputs.shapes`)."""
     cfg = loaded.suite.inputs
     if cfg.generate is not None:
         n = cfg.samples or DEFAULT_GENERATED_SAMPLES
-        specs = list(cfg.generate.items())
+        swept = shape_set or {}
+        specs = [
+            (name, spec.model_copy(update={"shape": list(swept[name])}) if name in swept else spec)
+            for name, spec in cfg.generate.items()
+        ]
         return [
             {
                 name: _generate(name, spec, spec.seed if spec.seed is not None else cfg.seed + j, i)

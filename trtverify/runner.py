@@ -32,7 +32,7 @@ from trtverify.errors import (
     TrtVerifyError,
     UsageError,
 )
-from trtverify.inputs import build_samples, check_samples, static_input_problems
+from trtverify.inputs import build_samples, check_samples, shape_label, static_input_problems
 from trtverify.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.reference import ReferenceStore
 from trtverify.stages.base import Progress, Shard, StageContext, StageError, StageResult, StageWork, no_progress
@@ -161,6 +161,7 @@ def with_recipes_made(loaded: LoadedSuite, samples: Sequence[Any], out_dir: Path
 
 
 SAMPLE_STAGES = ("framework", "layerwise", "repair")  # the stages that feed the inputs to the models
+SWEPT_STAGES = ("framework", "layerwise")  # the stages a shape sweep (inputs.shapes) runs once per shape set
 
 
 def nonfinite_inputs(samples: Sequence[dict[str, Any]]) -> str | None:
@@ -215,23 +216,34 @@ def run_stages(
     loaded = with_recipes_made(loaded, samples, out_dir, progress)
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
     results: list[StageResult] = []
+    sweep = loaded.suite.inputs.shapes if samples_override is None else None
     for i, plan in enumerate(plans):
-        ctx = StageContext(
-            loaded,
-            samples,
-            model_inputs,
-            store,
-            update_reference,
-            progress,
-            plan.work or StageWork(),
-            out_dir,
-            update_baseline,
-            chosen_by if samples_override is not None else None,
-        )
-        s0 = time.perf_counter()
-        res = _run_one(plan, ctx)
-        if warning and plan.name in SAMPLE_STAGES and plan.work is not None:
-            res = res.model_copy(update={"notes": [warning, *res.notes]})
-        results.append(res.model_copy(update={"duration_s": time.perf_counter() - s0}))
-        on_stage(list(results), [p.name for p in plans[i + 1 :]])
+        # a shape sweep runs the stages that feed the inputs once per shape set, each result named by its set
+        sets: list[dict[str, list[int]] | None] = list(sweep) if sweep and plan.name in SWEPT_STAGES else [None]
+        for shape_set in sets:
+            feeds = samples
+            if shape_set is not None:
+                feeds = build_samples(loaded, shape_set=shape_set)
+                check_samples(feeds, model_inputs, f"inputs of {loaded.path} at {shape_label(shape_set)}")
+            ctx = StageContext(
+                loaded,
+                feeds,
+                model_inputs,
+                store,
+                update_reference,
+                progress,
+                plan.work or StageWork(),
+                out_dir,
+                update_baseline,
+                chosen_by if samples_override is not None else None,
+            )
+            s0 = time.perf_counter()
+            res = _run_one(plan, ctx)
+            if warning and plan.name in SAMPLE_STAGES and plan.work is not None:
+                res = res.model_copy(update={"notes": [warning, *res.notes]})
+            update: dict[str, Any] = {"duration_s": time.perf_counter() - s0}
+            if shape_set is not None:
+                update["shape"] = shape_label(shape_set)
+            results.append(res.model_copy(update=update))
+            on_stage(list(results), [p.name for p in plans[i + 1 :]])
     return results

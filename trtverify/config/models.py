@@ -160,6 +160,11 @@ class Inputs(Strict):
     batch_size: int | None = Field(default=None, ge=1, description="rows of the file per feed (default 1)")
     hook: HookSpec | None = Field(default=None, description="'module:callable' yielding feed dicts")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the hook")
+    shapes: list[dict[str, list[Annotated[int, Field(ge=1)]]]] | None = Field(
+        default=None,
+        description="a shape sweep: shape sets, each a generated input -> its concrete shape; the framework and "
+        "layerwise stages run once per set (generate only)",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> Inputs:
@@ -174,6 +179,20 @@ class Inputs(Strict):
             raise ValueError("'arrays' and 'batch_size' go with 'file' only")
         if self.args and self.hook is None:
             raise ValueError("'args' goes with 'hook' only")
+        if self.shapes is not None:
+            if self.generate is None:
+                raise ValueError("'shapes' (a shape sweep) goes with 'generate' only: it sets the generated shapes")
+            if not self.shapes:
+                raise ValueError("shapes: give at least one shape set")
+            for k, shape_set in enumerate(self.shapes):
+                for name, shape in shape_set.items():
+                    if name not in self.generate:
+                        raise ValueError(f"shapes[{k}]: '{name}' is not a generated input ({', '.join(self.generate)})")
+                    if len(shape) != len(self.generate[name].shape):
+                        raise ValueError(
+                            f"shapes[{k}].{name}: {len(shape)} dimensions, but generate.{name}.shape has "
+                            f"{len(self.generate[name].shape)}"
+                        )
         if (
             self.file is not None
             and self.file.suffix.lower() == ".npy"

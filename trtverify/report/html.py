@@ -109,7 +109,11 @@ def _histogram(h: SuspectHistogram) -> dict[str, Any]:
 
 
 def _layerwise_view(
-    stage: LayerwiseResult, ci: int, cand: LayerwiseCandidate, to_layers: dict[str, list[Link]]
+    stage: LayerwiseResult,
+    ci: int,
+    cand: LayerwiseCandidate,
+    to_layers: dict[str, list[Link]],
+    si: int | None = None,
 ) -> dict[str, Any]:
     """What the template and the chart need for one layerwise candidate."""
     rows = cand.rows
@@ -126,7 +130,7 @@ def _layerwise_view(
         points.append(
             {
                 "x": topo,
-                "id": row_id(ci, topo),
+                "id": row_id(ci, topo, si),
                 "tensor": row.tensor,
                 "node": str(row.node),
                 "op": str(row.op_type),
@@ -146,7 +150,7 @@ def _layerwise_view(
             "reason": h.reason,
             "tensor": h.tensor,
             "op_type": h.op_type,
-            "row": row_id(ci, h.topo_index),
+            "row": row_id(ci, h.topo_index, si),
             "exact": h.exact,
             "nonfinite": h.nonfinite,
             "sampled": h.sampled,
@@ -164,7 +168,7 @@ def _layerwise_view(
         "roots": roots,
         "hists": [h["chart"] for h in hists],
     }
-    ids = [row_id(ci, row.topo_index) for row in rows]
+    ids = [row_id(ci, row.topo_index, si) for row in rows]
     return {
         "chart": chart,
         "series": series[default],
@@ -208,6 +212,9 @@ def render(results: Results) -> str:
     env.filters["brk"] = breakable
     env.filters["metric"] = lambda value, name: fmt_metric(name, value)
     env.filters["fields"] = _fields
+    # a stage's anchor: its name, and its shape set in a sweep (several stages of one name)
+    env.filters["anchor"] = lambda s: s.name + (f"-{re.sub(r'[^A-Za-z0-9_-]', '_', s.shape)}" if s.shape else "")
+    env.filters["titled"] = lambda s: f"{s.name} at {s.shape}" if s.shape else s.name
     env.filters["cause"] = cause_text
     env.filters["divergence"] = divergence_text
     env.filters["repair_chart"] = repair_chart
@@ -222,7 +229,7 @@ def render(results: Results) -> str:
             to_layers[rid] = to_layers.get(rid, []) + links
     perf = {si: perf_view(s, engine_links) for si, s in enumerate(stages) if isinstance(s, PerfResult)}
     layerwise = {
-        (si, ci): _layerwise_view(s, ci, c, to_layers)
+        (si, ci): _layerwise_view(s, ci, c, to_layers, si if s.shape else None)
         for si, s in enumerate(stages)
         if isinstance(s, LayerwiseResult)
         for ci, c in enumerate(s.candidates or [])

@@ -27,8 +27,9 @@ class Link(NamedTuple):
     label: str
 
 
-def row_id(candidate_index: int, topo_index: int) -> str:
-    return f"lw-c{candidate_index}-t{topo_index}"
+def row_id(candidate_index: int, topo_index: int, stage: int | None = None) -> str:
+    """A layerwise row's id; `stage`: the stage's index where a shape sweep gives several layerwise stages."""
+    return f"lw-c{candidate_index}-t{topo_index}" if stage is None else f"lw-s{stage}-c{candidate_index}-t{topo_index}"
 
 
 def layer_id(log_index: int, layer_index: int) -> str:

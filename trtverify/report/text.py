@@ -38,6 +38,8 @@ def cause_text(rc: RootCause, method: str) -> str:
         what = f"non-finite: its input {', '.join(rc.inputs_nonfinite)} overflows the candidate's type"
     elif rc.nonfinite:
         what = f"non-finite in {rc.nonfinite} values where the reference's are finite"
+    elif rc.shape_mismatch:
+        what = f"on the reference's inputs it gives another shape ({rc.shape_mismatch})"
     else:
         what = f"{kind} rel_l2 {fmt(rc.score)}"
     note = rc.pairing
@@ -116,11 +118,26 @@ def fail_line(c: CheckResult, stage: StageResult | None = None) -> str:
         sample = f" (worst sample {c.worst_sample})" if c.worst_sample is not None else ""
         failing = c.detail.get("tensors_failed")
         more = f" [{failing} of {c.detail.get('tensors')} tensors fail]" if failing and failing > 1 else ""
-        return f"FAIL {who}{c.metric} {c.op} {c.threshold:g} at {c.tensor}{sample}: {fmt(c.value)}{more}"
+        why = _row_error(stage, c) if c.value is None or c.value != c.value else None
+        because = f" ({why})" if why else ""
+        return f"FAIL {who}{c.metric} {c.op} {c.threshold:g} at {c.tensor}{sample}: {fmt(c.value)}{more}{because}"
     limit = f"{c.threshold:g}" if c.threshold is not None else fmt(None)
     line = f"FAIL {c.name}: {fmt(c.value)} (limit {c.op} {limit})"
     about = where(c, stage)
     return f"{line}: {about}" if about else line
+
+
+def _row_error(stage: StageResult | None, c: CheckResult) -> str | None:
+    """Why a tensor check has no value: the first error of its layerwise row (a shape mismatch, ...)."""
+    if not isinstance(stage, LayerwiseResult):
+        return None
+    for cand in stage.candidates or []:
+        if c.candidate not in (None, cand.name):
+            continue
+        for row in cand.rows:
+            if c.tensor in (row.tensor, row.candidate_tensor) and row.errors:
+                return row.errors[0]
+    return None
 
 
 def where(c: CheckResult, stage: StageResult | None = None) -> str:
@@ -283,7 +300,8 @@ def _repair(s: RepairResult) -> list[str]:
 def stage_lines(s: StageResult) -> list[str]:
     failed = [c for c in s.checks if not c.passed]
     n = len(s.checks)
-    out = [f"[{s.status.upper():^7}] {s.name}: {n - len(failed)}/{n} checks passed ({s.duration_s:.2f} s)"]
+    name = f"{s.name} at {s.shape}" if s.shape else s.name
+    out = [f"[{s.status.upper():^7}] {name}: {n - len(failed)}/{n} checks passed ({s.duration_s:.2f} s)"]
     out += [f"          note: {note}" for note in s.notes]
     if isinstance(s, LayerwiseResult):
         out += _layerwise(s)
@@ -306,6 +324,10 @@ def verdict(results: Results) -> str:
     part = f" shard {results.shard}" if results.shard is not None else ""
     part += f" (merged from {results.merged.shards} shards)" if results.merged is not None else ""
     word = "PASSED" if results.passed else "FAILED"
+    swept = [s for s in results.stages if s.shape]
+    failed_at = list(dict.fromkeys(s.shape for s in swept if s.status in ("failed", "error") and s.shape))
+    if failed_at:
+        part += f"; failed at {'; '.join(failed_at)} (of {len(dict.fromkeys(s.shape for s in swept))} shapes)"
     return f"{word}: suite '{results.suite.name}'{part} (exit {results.exit_code})"
 
 

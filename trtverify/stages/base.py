@@ -115,6 +115,11 @@ class StageResult(Record):
     sharded_away: bool = Field(
         default=False, exclude_if=lambda v: not v, description="skipped because another shard runs it"
     )
+    shape: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="the shape set this result is for, in a shape sweep (inputs.shapes): 'x=8x3x224x224'",
+    )
 
     @field_serializer("duration_s")
     def _round_duration(self, v: float) -> float:

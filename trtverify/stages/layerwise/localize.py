@@ -46,6 +46,7 @@ class Local:
     metrics: dict[str, float]  # worst over samples, over positions finite on both sides
     nonfinite: int  # positions non-finite in isolation where the reference is finite (or the other way round)
     inputs_nonfinite: list[str]  # its reference inputs that are not finite in the candidate's type (overflow)
+    shape_mismatch: str | None = None  # on the reference's inputs it gives another shape (a baked size, ...)
 
 
 @dataclass
@@ -147,6 +148,7 @@ def isolate(
 
     local: dict[str, list[dict[str, float]]] = {}
     nonfinite: dict[str, int] = {}
+    mismatched: dict[str, str] = {}
     t0 = time.perf_counter()
     # a chunk's feeds (the reference's values at its boundary, in the candidate's types) and its outputs are both
     # held while it runs: chunks of half of one sample's compared tensors keep isolation within the memory the
@@ -161,7 +163,9 @@ def isolate(
                 continue
             try:
                 c = compare(ref.store.get(si, rname), outs[iso_name])
-            except CompareError:
+            except CompareError as exc:
+                if "shape mismatch" in str(exc):  # its own doing: it was fed the reference's inputs
+                    mismatched.setdefault(rname, str(exc))
                 continue
             local.setdefault(rname, []).append(c.metrics)
             nonfinite[rname] = nonfinite.get(rname, 0) + c.nonfinite_mismatch
@@ -173,6 +177,9 @@ def isolate(
             cand_to_ref.get(b, b) for b in boundary_of.get(ref_to_cand.get(rname, rname), ()) if b in overflowed
         )
         out[rname] = Local(worst, nonfinite[rname], inputs)
+    for rname, why in mismatched.items():
+        if rname not in out:
+            out[rname] = Local({}, 0, [], why)
     return out, skipped
 
 
@@ -216,13 +223,15 @@ def isolate_ranking(local: dict[str, Local], ev: Evidence) -> list[RootCause]:
             continue
         m = own.metrics
         checks = ev.checks_for(row.candidate_tensor or r)
-        exceeds = own.nonfinite > 0 or any(not ch.passes(m[ch.metric]) for ch in checks if ch.metric in m)
+        exceeds = own.nonfinite > 0 or own.shape_mismatch is not None
+        exceeds = exceeds or any(not ch.passes(m[ch.metric]) for ch in checks if ch.metric in m)
         out.append(
             RootCause(
                 **_suspect(row),  # type: ignore[arg-type]
                 tensor=r,
                 topo_index=row.topo_index,
-                score=math.inf if own.nonfinite else m.get("rel_l2", 0.0),
+                score=math.inf if own.nonfinite or own.shape_mismatch else m.get("rel_l2", 0.0),
+                shape_mismatch=own.shape_mismatch,
                 local={k: m[k] for k in KEY_METRICS if k in m},
                 nonfinite=own.nonfinite or None,
                 inputs_nonfinite=own.inputs_nonfinite or None,

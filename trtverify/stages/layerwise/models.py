@@ -79,6 +79,9 @@ class RootCause(Record):
     inputs_nonfinite: list[str] | None = optional(
         "its inputs whose reference values are not finite in the candidate's type (the error starts before it)"
     )
+    shape_mismatch: str | None = optional(
+        "isolate: fed the reference's inputs, it gives another shape than the reference's (ranked first)"
+    )
     local: dict[str, float] | None = optional("isolate: the node's own error on the reference's inputs")
     added_rel_l2: float | None = optional("amplification: output rel_l2 minus the largest input rel_l2")
     amplification: float | None = optional("amplification: output rel_l2 / largest input rel_l2")

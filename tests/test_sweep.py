@@ -1,0 +1,121 @@
+"""Shape sweeps (inputs.shapes, `--dim NAME=V1,V2`): the framework and layerwise stages run once per shape set, each
+result carries its set, and the verdict names the sets that failed. Real torch.onnx.export models, real ONNX Runtime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import TINY_SUITE, run_cli, write_suite
+
+
+class ViewOne(torch.nn.Module):  # the batch traced into the Reshape: right at batch 1 only
+    def forward(self, x):
+        return torch.relu(x).view(1, -1)
+
+
+class ViewBatch(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x).view(x.size(0), -1)
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    paths = []
+    for model, name in ((ViewBatch(), "good"), (ViewOne(), "baked")):
+        path = tmp_path / f"{name}.onnx"
+        torch.onnx.export(
+            model, (torch.randn(1, 3, 4),), str(path), input_names=["x"], output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, opset_version=17, dynamo=False,
+        )  # fmt: skip
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def _results(out: Path) -> dict:
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_baked_batch_passes_at_the_traced_size_and_fails_at_another(pair, tmp_path):
+    good, baked = pair
+    out = tmp_path / "o"
+    r = run_cli("layerwise", str(good), str(baked), "--dim", "batch=1,2", "--out", str(out))
+    assert r.code == 1, r.out + r.err
+    stages = _results(out)["stages"]
+    assert [(s["name"], s["shape"], s["status"]) for s in stages] == [
+        ("layerwise", "x=1x3x4", "passed"),
+        ("layerwise", "x=2x3x4", "failed"),
+    ]
+    assert "FAILED: suite 'layerwise-good'; failed at x=2x3x4 (of 2 shapes) (exit 1)" in r.out
+    top = stages[1]["candidates"][0]["root_causes"][0]
+    assert top["op_type"] == "Reshape" and "shape mismatch" in top["shape_mismatch"]
+    assert "shape mismatch: reference [2, 12] vs candidate [1, 24]" in r.out
+    lint = {f["kind"] for f in stages[0]["candidates"][0]["lint"]}
+    assert "shape_baked" in lint  # the lint says it from the graph alone, at the size where the run passes
+    html = (out / "report.html").read_text()
+    assert 'id="stage-layerwise-x_1x3x4"' in html and 'id="stage-layerwise-x_2x3x4"' in html
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_correct_dynamic_model_passes_every_swept_shape(pair, tmp_path):
+    good, _ = pair
+    out = tmp_path / "o"
+    r = run_cli("layerwise", str(good), str(good), "--dim", "batch=1,3,8", "--out", str(out))
+    assert r.code == 0, r.out + r.err
+    assert [s["shape"] for s in _results(out)["stages"]] == ["x=1x3x4", "x=3x3x4", "x=8x3x4"]
+    assert "PASSED: suite 'layerwise-good' (exit 0)" in r.out
+
+
+def test_the_framework_stage_runs_per_shape_set(tiny_dir: Path, tmp_path: Path):
+    text = TINY_SUITE.format(samples=2).replace(
+        "    input: {shape: [2, 1, 8, 8], range: [-1, 1]}\n",
+        "    input: {shape: [2, 1, 8, 8], range: [-1, 1]}\n  shapes:\n    - {input: [1, 1, 8, 8]}\n"
+        "    - {input: [5, 1, 8, 8]}\n",
+    )
+    suite = write_suite(tiny_dir, text)
+    out = tmp_path / "o"
+    r = run_cli("run", str(suite), "--out", str(out))
+    assert r.code == 0, r.out + r.err
+    stages = _results(out)["stages"]
+    assert [(s["name"], s["shape"], s["status"]) for s in stages] == [
+        ("framework", "input=1x1x8x8", "passed"),
+        ("framework", "input=5x1x8x8", "passed"),
+    ]
+    assert "[PASSED ] framework at input=5x1x8x8" in r.out
+
+
+@pytest.mark.parametrize(
+    "shapes,message",
+    [
+        ("[{other: [1, 1, 8, 8]}]", "'other' is not a generated input (input)"),
+        ("[{input: [1, 8, 8]}]", "3 dimensions, but generate.input.shape has 4"),
+        ("[]", "give at least one shape set"),
+    ],
+)
+def test_a_bad_sweep_is_a_suite_error_with_its_line(tiny_dir: Path, shapes: str, message: str):
+    text = TINY_SUITE.format(samples=2).replace(
+        "    input: {shape: [2, 1, 8, 8], range: [-1, 1]}\n",
+        f"    input: {{shape: [2, 1, 8, 8], range: [-1, 1]}}\n  shapes: {shapes}\n",
+    )
+    suite = write_suite(tiny_dir, text)
+    r = run_cli("validate", str(suite))
+    assert r.code == 2, r.out + r.err
+    assert message in r.err and "suite.yaml:" in r.err
+
+
+@pytest.mark.parametrize(
+    "dim,message",
+    [
+        ("seq=1,2", "has no dynamic dimension of that name (its dynamic dimensions: batch)"),
+        ("batch=1,x", "expected NAME=VALUE or NAME=V1,V2,..."),
+    ],
+)
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_bad_dim_is_refused(pair, tmp_path, dim, message):
+    good, _ = pair
+    r = run_cli("layerwise", str(good), str(good), "--dim", dim, "--out", str(tmp_path / "o"))
+    assert r.code == 2 and message in r.err, r.err
