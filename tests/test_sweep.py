@@ -119,3 +119,40 @@ def test_a_bad_dim_is_refused(pair, tmp_path, dim, message):
     good, _ = pair
     r = run_cli("layerwise", str(good), str(good), "--dim", dim, "--out", str(tmp_path / "o"))
     assert r.code == 2 and message in r.err, r.err
+
+
+def _swept_tiny(tiny_dir: Path, shapes: str, extra: str = "") -> Path:
+    text = TINY_SUITE.format(samples=2).replace(
+        "    input: {shape: [2, 1, 8, 8], range: [-1, 1]}\n",
+        f"    input: {{shape: [2, 1, 8, 8], range: [-1, 1]}}\n  shapes: {shapes}\n",
+    )
+    return write_suite(tiny_dir, text + extra)
+
+
+def test_a_swept_shape_outside_every_tensorrt_profile_is_a_suite_error(tiny_dir: Path):
+    profiles = (
+        "backends:\n  tensorrt:\n    profiles:\n"
+        "      - {input: {min: [1, 1, 8, 8], opt: [2, 1, 8, 8], max: [4, 1, 8, 8]}}\n"
+    )
+    suite = _swept_tiny(tiny_dir, "[{input: [1, 1, 8, 8]}, {input: [8, 1, 8, 8]}]", profiles)
+    r = run_cli("validate", str(suite))
+    assert r.code == 2, r.out + r.err
+    assert "suite.yaml:11: inputs.shapes[1]" in r.err and "outside every optimisation profile of backends.tensorrt.profiles" in r.err
+    assert "inputs.shapes[0]" not in r.err
+
+
+def test_a_swept_shape_must_fit_the_models_fixed_dimensions(tiny_dir: Path):
+    r = run_cli("validate", str(_swept_tiny(tiny_dir, "[{input: [1, 3, 8, 8]}]")))
+    assert r.code == 2 and "does not fit tiny.onnx's input input" in r.err, r.err
+
+
+def test_the_tensorrt_backends_get_one_profile_covering_the_sweep(tiny_dir: Path):
+    from trtverify.config.loader import load_suite
+    from trtverify.runner import with_sweep_profile
+
+    loaded = load_suite(_swept_tiny(tiny_dir, "[{input: [4, 1, 8, 8]}, {input: [1, 1, 8, 8]}, {input: [16, 1, 8, 8]}]"))
+    swept = with_sweep_profile(loaded, loaded.suite.inputs.shapes)
+    for options in (swept.suite.backends.tensorrt, swept.suite.backends.tensorrt_rtx):
+        (profile,) = options.profiles
+        r = profile["input"]
+        assert (r.min, r.opt, r.max) == ([1, 1, 8, 8], [4, 1, 8, 8], [16, 1, 8, 8])

@@ -37,6 +37,23 @@ def _name(stem: str) -> str:
     return out if out and out[0].isalnum() else f"m{out}"
 
 
+def _sweep_lines(inputs: list[TensorMeta]) -> list[str]:
+    """A commented shape sweep where the model declares dynamic dimensions: the generated shape (1 for each
+    dynamic dimension), then 8 and 32, the sizes an engine is typically asked to serve."""
+    dynamic = [m for m in inputs if m.shape and any(not (isinstance(d, int) and d > 0) for d in m.shape)]
+    if not dynamic:
+        return []
+    sets = []
+    for size in (1, 8, 32):
+        shapes = {m.name: [d if isinstance(d, int) and d > 0 else size for d in (m.shape or ())] for m in dynamic}
+        sets.append("{" + ", ".join(f"{_q(n)}: {json.dumps(v)}" for n, v in shapes.items()) + "}")
+    return [
+        "  # shapes:                         # a shape sweep: framework and layerwise run once per set "
+        "(docs/suites.md#shape-sweeps)",
+        *(f"  #   - {s}" for s in sets),
+    ]
+
+
 def _input_line(m: TensorMeta, model: str) -> list[str]:
     if m.shape is None:
         raise UsageError(f"{model}: input '{m.name}' has no declared shape; write inputs.generate by hand")
@@ -128,6 +145,7 @@ def suite_text(
     ]
     for m in inputs:
         out += _input_line(m, model.name)
+    out += _sweep_lines(inputs)
     out += [
         "  # file: inputs.npz                # instead of generate: real samples, .npz keys = input names, "
         "first axis = rows",

@@ -187,6 +187,31 @@ def nonfinite_inputs(samples: Sequence[dict[str, Any]]) -> str | None:
     )
 
 
+def with_sweep_profile(loaded: LoadedSuite, sweep: Sequence[dict[str, list[int]]]) -> LoadedSuite:
+    """The suite whose TensorRT backends build one optimisation profile covering every swept shape (min and max
+    per dimension over the sets, opt the first set's), where the suite gives no profiles of its own (those are
+    checked to cover the sweep before anything runs)."""
+    from trtverify.config.backends import ShapeRange
+
+    names = list(dict.fromkeys(n for s in sweep for n in s))
+    profile = {}
+    for name in names:
+        shapes = [s[name] for s in sweep if name in s]
+        profile[name] = ShapeRange(
+            min=[min(d) for d in zip(*shapes)], opt=list(shapes[0]), max=[max(d) for d in zip(*shapes)]
+        )
+    backends = loaded.suite.backends
+    update = {}
+    for attr in ("tensorrt", "tensorrt_rtx"):
+        options = getattr(backends, attr)
+        if not options.profiles:
+            update[attr] = options.model_copy(update={"profiles": [profile]})
+    if not update:
+        return loaded
+    suite = loaded.suite.model_copy(update={"backends": backends.model_copy(update=update)})
+    return dataclasses.replace(loaded, suite=suite)
+
+
 def run_stages(
     loaded: LoadedSuite,
     plans: Sequence[StagePlan],
@@ -217,6 +242,8 @@ def run_stages(
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
     results: list[StageResult] = []
     sweep = loaded.suite.inputs.shapes if samples_override is None else None
+    if sweep:
+        loaded = with_sweep_profile(loaded, sweep)
     for i, plan in enumerate(plans):
         # a shape sweep runs the stages that feed the inputs once per shape set, each result named by its set
         sets: list[dict[str, list[int]] | None] = list(sweep) if sweep and plan.name in SWEPT_STAGES else [None]

@@ -268,9 +268,49 @@ class _Checker:
                 )
 
 
+def _sweep(checker: _Checker) -> None:
+    """inputs.shapes: each set against the reference's declared inputs, and inside the TensorRT profiles a suite
+    gives (a swept shape no engine profile accepts could never be built or run)."""
+    suite = checker.suite
+    sets = suite.inputs.shapes or []
+    declared = {m.name: m for m in checker.inputs}
+    for k, shape_set in enumerate(sets):
+        for name, shape in shape_set.items():
+            meta = declared.get(name)
+            if meta is None or meta.shape is None:
+                continue
+            fixed = [(i, d) for i, d in enumerate(meta.shape) if isinstance(d, int) and d > 0]
+            if len(shape) != len(meta.shape) or any(shape[i] != d for i, d in fixed):
+                checker.add(
+                    ("inputs", "shapes", k, name),
+                    f"{shape} does not fit {checker.ref}'s input {name} {list(meta.shape)} (fixed dimensions differ)",
+                )
+    for backend in ("tensorrt", "tensorrt_rtx"):
+        profiles = getattr(suite.backends, backend).profiles
+        if not profiles:
+            continue
+        for k, shape_set in enumerate(sets):
+            inside = [
+                all(
+                    name not in shape_set
+                    or (len(shape_set[name]) == len(r.min) and all(
+                        lo <= d <= hi for lo, d, hi in zip(r.min, shape_set[name], r.max)))
+                    for name, r in prof.items()
+                )
+                for prof in profiles
+            ]  # fmt: skip
+            if not any(inside):
+                checker.add(
+                    ("inputs", "shapes", k),
+                    f"{shape_set} is outside every optimisation profile of backends.{backend}.profiles: widen a "
+                    "profile's min/max to cover it, or remove the profiles (one is then made from the sweep)",
+                )
+
+
 def model_problems(loaded: LoadedSuite, inputs: list[TensorMeta], outputs: list[TensorMeta]) -> list[Problem]:
     """Every problem of the suite against its reference's and candidates' inputs and outputs."""
     checker = _Checker(loaded, inputs, outputs)
+    _sweep(checker)
     checker.candidates()
     checker.framework()
     checker.layerwise()
