@@ -137,7 +137,8 @@ def test_a_swept_shape_outside_every_tensorrt_profile_is_a_suite_error(tiny_dir:
     suite = _swept_tiny(tiny_dir, "[{input: [1, 1, 8, 8]}, {input: [8, 1, 8, 8]}]", profiles)
     r = run_cli("validate", str(suite))
     assert r.code == 2, r.out + r.err
-    assert "suite.yaml:11: inputs.shapes[1]" in r.err and "outside every optimisation profile of backends.tensorrt.profiles" in r.err
+    assert "suite.yaml:11: inputs.shapes[1]" in r.err
+    assert "outside every optimisation profile of backends.tensorrt.profiles" in r.err
     assert "inputs.shapes[0]" not in r.err
 
 
