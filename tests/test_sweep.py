@@ -157,3 +157,9 @@ def test_the_tensorrt_backends_get_one_profile_covering_the_sweep(tiny_dir: Path
         (profile,) = options.profiles
         r = profile["input"]
         assert (r.min, r.opt, r.max) == ([1, 1, 8, 8], [4, 1, 8, 8], [16, 1, 8, 8])
+
+
+def test_sharding_a_sweep_is_refused_not_guessed(tiny_dir: Path, tmp_path: Path):
+    suite = _swept_tiny(tiny_dir, "[{input: [1, 1, 8, 8]}, {input: [2, 1, 8, 8]}]")
+    r = run_cli("run", str(suite), "--shard", "1/2", "--out", str(tmp_path / "o"))
+    assert r.code == 2 and "shards do not split or merge a sweep yet" in r.err, r.err

@@ -83,6 +83,11 @@ def make_plan(loaded: LoadedSuite, requested: Sequence[str] = (), shard: Shard |
     names = select_stages(loaded, requested)
     if shard is None:
         return [StagePlan(n, StageWork()) for n in names]
+    if loaded.suite.inputs.shapes:
+        raise UsageError(
+            f"--shard {shard}: {loaded.path} sweeps shapes (inputs.shapes), and shards do not split or merge a sweep "
+            "yet; run it unsharded, or one suite per shape set"
+        )
     owner = {case: k % shard.count + 1 for k, case in enumerate(cases(loaded))}
     plans = []
     for name in names:
