@@ -7,7 +7,9 @@ operators, so an FP16 value a GPU would round (or overflow) goes on in FP32 on t
 of 300 added to and taken off small activations loses them in FP16 on a GPU (rel_l2 0.38 emulated)
 and nothing on ONNX Runtime's CPU (0.0002). The emulation rewrites the graph:
 
-- narrow constants (initializers, Constant nodes) become FP32 holding the same values (exact);
+- narrow constants (initializers, Constant nodes) become FP32 holding the same values (exact); a narrow weight
+  left in its file (external data, or the .onnx file itself: lightmodel.py) is widened by a Cast when the graph
+  runs instead, so no weight is copied;
 - every tensor the graph types FP16 (a node's output, a Cast to it, a graph input) is computed in
   FP32 and cast to FP16 under its own name, so it holds what a GPU holds, FP16 type and all (exposed,
   graph outputs included); the graph's own readers take an FP32 twin of it;
