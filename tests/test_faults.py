@@ -232,3 +232,24 @@ def test_the_same_suite_twice_gives_the_same_results_apart_from_timings(suite: P
     assert a == b  # timings (keys *_s, *_ms, started, overhead_vs_inference) differ, nothing else
     assert runs[0]["stages"][1]["candidates"] and a["stages"][0]["checks"]  # there is something compared
     assert _statuses(runs[0]) == {"layerwise": "passed", "e2e": "passed"}
+
+
+@pytest.mark.slow
+def test_a_signal_ends_the_run_even_where_unwinding_waits_for_a_stuck_reader(suite: Path, tmp_path: Path):
+    """Readers in threads (workers: 2) sleep 300 s in the hook: unwinding after SIGINT waits for them (a thread
+    join), so the exception never reaches main(). The watchdog armed by the signal itself ends the process, the
+    lock released, within its grace (8 s), with what ran already in results.json."""
+    suite.write_text(suite.read_text().replace("workers: 0", "workers: 2"))
+    out = tmp_path / "o"
+    proc = _start("run", str(suite), "--out", str(out), sleep=300)
+    _wait_for_stage(out, "layerwise", proc)
+    time.sleep(1.0)  # e2e has started and its readers are asleep in the hook
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert proc.returncode == 130
+    res = json.loads((out / "results.json").read_text())
+    assert res["complete"] is False and res["passed"] is False
+    assert _statuses(res)["layerwise"] == "passed"
+    assert not (out / ".trtverify.lock").exists()

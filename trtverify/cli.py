@@ -276,8 +276,41 @@ class Terminated(KeyboardInterrupt):
     keeps what ran, marked incomplete) and exits 143 (128 + 15) instead of 130."""
 
 
+SIGNAL_GRACE_S = 8.0  # from the signal itself: how long unwinding (results.json, the lock) may take at most
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
+    _arm_watchdog(143, SIGNAL_GRACE_S)
     raise Terminated()
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    _arm_watchdog(130, SIGNAL_GRACE_S)
+    raise KeyboardInterrupt
+
+
+def _arm_watchdog(code: int, seconds: float) -> None:
+    """End the process with `code` after `seconds`, whatever it is waiting for: a thread join while unwinding (a
+    data reader sleeping in a user's hook, a worker waiting on the main thread) may never return, and the
+    exception then never reaches main(). The run lock is released and the streams flushed first; results.json
+    already holds every stage that ended (it is written after each one)."""
+    import os
+    import threading
+
+    from trtverify.fsutil import release_held_locks
+
+    def hard_exit() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        release_held_locks()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, hard_exit)
+    timer.daemon = True
+    timer.start()
 
 
 EXIT_GRACE_S = 3.0  # after Ctrl-C / SIGTERM: what worker threads may take to finish before the process ends anyway
@@ -287,20 +320,7 @@ def _stop(code: int) -> None:
     """Exit with `code` after a signal, within EXIT_GRACE_S whatever worker threads are doing: the interpreter
     joins them at exit, and a data reader sleeping in a user's hook (or decoding a huge image) cannot be
     interrupted. results.json and the lock are already done with; the watchdog only ends the wait."""
-    import os
-    import threading
-
-    def hard_exit() -> None:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
-
-    timer = threading.Timer(EXIT_GRACE_S, hard_exit)
-    timer.daemon = True
-    timer.start()
+    _arm_watchdog(code, EXIT_GRACE_S)
     sys.exit(code)
 
 
@@ -308,6 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     import signal
 
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a host process ignores it
+        signal.signal(signal.SIGINT, _on_sigint)
     TAKEN.clear()
     try:
         cli.main(args=argv, prog_name="trtverify", standalone_mode=False)

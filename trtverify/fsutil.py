@@ -137,6 +137,20 @@ def writable_folder(folder: Path, what: str = "--out") -> Path:
     return folder
 
 
+HELD_LOCKS: set[Path] = set()  # the run locks this process holds (released by a hard exit too: release_held_locks)
+
+
+def release_held_locks() -> None:
+    """Delete every run lock this process holds: for an exit that skips the `finally` blocks (os._exit)."""
+    for lock in list(HELD_LOCKS):
+        try:
+            if lock.read_text(encoding="ascii").strip() == str(os.getpid()):
+                lock.unlink()
+        except OSError:
+            pass
+        HELD_LOCKS.discard(lock)
+
+
 @contextmanager
 def folder_lock(folder: Path, what: str = "--out") -> Iterator[Path]:
     """Hold FOLDER/.trtverify.lock (created with O_EXCL, holding our pid) for the body.
@@ -171,6 +185,7 @@ def folder_lock(folder: Path, what: str = "--out") -> Iterator[Path]:
         break
     else:
         raise TrtVerifyError(f"{what} {folder}: could not take the lock {lock}; another run keeps taking it")
+    HELD_LOCKS.add(lock)
     try:
         yield folder
     finally:
@@ -179,3 +194,4 @@ def folder_lock(folder: Path, what: str = "--out") -> Iterator[Path]:
                 lock.unlink()
         except OSError:
             pass
+        HELD_LOCKS.discard(lock)
