@@ -74,8 +74,20 @@ def _start(*args: str, sleep: float = 0.0, prelude: str = "") -> subprocess.Pope
     code = "import sys\n" + prelude + "from trtverify.cli import main\nmain(sys.argv[1:])\n"
     env = dict(os.environ, SLEEP=str(sleep), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.Popen(
-        [sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", code, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    """The child takes SIGINT as a terminal's Ctrl-C would deliver it. A shell runs a background job (`make test
+    &`, nohup) with SIGINT ignored, children inherit that, and Python then installs no KeyboardInterrupt handler:
+    the run would rightly ignore the signal, and these tests would wait for nothing (how a CI run hung here)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_stage(out: Path, stage: str, proc: subprocess.Popen[str], timeout: float = 120) -> dict:
