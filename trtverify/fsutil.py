@@ -140,15 +140,20 @@ def writable_folder(folder: Path, what: str = "--out") -> Path:
 HELD_LOCKS: set[Path] = set()  # the run locks this process holds (released by a hard exit too: release_held_locks)
 
 
+def _release(lock: Path) -> None:
+    """Delete `lock` if this process holds it."""
+    try:
+        if lock.read_text(encoding="ascii").strip() == str(os.getpid()):
+            lock.unlink()
+    except OSError:
+        pass
+    HELD_LOCKS.discard(lock)
+
+
 def release_held_locks() -> None:
     """Delete every run lock this process holds: for an exit that skips the `finally` blocks (os._exit)."""
     for lock in list(HELD_LOCKS):
-        try:
-            if lock.read_text(encoding="ascii").strip() == str(os.getpid()):
-                lock.unlink()
-        except OSError:
-            pass
-        HELD_LOCKS.discard(lock)
+        _release(lock)
 
 
 @contextmanager
@@ -189,9 +194,4 @@ def folder_lock(folder: Path, what: str = "--out") -> Iterator[Path]:
     try:
         yield folder
     finally:
-        try:
-            if lock.read_text(encoding="ascii").strip() == str(os.getpid()):
-                lock.unlink()
-        except OSError:
-            pass
-        HELD_LOCKS.discard(lock)
+        _release(lock)

@@ -60,10 +60,22 @@ def load_onnx(path: Path, with_weights: bool = False) -> Any:
 
 def load_io(path: Path) -> Any:
     """A ModelProto with only the graph's inputs, outputs and initializer names (no weights read)."""
-    from trtverify.onnxwire import graph_problem, io_model
+    from trtverify.onnxwire import io_model
+
+    return _readable(path, io_model)
+
+
+def check_graph(path: Path) -> None:
+    """A clear UsageError where the graph at `path` cannot run (missing, not ONNX, cyclic, external data missing,
+    short or outside its folder), from the file's structure alone."""
+    _readable(path, lambda p: None)
+
+
+def _readable(path: Path, read: Any) -> Any:
+    from trtverify.onnxwire import graph_problem
 
     try:
-        model = io_model(Path(path))
+        out = read(Path(path))
         problem = graph_problem(Path(path))
     except FileNotFoundError as exc:
         raise UsageError(f"{path}: file not found") from exc
@@ -73,7 +85,7 @@ def load_io(path: Path) -> Any:
         raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
     if problem:
         raise UsageError(f"{path}: {problem}")
-    return model
+    return out
 
 
 def graph_io(model: Any) -> tuple[list[TensorMeta], list[TensorMeta]]:

@@ -14,7 +14,7 @@ from trtverify.deps import require
 from trtverify.errors import BackendError, MissingDependency, UsageError
 from trtverify.lightmodel import EXTERNAL_FOLDER, GraphBytes, LightModel
 from trtverify.onnxemulate import BF16, FP16, emulate, holds, internal
-from trtverify.onnxinfo import TensorMeta, graph_io, load_io
+from trtverify.onnxinfo import TensorMeta, check_graph, graph_io
 
 CPU = "CPUExecutionProvider"
 
@@ -67,7 +67,7 @@ class OnnxRuntimeBackend(Backend):
             light = LightModel(self.model_path, model=given, folder=self._given.folder)
         else:
             try:
-                load_io(self.model_path)  # a clear error for a file that is missing, not ONNX, cyclic or short
+                check_graph(self.model_path)  # a clear error for a file that is missing, not ONNX, cyclic or short
                 light = LightModel(self.model_path)
             except UsageError as exc:  # unreadable or not ONNX: the model under test is broken
                 raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc

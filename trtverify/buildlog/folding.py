@@ -52,11 +52,3 @@ def gather(
     for rule in rules:
         hits.extend(rule(records))
     return hits
-
-
-def collect(
-    records: list[LogRecord],
-    extra: list[Hit] = (),
-    rules: Sequence[Rule] = RULES,  # type: ignore[assignment]
-) -> list[Finding]:
-    return fold(gather(records, extra, rules))

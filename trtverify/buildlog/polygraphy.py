@@ -296,7 +296,7 @@ def rule_polygraphy_compare(records: list[LogRecord]) -> Iterator[Hit]:
             detail = dict(_output_detail(o, None), verdict="not in the log")
             layers = (o.name,) if o.name else ()
             message = f"Polygraphy compared '{o.name}'; its numbers are in the log, its PASSED/FAILED verdict is not"
-            last = max([o.line, *(line for line in o.lines)]) if o.lines else o.line
+            last = max(o.line, *o.lines)
             hits.append(Hit("polygraphy_compare_no_verdict", "comparison", "info", message, o.line, layers, detail,
                             span=(o.line, last)))  # fmt: skip
             continue

@@ -9,7 +9,15 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.engine.exports import TIMES_NAMES, EngineIO, EngineLayer, io_format, load_json, peek_json, read_engine
+from trtverify.engine.exports import (
+    TIMES_NAMES,
+    EngineLayer,
+    IOTensor,
+    io_format,
+    load_json,
+    peek_json,
+    read_engine,
+)
 from trtverify.engine.tables import console_layers
 from trtverify.errors import UsageError
 from trtverify.record import Record
@@ -46,25 +54,6 @@ class EngineFinding(Record):
     severity: str
     layers: list[str]
     message: str
-
-
-class ProfileShapes(Record):
-    min: list[int] | None
-    opt: list[int] | None
-    max: list[int] | None
-    format: str | None = Field(description="the tensor's format in this profile, as written")
-
-
-class IOTensor(Record):
-    """An input or output of the engine, as the inspector lists it (TensorRT <= 10: the name alone)."""
-
-    name: str
-    mode: str | None = Field(description="Input or Output (TensorRT 11's IOMode)")
-    dtype: str | None = Field(description="its type as written (Float, Half, Int8, ...)")
-    dimensions: list[int] | None = Field(description="-1 for a dimension the profiles set")
-    location: str | None = Field(description="Device or Host")
-    shape_inference_io: bool | None
-    profiles: list[ProfileShapes] = Field(description="min/opt/max shapes per optimisation profile")
 
 
 class Audit(Record):
@@ -283,21 +272,10 @@ def audit_layers(layers: list[EngineLayer], files: dict[str, Any], performance: 
     rows, total = _rows(layers)
     precisions = Counter(layer.precision or "unknown" for layer in layers)
     files = dict(files)
-    io: list[EngineIO] = files.pop("io_tensors", None) or []
+    io: list[IOTensor] = files.pop("io_tensors", None) or []
     return Audit(
         inspector=files.pop("inspector", None),
-        io_tensors=[
-            IOTensor(
-                name=t.name,
-                mode=t.mode,
-                dtype=t.dtype,
-                dimensions=t.dimensions,
-                location=t.location,
-                shape_inference_io=t.shape_inference_io,
-                profiles=[ProfileShapes(**p) for p in t.profiles],
-            )
-            for t in io
-        ],
+        io_tensors=io,
         layers=len(layers),
         reformat_layers=sum(1 for layer in layers if layer.reformat),
         total_ms=total,

@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from trtverify.errors import UsageError
+from trtverify.record import Record
 
 TYPES = (("int4", "INT4"), ("fp8", "FP8"), ("e4m3", "FP8"), ("int8", "INT8"), ("bf16", "BF16"), ("bfloat", "BF16"),
          ("fp16", "FP16"), ("half", "FP16"), ("int32", "INT32"), ("int64", "INT64"), ("bool", "BOOL"), ("fp32", "FP32"),
@@ -123,18 +126,23 @@ def read_layer_info(path: Path, data: Any = None) -> list[EngineLayer]:
     return out
 
 
-@dataclass
-class EngineIO:
-    """One input or output of the engine, from the inspector's `I/O Tensors` (TensorRT 11) or `Bindings` (<= 10,
-    names only)."""
+class ProfileShapes(Record):
+    min: list[int] | None
+    opt: list[int] | None
+    max: list[int] | None
+    format: str | None = Field(description="the tensor's format in this profile, as written")
+
+
+class IOTensor(Record):
+    """An input or output of the engine, as the inspector lists it (TensorRT <= 10: the name alone)."""
 
     name: str
-    mode: str | None = None  # Input / Output
-    dtype: str | None = None  # as written: Float, Half, Int8, ...
-    dimensions: list[int] | None = None
-    location: str | None = None  # Device / Host
-    shape_inference_io: bool | None = None
-    profiles: list[dict[str, Any]] = field(default_factory=list)  # per optimisation profile: min, opt, max, format
+    mode: str | None = Field(description="Input or Output (TensorRT 11's IOMode)")
+    dtype: str | None = Field(description="its type as written (Float, Half, Int8, ...)")
+    dimensions: list[int] | None = Field(description="-1 for a dimension the profiles set")
+    location: str | None = Field(description="Device or Host")
+    shape_inference_io: bool | None
+    profiles: list[ProfileShapes] = Field(description="min/opt/max shapes per optimisation profile")
 
 
 def _dims(value: Any, where: str) -> list[int] | None:
@@ -145,7 +153,7 @@ def _dims(value: Any, where: str) -> list[int] | None:
     return list(value)
 
 
-def read_io(path: Path, data: Any) -> tuple[list[EngineIO], str | None]:
+def read_io(path: Path, data: Any) -> tuple[list[IOTensor], str | None]:
     """(the engine's inputs and outputs, the inspector generation that wrote them: 'TensorRT 11' for `I/O
     Tensors`, 'TensorRT <= 10' for `Bindings`, None where the file has neither)."""
     if not isinstance(data, dict):
@@ -163,15 +171,15 @@ def read_io(path: Path, data: Any) -> tuple[list[EngineIO], str | None]:
             for j, p in enumerate(t.get("ProfileInfo") or []):
                 if not isinstance(p, dict):
                     raise UsageError(f"{where}.ProfileInfo[{j}]: not a profile record")
-                profiles.append({
-                    "min": _dims(p.get("MinShape"), f"{where}.ProfileInfo[{j}].MinShape"),
-                    "opt": _dims(p.get("OptShape"), f"{where}.ProfileInfo[{j}].OptShape"),
-                    "max": _dims(p.get("MaxShape"), f"{where}.ProfileInfo[{j}].MaxShape"),
-                    "format": str(p["Format"]) if p.get("Format") is not None else None,
-                })  # fmt: skip
+                profiles.append(ProfileShapes(
+                    min=_dims(p.get("MinShape"), f"{where}.ProfileInfo[{j}].MinShape"),
+                    opt=_dims(p.get("OptShape"), f"{where}.ProfileInfo[{j}].OptShape"),
+                    max=_dims(p.get("MaxShape"), f"{where}.ProfileInfo[{j}].MaxShape"),
+                    format=str(p["Format"]) if p.get("Format") is not None else None,
+                ))  # fmt: skip
             shape_io = t.get("IsShapeInferenceIO")
             out.append(
-                EngineIO(
+                IOTensor(
                     name=t["Name"],
                     mode=str(t["IOMode"]) if t.get("IOMode") is not None else None,
                     dtype=str(t.get("DataType", t.get("Datatype"))) if t.get("DataType", t.get("Datatype")) else None,
@@ -186,7 +194,8 @@ def read_io(path: Path, data: Any) -> tuple[list[EngineIO], str | None]:
         names = data["Bindings"]
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise UsageError(f"{path}: 'Bindings' must be a list of tensor names")
-        return [EngineIO(name=n) for n in names], "TensorRT <= 10"
+        bare = {"mode": None, "dtype": None, "dimensions": None, "location": None, "shape_inference_io": None}
+        return [IOTensor(name=n, profiles=[], **bare) for n in names], "TensorRT <= 10"
     return [], None
 
 
