@@ -195,3 +195,26 @@ def folder_lock(folder: Path, what: str = "--out") -> Iterator[Path]:
         yield folder
     finally:
         _release(lock)
+
+
+def user_cache_dir(sub: str) -> Path | None:
+    """This user's private cache folder for `sub`, made if missing: $TRTVERIFY_CACHE_DIR, else
+    $XDG_CACHE_HOME/trtverify, else ~/.cache/trtverify. None (run without a cache) where it cannot be made, is not
+    this user's, or others may write into it: what it holds is loaded as code. TRTVERIFY_CACHE_DIR set to an empty
+    value turns caching off."""
+    root = os.environ.get("TRTVERIFY_CACHE_DIR")
+    if root is None:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = os.path.join(xdg, "trtverify") if xdg else os.path.join(os.path.expanduser("~"), ".cache", "trtverify")
+    if not root:
+        return None
+    path = Path(root) / sub
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.stat()
+    except OSError:
+        return None
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None and (st.st_uid != getuid() or st.st_mode & 0o022):
+        return None
+    return path

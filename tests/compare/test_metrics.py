@@ -173,3 +173,50 @@ def test_a_difference_too_large_to_square_gives_minus_inf_sqnr_not_a_crash():
     b = np.full(8, 1e200, np.float64)  # finite, but its square is not
     c = compare(a, b)
     assert c.metrics["sqnr"] == -math.inf and c.metrics["max_abs"] == pytest.approx(1e200)
+
+
+def _whole_tensor(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    """The metrics by the whole-tensor path (what the fused, block-by-block one must agree with)."""
+    from trtverify.compare.metrics import _core, _working
+
+    return _core(_working(a), _working(b))
+
+
+@pytest.mark.parametrize("n", [1, 7, 65536, 65536 * 2 + 17])
+@pytest.mark.parametrize("ref_type,cand_type", [("float32", "float16"), ("float32", "float32"), ("float16", "float16")])
+def test_the_fused_blocks_agree_with_the_whole_tensor_metrics(n, ref_type, cand_type):
+    rng = np.random.default_rng(n)
+    a = (rng.standard_normal(n) * 3).astype(ref_type)
+    b = (a.astype(np.float64) * (1 + rng.standard_normal(n) * 1e-3)).astype(cand_type)
+    a[: max(1, n // 10)] = 0  # 0/0 where both are zero, x/0 where only the reference is
+    b[1 : max(2, n // 20)] = 0
+    from trtverify.compare.metrics import _core_blocks
+
+    assert _core_blocks(a, b) is not None  # finite values: the fused path is the one taken
+    fused = compare(a, b).metrics
+    whole = _whole_tensor(a, b)
+    assert fused.keys() == whole.keys()
+    for k in fused:
+        assert fused[k] == pytest.approx(whole[k], rel=1e-9, abs=0), k
+
+
+def test_widening_float16_by_lookup_is_astype_bit_for_bit():
+    from trtverify.compare.metrics import widen_f16
+
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    assert np.array_equal(widen_f16(every).view(np.uint32), every.astype(np.float32).view(np.uint32))
+    strided = every[::3]  # not contiguous
+    assert np.array_equal(widen_f16(strided).view(np.uint32), strided.astype(np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 1e20])
+def test_a_value_the_fused_blocks_cannot_sum_takes_the_counting_path(bad):
+    # a NaN or inf is counted, not summed; 1e20 squares beyond float32 and is redone in float64
+    a = np.ones(200_000, np.float32)
+    b = a.copy()
+    b[150_000] = bad
+    c = compare(a, b)
+    if bad == 1e20:
+        assert c.cand_inf == 0 and c.metrics["max_abs"] == pytest.approx(1e20) and math.isfinite(c.metrics["rel_l2"])
+    else:
+        assert c.nonfinite_mismatch == 1 and c.metrics["max_abs"] == 0.0

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from trtverify.backends.base import Backend, candidate_backend
-from trtverify.compare.metrics import CompareError, compare
+from trtverify.compare.metrics import CompareError, Comparison, compare
+from trtverify.compare.parallel import mapper
 from trtverify.config.checks import Check
 from trtverify.config.models import Candidate
 from trtverify.lightmodel import LightModel
@@ -129,14 +130,19 @@ def isolate(
         out_map.clear()
         out_map.update(mapping)
 
+        def fed(b: str, si: int) -> tuple[np.ndarray, bool]:
+            """Boundary tensor `b` of sample `si` in the candidate's type, and whether that cast overflowed."""
+            rname = cand_to_ref.get(b, b)
+            value = np.asarray(samples[si][rname] if rname in samples[si] else ref.store.get(si, rname))
+            with np.errstate(over="ignore"):  # out-of-range values become inf: recorded by the caller
+                cast = value.astype(onnx.helper.tensor_dtype_to_np_dtype(dtypes[b]), copy=False)
+            return cast, cast is not value and cast.dtype.kind == "f" and _overflows(value, cast)
+
         def feed_for(si: int) -> dict[str, np.ndarray]:
             out = {}
-            for b in boundary:
-                rname = cand_to_ref.get(b, b)
-                value = np.asarray(samples[si][rname] if rname in samples[si] else ref.store.get(si, rname))
-                with np.errstate(over="ignore"):  # out-of-range values become inf: recorded just below
-                    out[b] = value.astype(onnx.helper.tensor_dtype_to_np_dtype(dtypes[b]), copy=False)
-                if out[b] is not value and out[b].dtype.kind == "f" and _overflows(value, out[b]):
+            for b, (value, over) in zip(boundary, each(lambda b: fed(b, si), boundary)):
+                out[b] = value
+                if over:
                     overflowed.add(b)
             return out
 
@@ -156,19 +162,23 @@ def isolate(
     half = max(sum(sizes.values()) // 2, 1)
     limit = min(budget, 3 * max(half, max(computed.values(), default=0)))
     chunks = chunks_for([g.key for g in groups], {k: sizes[k] + computed[k] for k in sizes}, limit)
-    for _chunk, si, outs in stream(chunks, len(samples), open_chunk, progress):
-        for iso_name, cand_name in out_map.items():
-            rname = cand_to_ref.get(cand_name, cand_name)
-            if iso_name not in outs:
-                continue
-            try:
-                c = compare(ref.store.get(si, rname), outs[iso_name])
-            except CompareError as exc:
-                if "shape mismatch" in str(exc):  # its own doing: it was fed the reference's inputs
-                    mismatched.setdefault(rname, str(exc))
-                continue
-            local.setdefault(rname, []).append(c.metrics)
-            nonfinite[rname] = nonfinite.get(rname, 0) + c.nonfinite_mismatch
+    with mapper() as each:  # the casts of a chunk's feeds and the comparisons of its outputs side by side
+        for _chunk, si, outs in stream(chunks, len(samples), open_chunk, progress):
+            present = [(iso, cand_to_ref.get(c, c)) for iso, c in out_map.items() if iso in outs]
+
+            def judged(item: tuple[str, str], si: int = si, outs: Outputs = outs) -> Comparison | CompareError:
+                try:
+                    return compare(ref.store.get(si, item[1]), outs[item[0]])
+                except CompareError as exc:
+                    return exc
+
+            for (_iso, rname), c in zip(present, each(judged, present)):  # in order, whatever finished first
+                if isinstance(c, CompareError):
+                    if "shape mismatch" in str(c):  # its own doing: it was fed the reference's inputs
+                        mismatched.setdefault(rname, str(c))
+                    continue
+                local.setdefault(rname, []).append(c.metrics)
+                nonfinite[rname] = nonfinite.get(rname, 0) + c.nonfinite_mismatch
     timed(timings, f"{label}.isolate_s", time.perf_counter() - t0)
     out = {}
     for rname, per_sample in local.items():

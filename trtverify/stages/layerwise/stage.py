@@ -26,6 +26,7 @@ import numpy as np
 from trtverify.backends.base import Backend, candidate_backend
 from trtverify.compare.checks import CheckResult, TensorSeries, evaluate, extras_for, limit_check
 from trtverify.compare.pairing import Pairing, pair_names
+from trtverify.compare.parallel import mapper
 from trtverify.compare.semantic import Resolved, resolve
 from trtverify.config.backends import Backends
 from trtverify.config.checks import Check
@@ -52,7 +53,7 @@ from trtverify.stages.layerwise.models import (
     Unmatched,
 )
 from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written, budget_bytes, reference_pass
-from trtverify.stages.layerwise.stream import chunks_for, exposing, stream
+from trtverify.stages.layerwise.stream import Outputs, chunks_for, exposing, stream
 
 HISTOGRAM_SUSPECTS = 3  # root causes that get an error histogram, besides the first divergence
 
@@ -158,13 +159,17 @@ def _compare(
         ctx.progress(NAME, done, steps, f"{name}: compare")
 
     t0 = time.perf_counter()
-    for chunk, si, out in stream(chunks, len(samples), exposing(backend, samples), progress):
-        for cname in chunk:
-            if cname not in out:
-                continue
-            rname = cand_to_ref[cname]
-            cand_dtypes.setdefault(cname, out[cname].dtype)
-            series[rname].add(ref.store.get(si, rname), out[cname], extras[cname])
+    with mapper() as each:
+        for chunk, si, out in stream(chunks, len(samples), exposing(backend, samples), progress):
+            present = [c for c in chunk if c in out]
+            for cname in present:
+                cand_dtypes.setdefault(cname, out[cname].dtype)
+
+            def add(cname: str, si: int = si, out: Outputs = out) -> None:
+                rname = cand_to_ref[cname]  # each tensor's series is its own: the step's tensors side by side
+                series[rname].add(ref.store.get(si, rname), out[cname], extras[cname])
+
+            each(add, present)
     timings[f"{name}.candidate_s"] = time.perf_counter() - t0
     return series, cand_dtypes, len(chunks)
 
