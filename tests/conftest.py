@@ -16,6 +16,19 @@ DATA = ROOT / "tests" / "data"
 TINY = DATA / "tiny"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory: pytest.TempPathFactory):
+    """trtverify's user cache (the compiled report template) in a folder of this test session, not the home of
+    whoever runs the tests; runs started from tests inherit it."""
+    old = os.environ.get("TRTVERIFY_CACHE_DIR")
+    os.environ["TRTVERIFY_CACHE_DIR"] = str(tmp_path_factory.mktemp("user-cache"))
+    yield
+    if old is None:
+        os.environ.pop("TRTVERIFY_CACHE_DIR", None)
+    else:
+        os.environ["TRTVERIFY_CACHE_DIR"] = old
+
+
 @dataclass
 class CliResult:
     code: int

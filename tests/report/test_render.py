@@ -241,3 +241,50 @@ def test_vendored_chart_js_is_the_recorded_build_and_guarded(tmp_path: Path, mon
             report.chart_js()
     finally:
         report.chart_js.cache_clear()
+
+
+def test_the_compiled_template_is_kept_for_the_next_run_and_remade_after_an_edit(demo: dict, tmp_path, monkeypatch):
+    import shutil
+
+    import jinja2
+
+    from trtverify.report import html
+
+    templates = tmp_path / "templates"
+    shutil.copytree(html._TEMPLATES, templates)
+    monkeypatch.setattr(html, "_TEMPLATES", templates)
+    monkeypatch.setenv("TRTVERIFY_CACHE_DIR", str(tmp_path / "cache"))
+    compiled: list[str] = []
+    real = jinja2.Environment.compile
+
+    def counting(self, source, name=None, filename=None, raw=False, defer_init=False):
+        compiled.append(name)
+        return real(self, source, name, filename, raw, defer_init)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    results = typed(demo)
+    first = html.render(results)
+    assert "report.html.j2" in compiled and list((tmp_path / "cache" / "templates").iterdir())
+    compiled.clear()
+    assert html.render(results) == first and compiled == []  # read back, not compiled
+    page = templates / "report.html.j2"
+    page.write_text(page.read_text(encoding="utf-8").replace("</body>", "<!-- edited --></body>"), encoding="utf-8")
+    assert "<!-- edited -->" in html.render(results) and "report.html.j2" in compiled
+
+
+def test_a_cache_folder_others_may_write_is_not_used(tmp_path, monkeypatch):
+    import os
+
+    from trtverify.fsutil import user_cache_dir
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "templates").mkdir()
+    os.chmod(shared / "templates", 0o777)  # what it holds is loaded as code: another user could plant it
+    monkeypatch.setenv("TRTVERIFY_CACHE_DIR", str(shared))
+    assert user_cache_dir("templates") is None
+    monkeypatch.setenv("TRTVERIFY_CACHE_DIR", "")
+    assert user_cache_dir("templates") is None  # empty: caching off
+    monkeypatch.setenv("TRTVERIFY_CACHE_DIR", str(tmp_path / "mine"))
+    made = user_cache_dir("templates")
+    assert made is not None and (made.stat().st_mode & 0o777) == 0o700
