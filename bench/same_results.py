@@ -1,12 +1,14 @@
 """Compare two results.json files apart from timings: the check that a restructuring changed nothing.
 
-    python bench/same_results.py OLD/results.json NEW/results.json
+    python bench/same_results.py OLD/results.json NEW/results.json [--rel R]
 
 Every field must be equal except the timings (started, duration_s, timings, and
 overhead_vs_inference, a ratio of two timings). A schema-1 file (before typed results, 2026-11-23)
 is compared with a schema-2 file after mapping what schema 2 added: checks gained stage,
 candidate and worst_sample (which schema 1 kept in detail), and the e2e stage gained 'gated'.
-Exits 1 and lists the first differences when there are any.
+Exits 1 and lists the first differences when there are any. With `--rel R`, numbers within a relative R of
+each other count as equal (a change in summation order moves metrics in their last digits); how many
+differed, and by how much at most, is printed.
 """
 
 from __future__ import annotations
@@ -43,7 +45,24 @@ def _strip(x: Any) -> Any:
     return x
 
 
+REL = 0.0
+NEAR: list[float] = []  # relative differences accepted under --rel
+
+
+def _near(a: Any, b: Any) -> bool:
+    if not (isinstance(a, float) and isinstance(b, (int, float)) and REL > 0):
+        return False
+    scale = max(abs(a), abs(b))
+    rel = abs(a - b) / scale if scale else 0.0
+    if rel <= REL:
+        NEAR.append(rel)
+        return True
+    return False
+
+
 def differences(a: Any, b: Any, path: str = "") -> list[str]:
+    if _near(a, b) or _near(b, a):
+        return []
     if type(a) is not type(b):
         return [f"{path}: {a!r:.80} != {b!r:.80}"]
     if isinstance(a, dict):
@@ -72,9 +91,17 @@ def main(first: str, second: str) -> int:
             d.pop("schema_version")
     found = differences(*norm)
     print("\n".join(found[:60]) if found else "identical apart from timings")
+    if NEAR:
+        moved = [r for r in NEAR if r > 0]
+        print(f"{len(moved)} number(s) moved within --rel {REL:g} (largest relative move {max(moved, default=0):.2g})")
     print(f"{len(found)} difference(s)")
     return 1 if found else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    args = sys.argv[1:]
+    if "--rel" in args:
+        i = args.index("--rel")
+        REL = float(args[i + 1])
+        del args[i : i + 2]
+    sys.exit(main(*args[:2]))
