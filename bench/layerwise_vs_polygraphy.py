@@ -416,7 +416,8 @@ def render(report: dict) -> tuple[str, str]:
             tr = mr = None
             if tool == "trtverify" and not err and "error" not in poly:
                 tr, mr = entry["time_ratio"], entry["memory_ratio"]
-                note += "; " + ("meets" if entry["meets_target"] else "misses") + f" target (≤{TIME_TARGET:g} time, ≤{MEM_TARGET:g} memory)"
+                verdict = "meets" if entry["meets_target"] else "misses"
+                note += f"; {verdict} target (≤{TIME_TARGET:g} time, ≤{MEM_TARGET:g} memory)"
                 same = entry.get("same_tensor_set")
                 if same:
                     if same["identical"]:

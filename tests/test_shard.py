@@ -47,7 +47,12 @@ def test_e2e_slices_cover_the_dataset_once_along_batch_boundaries(total: int, ba
 
 def test_one_plan_gives_whole_cases_round_robin_and_e2e_slices():
     loaded = load_suite(FASHION)
-    assert cases(loaded) == [("framework", None), ("layerwise", "fp16"), ("layerwise", "int8"), ("buildlog", None)]
+    assert cases(loaded) == [
+        ("framework", None, None),
+        ("layerwise", "fp16", None),
+        ("layerwise", "int8", None),
+        ("buildlog", None, None),
+    ]
 
     def work(shard: Shard | None) -> dict:
         return {p.name: (p.work, p.elsewhere) for p in make_plan(loaded, (), shard)}
@@ -168,3 +173,45 @@ def test_classification_in_three_shards_merges_exactly_and_keeps_the_gate(tmp_pa
     ]
     assert [c["worst"] for c in m["candidates"]] == [c["worst"] for c in f["candidates"]]
     assert [(c["name"], c["passed"]) for c in m["checks"]] == [(c["name"], c["passed"]) for c in f["checks"]]
+
+
+def test_an_e2e_batch_size_sweep_runs_and_merges_per_batch_size(tmp_path: Path):
+    shutil.copytree(ROOT / "suites", tmp_path / "suites")
+    shutil.copytree(ROOT / "demo" / "fashion_mnist", tmp_path / "demo" / "fashion_mnist")
+    suite = tmp_path / "suites" / "fashion_mnist.yaml"
+    suite.write_text(suite.read_text().replace("    batch_size: 250\n", "    batch_sizes: [1000, 250]\n"))
+    junit = tmp_path / "j.xml"
+    full = run_cli("run", str(suite), "--stage", "e2e", "--out", str(tmp_path / "full"), "--junit", str(junit))
+    assert full.code == 0, full.out + full.err
+    stages = _load(tmp_path / "full")["stages"]
+    assert [(s["name"], s["shape"], s["status"]) for s in stages] == [
+        ("e2e", "batch=1000", "passed"),
+        ("e2e", "batch=250", "passed"),
+    ]
+    assert "[PASSED ] e2e at batch=250" in full.out
+    xml = junit.read_text()
+    assert 'name="fashion_mnist.e2e[batch=1000]"' in xml and 'name="fashion_mnist.e2e[batch=250]"' in xml
+    for i in (1, 2):
+        r = run_cli("run", str(suite), "--stage", "e2e", "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"), "-q")
+        assert r.code == 0, r.err
+    # every shard runs its slice at both batch sizes, into state files of their own
+    assert sorted(p.name for p in (tmp_path / "s1").rglob("e2e-*.npz")) == sorted(
+        f"e2e-b{b}-{k}.npz" for b in (1000, 250) for k in range(3)
+    )
+    r = run_cli("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m"), "-q")
+    assert r.code == 0, r.out + r.err
+    merged = _load(tmp_path / "m")["stages"]
+    assert [(s["shape"], s["samples"]) for s in merged] == [("batch=1000", 2000), ("batch=250", 2000)]
+    for f, m in zip(stages, merged, strict=True):
+        assert m["reference"] == f["reference"]
+        assert [c["metrics"] for c in m["candidates"]] == [c["metrics"] for c in f["candidates"]]
+
+
+def test_batch_size_and_batch_sizes_together_are_refused(tmp_path: Path):
+    shutil.copytree(ROOT / "suites", tmp_path / "suites")
+    shutil.copytree(ROOT / "demo" / "fashion_mnist", tmp_path / "demo" / "fashion_mnist")
+    suite = tmp_path / "suites" / "fashion_mnist.yaml"
+    suite.write_text(suite.read_text().replace("    batch_size: 250\n", "    batch_size: 250\n    batch_sizes: [8]\n"))
+    r = run_cli("validate", str(suite))
+    assert r.code == 2 and "give batch_size (one run) or batch_sizes (a sweep), not both" in r.err, r.err
+    assert "fashion_mnist.yaml:" in r.err

@@ -159,7 +159,74 @@ def test_the_tensorrt_backends_get_one_profile_covering_the_sweep(tiny_dir: Path
         assert (r.min, r.opt, r.max) == ([1, 1, 8, 8], [4, 1, 8, 8], [16, 1, 8, 8])
 
 
-def test_sharding_a_sweep_is_refused_not_guessed(tiny_dir: Path, tmp_path: Path):
-    suite = _swept_tiny(tiny_dir, "[{input: [1, 1, 8, 8]}, {input: [2, 1, 8, 8]}]")
-    r = run_cli("run", str(suite), "--shard", "1/2", "--out", str(tmp_path / "o"))
-    assert r.code == 2 and "shards do not split or merge a sweep yet" in r.err, r.err
+def _swept_with_candidates(tiny_dir: Path) -> Path:
+    import shutil
+
+    shutil.copy(tiny_dir / "tiny.onnx", tiny_dir / "same.onnx")
+    extra = "  layerwise:\n    checks:\n      - {metric: rel_l2, max: 1.0e-4}\n"
+    text = (
+        TINY_SUITE.format(samples=2)
+        .replace(
+            "  reference: tiny.onnx\n", "  reference: tiny.onnx\n  candidates:\n    a: same.onnx\n    b: same.onnx\n"
+        )
+        .replace(
+            "    input: {shape: [2, 1, 8, 8], range: [-1, 1]}\n",
+            "    input: {shape: [2, 1, 8, 8], range: [-1, 1]}\n  shapes: [{input: [1, 1, 8, 8]}, {input: [3, 1, 8, 8]}]\n",
+        )
+    )
+    return write_suite(tiny_dir, text + extra)
+
+
+def _comparable(stages: list[dict]) -> list[tuple]:
+    return [
+        (s["name"], s["shape"], s["status"], [(c["name"], c["value"], c["passed"]) for c in s["checks"]])
+        for s in stages
+    ]
+
+
+def test_shards_split_a_sweep_by_shape_set_and_merge_back_to_the_unsharded_run(tiny_dir: Path, tmp_path: Path):
+    from trtverify.config.loader import load_suite
+    from trtverify.runner import cases
+
+    suite = _swept_with_candidates(tiny_dir)
+    assert cases(load_suite(suite)) == [
+        ("framework", None, "input=1x1x8x8"),
+        ("framework", None, "input=3x1x8x8"),
+        ("layerwise", "a", "input=1x1x8x8"),
+        ("layerwise", "a", "input=3x1x8x8"),
+        ("layerwise", "b", "input=1x1x8x8"),
+        ("layerwise", "b", "input=3x1x8x8"),
+    ]
+    full = run_cli("run", str(suite), "--out", str(tmp_path / "full"), "-q")
+    assert full.code == 0, full.out + full.err
+    for i in (1, 2):
+        r = run_cli("run", str(suite), "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"), "-q")
+        assert r.code == 0, r.out + r.err
+    one = _results(tmp_path / "s1")["stages"]
+    # round robin over the six cases: shard 1 runs framework at 1x1x8x8, a at 1x1x8x8 and b at 1x1x8x8
+    assert [(s["name"], s["shape"], s.get("sharded_away", False)) for s in one] == [
+        ("framework", "input=1x1x8x8", False),
+        ("framework", "input=3x1x8x8", True),
+        ("layerwise", "input=1x1x8x8", False),
+        ("layerwise", "input=3x1x8x8", True),
+    ]
+    assert [c["name"] for c in one[2]["candidates"]] == ["a", "b"]
+    r = run_cli("merge", str(tmp_path / "s2"), str(tmp_path / "s1"), "--out", str(tmp_path / "m"), "-q")
+    assert r.code == 0, r.out + r.err
+    merged, whole = _results(tmp_path / "m"), _results(tmp_path / "full")
+    assert _comparable(merged["stages"]) == _comparable(whole["stages"])
+    names = [[c["name"] for c in s.get("candidates") or []] for s in merged["stages"]]
+    assert names == [[], [], ["a", "b"], ["a", "b"]]
+
+
+def test_a_sweep_with_chosen_samples_runs_each_stage_once_on_them(tiny_dir: Path, tmp_path: Path):
+    import numpy as np
+
+    from trtverify.cli_run import run_and_record
+    from trtverify.config.loader import load_suite
+
+    loaded = load_suite(_swept_with_candidates(tiny_dir))
+    feeds = [{"input": np.zeros((2, 1, 8, 8), np.float32)}]
+    results = run_and_record(loaded, tmp_path / "o", samples_override=feeds, chosen_by="a test")
+    assert [(s.name, s.shape) for s in results.stages] == [("framework", None), ("layerwise", None)]
+    assert [c.name for c in results.stages[1].candidates] == ["a", "b"]

@@ -48,6 +48,18 @@ class Progress:
             click.echo(f"  {stage}: {what} on {total} sample(s)...", err=True)
 
 
+def run_and_record(loaded: Any, out: Path, **kw: Any) -> Any:
+    """Run the suite (`runner.run_suite`, same arguments), OUT/results.json rewritten after every stage by the
+    recorder it hands each result to; returns the results document last written."""
+    from trtverify.results.record import Recorder
+    from trtverify.runner import run_suite
+
+    recorder = Recorder(loaded, Path(out), kw.get("shard"))
+    run_suite(loaded, Path(out), recorder, **kw)
+    assert recorder.written is not None  # the runner tells its sink at least once, whatever happens
+    return recorder.written
+
+
 def execute(
     loaded: Any,
     out: Path,
@@ -63,7 +75,6 @@ def execute(
 ) -> None:
     from trtverify.fsutil import folder_lock
     from trtverify.report.html import write_report
-    from trtverify.results.record import run_and_record
 
     with folder_lock(out):  # before any work: exit 2 if OUT cannot be written or another run writes there
         if not quiet:

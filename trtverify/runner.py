@@ -16,22 +16,13 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from trtverify.config.against_models import model_problems
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import STAGES
 from trtverify.convert.recipes import materialize
-from trtverify.errors import (
-    EXIT_CHECK_FAILED,
-    EXIT_DEPENDENCY,
-    EXIT_INTERNAL,
-    EXIT_OK,
-    MissingDependency,
-    SuiteError,
-    TrtVerifyError,
-    UsageError,
-)
+from trtverify.errors import EXIT_INTERNAL, MissingDependency, SuiteError, TrtVerifyError, UsageError
 from trtverify.inputs import build_samples, check_samples, shape_label, static_input_problems
 from trtverify.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.reference import ReferenceStore
@@ -40,27 +31,54 @@ from trtverify.stages.base import Progress, Shard, StageContext, StageError, Sta
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One stage of the run: the work it does here, or (work None) why another shard does it."""
+    """One run of a stage: the work it does here, or (work None) why another shard does it. In a sweep a stage
+    has one plan per shape set (`shape_set`, from inputs.shapes) or batch size (`batch`, from e2e.batch_sizes)."""
 
     name: str
     work: StageWork | None
     elsewhere: str = ""
+    shape_set: dict[str, list[int]] | None = None
+    batch: int | None = None
+
+    @property
+    def label(self) -> str | None:
+        """The shape its result is named by (None: the stage is not swept)."""
+        if self.shape_set is not None:
+            return shape_label(self.shape_set)
+        return f"batch={self.batch}" if self.batch is not None else None
 
 
-def cases(loaded: LoadedSuite) -> list[tuple[str, str | None]]:
-    """The whole cases of the tensor stages, in a fixed order: (stage, candidate or None)."""
+def _variants(loaded: LoadedSuite, name: str) -> list[tuple[dict[str, list[int]] | None, int | None]]:
+    """The runs of stage `name`: (shape set, e2e batch size); [(None, None)] when it is not swept. A shape sweep
+    (inputs.shapes) runs the stages that feed the inputs once per shape set; e2e.batch_sizes runs e2e once per
+    batch size."""
     suite = loaded.suite
-    out: list[tuple[str, str | None]] = []
+    if suite.inputs.shapes and name in SWEPT_STAGES:
+        return [(dict(s), None) for s in suite.inputs.shapes]
+    e2e = suite.stages.e2e
+    if name == "e2e" and e2e is not None and e2e.batch_sizes:
+        return [(None, b) for b in e2e.batch_sizes]
+    return [(None, None)]
+
+
+def cases(loaded: LoadedSuite) -> list[tuple[str, str | None, str | None]]:
+    """The whole cases of the tensor stages, in a fixed order: (stage, candidate or None, shape label or None);
+    in a shape sweep each shape set of a stage is a case of its own."""
+    suite = loaded.suite
+    out: list[tuple[str, str | None, str | None]] = []
+
+    def add(stage: str, candidate: str | None = None) -> None:
+        for shape_set, _ in _variants(loaded, stage):
+            out.append((stage, candidate, shape_label(shape_set) if shape_set is not None else None))
+
     if suite.stages.framework is not None:
-        out.append(("framework", None))
+        add("framework")
     if suite.stages.layerwise is not None:
-        out += [("layerwise", n) for n in suite.candidates_of(suite.stages.layerwise)]
-    if suite.stages.repair is not None:
-        out.append(("repair", None))
-    if suite.stages.buildlog is not None:
-        out.append(("buildlog", None))
-    if suite.stages.perf is not None:
-        out.append(("perf", None))
+        for n in suite.candidates_of(suite.stages.layerwise):
+            add("layerwise", n)
+    for stage in ("repair", "buildlog", "perf"):
+        if getattr(suite.stages, stage) is not None:
+            add(stage)
     return out
 
 
@@ -79,28 +97,27 @@ def select_stages(loaded: LoadedSuite, requested: Sequence[str]) -> list[str]:
 
 
 def make_plan(loaded: LoadedSuite, requested: Sequence[str] = (), shard: Shard | None = None) -> list[StagePlan]:
-    """What each selected stage runs: everything, or this shard's cases and dataset slice."""
-    names = select_stages(loaded, requested)
-    if shard is None:
-        return [StagePlan(n, StageWork()) for n in names]
-    if loaded.suite.inputs.shapes:
-        raise UsageError(
-            f"--shard {shard}: {loaded.path} sweeps shapes (inputs.shapes), and shards do not split or merge a sweep "
-            "yet; run it unsharded, or one suite per shape set"
-        )
-    owner = {case: k % shard.count + 1 for k, case in enumerate(cases(loaded))}
+    """What each selected stage runs, per shape set or batch size of a sweep: everything, or this shard's cases
+    (whole cases round robin; in a sweep, each shape set of a stage or candidate is a case) and, for e2e, this
+    shard's dataset slice at every batch size."""
     plans = []
-    for name in names:
-        if name == "e2e":
-            plans.append(StagePlan(name, StageWork(data=shard)))
-        elif name == "layerwise":
-            mine = tuple(c for (stage, c), o in owner.items() if stage == name and o == shard.index and c)
-            why = f"shard {shard}: every candidate of this stage runs in another shard"
-            plans.append(StagePlan(name, StageWork(candidates=mine) if mine else None, why))
-        else:
-            o = owner[(name, None)]
-            why = f"runs in shard {o}/{shard.count}"
-            plans.append(StagePlan(name, StageWork() if o == shard.index else None, why))
+    owner = {case: k % shard.count + 1 for k, case in enumerate(cases(loaded))} if shard is not None else {}
+    for name in select_stages(loaded, requested):
+        for shape_set, batch in _variants(loaded, name):
+            label = shape_label(shape_set) if shape_set is not None else None
+            at = f" at {label}" if label else ""
+            if shard is None:
+                work, why = StageWork(), ""
+            elif name == "e2e":
+                work, why = StageWork(data=shard), ""
+            elif name == "layerwise":
+                mine = tuple(c for (st, c, lb), o in owner.items() if st == name and lb == label and o == shard.index)
+                work = StageWork(candidates=mine) if mine else None
+                why = f"shard {shard}: every candidate of this stage{at} runs in another shard"
+            else:
+                o = owner[(name, None, label)]
+                work, why = (StageWork() if o == shard.index else None), f"runs in shard {o}/{shard.count}"
+            plans.append(StagePlan(name, work, why, shape_set, batch))
     return plans
 
 
@@ -117,20 +134,6 @@ def preflight(loaded: LoadedSuite) -> list[TensorMeta]:
     if problems:
         raise SuiteError(problems)
     return inputs
-
-
-def exit_code_for(stages: Sequence[StageResult]) -> int:
-    """The run's exit code: an internal error > a missing dependency > a failed check."""
-    codes = [EXIT_OK]
-    for s in stages:
-        if s.error is not None:
-            codes.append(s.error.exit_code)
-        elif s.status == "failed":
-            codes.append(EXIT_CHECK_FAILED)
-    for code in (EXIT_INTERNAL, EXIT_DEPENDENCY, EXIT_CHECK_FAILED):
-        if code in codes:
-            return code
-    return max(codes)
 
 
 def _run_one(plan: StagePlan, ctx: StageContext) -> StageResult:
@@ -217,6 +220,83 @@ def with_sweep_profile(loaded: LoadedSuite, sweep: Sequence[dict[str, list[int]]
     return dataclasses.replace(loaded, suite=suite)
 
 
+def _unswept(plans: Sequence[StagePlan]) -> list[StagePlan]:
+    """The plans with each shape-swept stage run once, without a shape set (its candidates: all its plans')."""
+    out: list[StagePlan] = []
+    for plan in plans:
+        if plan.shape_set is None:
+            out.append(plan)
+            continue
+        same = [p for p in plans if p.name == plan.name and p.shape_set is not None]
+        if plan is not same[0]:
+            continue
+        works = [p.work for p in same if p.work is not None]
+        cands = [c for w in works if w.candidates is not None for c in w.candidates]
+        work = works[0] if works else None
+        if work is not None and cands:
+            work = dataclasses.replace(work, candidates=tuple(dict.fromkeys(cands)))
+        out.append(dataclasses.replace(plan, work=work, shape_set=None))
+    return out
+
+
+def _for_plan(
+    plan: StagePlan, loaded: LoadedSuite, samples: list[dict[str, Any]], model_inputs: list[TensorMeta]
+) -> tuple[LoadedSuite, list[dict[str, Any]]]:
+    """The suite and inputs of one planned run: the shape set's generated inputs, or e2e at the plan's batch
+    size."""
+    if plan.shape_set is not None:
+        feeds = build_samples(loaded, shape_set=plan.shape_set)
+        check_samples(feeds, model_inputs, f"inputs of {loaded.path} at {plan.label}")
+        return loaded, feeds
+    e2e = loaded.suite.stages.e2e
+    if plan.batch is not None and e2e is not None:
+        stages = loaded.suite.stages.model_copy(update={"e2e": e2e.model_copy(update={"batch_size": plan.batch})})
+        return dataclasses.replace(loaded, suite=loaded.suite.model_copy(update={"stages": stages})), samples
+    return loaded, samples
+
+
+Pending = Sequence[tuple[str, "str | None"]]  # the stages not run yet: (name, shape label)
+
+
+class Sink(Protocol):
+    """Takes the run's results as it goes: the stages done and those still to run, after each stage (and once
+    before any, when the run stops before its first stage ends). The caller's recorder writes results.json there,
+    so a crash or a kill later loses nothing already done."""
+
+    def __call__(self, done: Sequence[StageResult], pending: Pending) -> None: ...
+
+
+def run_suite(
+    loaded: LoadedSuite,
+    out_dir: Path,
+    sink: Sink,
+    *,
+    stages: Sequence[str] = (),
+    shard: Shard | None = None,
+    plans: Sequence[StagePlan] | None = None,
+    **kw: Any,
+) -> list[StageResult]:
+    """Run the suite (or the shard's part of it), handing every result to `sink` as soon as it is done; on
+    Ctrl-C (and SIGTERM, which the CLI turns into the same exception) the sink has what ran, the rest pending."""
+    plans = list(plans) if plans is not None else make_plan(loaded, stages, shard)
+    told = False
+
+    def on_stage(done: Sequence[StageResult], pending: Pending) -> None:
+        nonlocal told
+        told = True
+        sink(done, pending)
+
+    try:
+        done = run_stages(loaded, plans, out_dir=Path(out_dir), on_stage=on_stage, **kw)
+    except KeyboardInterrupt:
+        if not told:  # stopped before the first stage ended: every stage is listed as not run
+            sink([], [(p.name, p.label) for p in plans])
+        raise  # after a stage, the sink already has what ran, the rest pending
+    if not told:  # no stage ran
+        sink(done, [])
+    return done
+
+
 def run_stages(
     loaded: LoadedSuite,
     plans: Sequence[StagePlan],
@@ -228,10 +308,9 @@ def run_stages(
     progress: Progress = no_progress,
     samples_override: list[dict[str, Any]] | None = None,
     chosen_by: str | None = None,
-    on_stage: Callable[[list[StageResult], list[str]], None] = lambda done, pending: None,
+    on_stage: Callable[[list[StageResult], Pending], None] = lambda done, pending: None,
 ) -> list[StageResult]:
-    """Run the planned stages in order; `on_stage(done, pending)` after each one (results.json is
-    written there, so a crash or kill later loses nothing already done).
+    """Run the planned stages in order; `on_stage(done, pending)` after each one.
 
     `samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run, `chosen_by` says so):
     the stages feed every one of them, whatever their `samples: N`."""
@@ -246,36 +325,31 @@ def run_stages(
     loaded = with_recipes_made(loaded, samples, out_dir, progress)
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
     results: list[StageResult] = []
-    sweep = loaded.suite.inputs.shapes if samples_override is None else None
-    if sweep:
-        loaded = with_sweep_profile(loaded, sweep)
+    if samples_override is not None:  # the chosen samples are fed as they are: a shape sweep's stages run once
+        plans = _unswept(plans)
+    elif loaded.suite.inputs.shapes:
+        loaded = with_sweep_profile(loaded, loaded.suite.inputs.shapes)
     for i, plan in enumerate(plans):
-        # a shape sweep runs the stages that feed the inputs once per shape set, each result named by its set
-        sets: list[dict[str, list[int]] | None] = list(sweep) if sweep and plan.name in SWEPT_STAGES else [None]
-        for shape_set in sets:
-            feeds = samples
-            if shape_set is not None:
-                feeds = build_samples(loaded, shape_set=shape_set)
-                check_samples(feeds, model_inputs, f"inputs of {loaded.path} at {shape_label(shape_set)}")
-            ctx = StageContext(
-                loaded,
-                feeds,
-                model_inputs,
-                store,
-                update_reference,
-                progress,
-                plan.work or StageWork(),
-                out_dir,
-                update_baseline,
-                chosen_by if samples_override is not None else None,
-            )
-            s0 = time.perf_counter()
-            res = _run_one(plan, ctx)
-            if warning and plan.name in SAMPLE_STAGES and plan.work is not None:
-                res = res.model_copy(update={"notes": [warning, *res.notes]})
-            update: dict[str, Any] = {"duration_s": time.perf_counter() - s0}
-            if shape_set is not None:
-                update["shape"] = shape_label(shape_set)
-            results.append(res.model_copy(update=update))
-            on_stage(list(results), [p.name for p in plans[i + 1 :]])
+        stage_loaded, feeds = _for_plan(plan, loaded, samples, model_inputs)
+        ctx = StageContext(
+            stage_loaded,
+            feeds,
+            model_inputs,
+            store,
+            update_reference,
+            progress,
+            plan.work or StageWork(),
+            out_dir,
+            update_baseline,
+            chosen_by if samples_override is not None else None,
+        )
+        s0 = time.perf_counter()
+        res = _run_one(plan, ctx)
+        if warning and plan.name in SAMPLE_STAGES and plan.work is not None:
+            res = res.model_copy(update={"notes": [warning, *res.notes]})
+        update: dict[str, Any] = {"duration_s": time.perf_counter() - s0}
+        if plan.label is not None:
+            update["shape"] = plan.label
+        results.append(res.model_copy(update=update))
+        on_stage(list(results), [p.name for p in plans[i + 1 :]])
     return results

@@ -17,9 +17,9 @@ import pytest
 from onnx import numpy_helper
 
 from tests.conftest import as_json, run_cli, write_suite
+from trtverify.cli_run import run_and_record
 from trtverify.config.loader import load_suite
 from trtverify.report.html import write_report
-from trtverify.results.record import run_and_record
 
 torch = pytest.importorskip("torch")
 

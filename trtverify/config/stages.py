@@ -310,6 +310,9 @@ class E2EStage(Strict):
     candidates: list[Name] | None = Field(default=None, description="default: every candidate")
     gates: list[Gate] = Field(min_length=1, description="the metrics gated, and how far each may drop")
     batch_size: int = Field(default=32, ge=1, description="samples per inference call")
+    batch_sizes: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, min_length=1, description="a sweep instead of batch_size: one run per batch size (batch=N)"
+    )
     workers: int | None = Field(
         default=None,
         ge=0,
@@ -343,6 +346,14 @@ class E2EStage(Strict):
         "gate meaningless. warn: a note; fail: also the failing check 'reference sanity: not degenerate'; "
         "ignore: not looked at",
     )
+
+    @model_validator(mode="after")
+    def _one_batch_setting(self) -> E2EStage:
+        if self.batch_sizes is not None and "batch_size" in self.model_fields_set:
+            raise ValueError("give batch_size (one run) or batch_sizes (a sweep), not both")
+        if self.batch_sizes is not None and len(set(self.batch_sizes)) != len(self.batch_sizes):
+            raise ValueError(f"batch_sizes {self.batch_sizes} lists a batch size twice")
+        return self
 
     def gate_metrics(self) -> tuple[str, ...]:
         """The metrics a gate may name for this task."""

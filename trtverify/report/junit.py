@@ -15,9 +15,10 @@ def junit_xml(results: Results) -> bytes:
     root = ET.Element("testsuites", name=f"trtverify {suite_name}")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for stage in results.stages:
-        ts = ET.SubElement(root, "testsuite", name=f"{suite_name}.{stage.name}", time=f"{stage.duration_s:.3f}")
+        # in a sweep a stage runs per shape set or batch size: each run is a suite of its own, named by its shape
+        classname = f"{suite_name}.{stage.name}" + (f"[{stage.shape}]" if stage.shape else "")
+        ts = ET.SubElement(root, "testsuite", name=classname, time=f"{stage.duration_s:.3f}")
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-        classname = f"{suite_name}.{stage.name}"
         for c in stage.checks:
             tc = ET.SubElement(ts, "testcase", classname=classname, name=c.name, time="0")
             counts["tests"] += 1

@@ -95,11 +95,18 @@ def merge_runs(dirs: Sequence[Path], suite_path: Path | None = None) -> Results:
     first = shards[0][1]
     loaded: LoadedSuite | None = None
     stages: list[StageResult] = []
-    for name in [n for n in STAGES if any(r.stage(n) is not None for _, r in shards)]:
-        ran = [(d, r.stage(name)) for d, r in shards if r.stage(name) is not None and not r.stage(name).sharded_away]
+    # a stage, or in a sweep each of its shape sets or batch sizes: in the order the first shard lists them
+    keys = list(dict.fromkeys((s.name, s.shape) for _, r in shards for s in r.stages))
+    keys.sort(key=lambda k: STAGES.names().index(k[0]))  # stable: a stage's shapes keep their order
+    for name, shape in keys:
+        ran = [
+            (d, s) for d, r in shards for s in r.stages if s.name == name and s.shape == shape and not s.sharded_away
+        ]
         errors = [(d, s) for d, s in ran if s.status == "error"]
         if not ran:
-            stages.append(STAGES.get(name).result_type()(status="skipped", notes=["no shard ran this stage"]))
+            stages.append(
+                STAGES.get(name).result_type()(status="skipped", notes=["no shard ran this stage"], shape=shape)
+            )
         elif errors:
             d, s = errors[0]
             stages.append(
@@ -109,11 +116,13 @@ def merge_runs(dirs: Sequence[Path], suite_path: Path | None = None) -> Results:
             loaded = loaded or _suite(first, suite_path)
             cfg = loaded.suite.stages.layerwise
             order = loaded.suite.candidates_of(cfg) if cfg is not None else list(loaded.suite.models.candidates)
-            stages.append(_layerwise([s for _, s in ran], order))
+            stages.append(_layerwise([s for _, s in ran], order).model_copy(update={"shape": shape}))
         elif name == "e2e":
             loaded = loaded or _suite(first, suite_path)
             merged_e2e: E2EResult = merge_shards(loaded, ran)
-            stages.append(merged_e2e.model_copy(update={"duration_s": sum(s.duration_s for _, s in ran)}))
+            stages.append(
+                merged_e2e.model_copy(update={"duration_s": sum(s.duration_s for _, s in ran), "shape": shape})
+            )
         else:
             stages.append(ran[0][1])
     return build_results(

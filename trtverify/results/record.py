@@ -1,4 +1,5 @@
-"""Build results.json (the one place its envelope is made) and write it as a run goes."""
+"""Build results.json (the one place its envelope is made) and write it as a run goes: `Recorder` is the sink
+the runner hands each stage result to (`runner.run_suite`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import datetime as _dt
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from trtverify import __version__
 from trtverify.config.loader import LoadedSuite
@@ -14,8 +14,7 @@ from trtverify.config.registry import STAGES
 from trtverify.environment import environment
 from trtverify.fsutil import atomic_write_json, sha256_file
 from trtverify.results.models import Environment, Merged, Results, SuiteInfo, all_passed
-from trtverify.runner import StagePlan, exit_code_for, make_plan, run_stages
-from trtverify.stages.base import Progress, Shard, StageResult, no_progress
+from trtverify.stages.base import Shard, StageResult, exit_code_for
 
 NOT_RUN = "not run yet (interrupted?)"
 
@@ -23,7 +22,7 @@ NOT_RUN = "not run yet (interrupted?)"
 def build_results(
     suite: SuiteInfo,
     stages: Sequence[StageResult],
-    pending: Sequence[str],
+    pending: Sequence[str | tuple[str, str | None]],
     *,
     started: str,
     duration_s: float,
@@ -31,8 +30,12 @@ def build_results(
     shard: Shard | None = None,
     merged: Merged | None = None,
 ) -> Results:
-    """The results document; `pending` stages are listed as not run, and the run as incomplete."""
-    waiting = [STAGES.get(n).result_type()(status="skipped", notes=[NOT_RUN]) for n in pending]
+    """The results document; `pending` stages (names, or (name, shape label) in a sweep) are listed as not run,
+    and the run as incomplete."""
+    waiting = []
+    for p in pending:
+        name, shape = (p, None) if isinstance(p, str) else p
+        waiting.append(STAGES.get(name).result_type()(status="skipped", notes=[NOT_RUN], shape=shape))
     complete = not pending
     return Results(
         trtverify_version=__version__,
@@ -71,7 +74,7 @@ class Recorder:
         self.t0 = time.perf_counter()
         self.written: Results | None = None  # the document last written
 
-    def results(self, stages: Sequence[StageResult], pending: Sequence[str] = ()) -> Results:
+    def results(self, stages: Sequence[StageResult], pending: Sequence[tuple[str, str | None]] = ()) -> Results:
         return build_results(
             self.suite,
             stages,
@@ -82,32 +85,7 @@ class Recorder:
             shard=self.shard,
         )
 
-    def update(self, stages: Sequence[StageResult], pending: Sequence[str]) -> None:
+    def __call__(self, stages: Sequence[StageResult], pending: Sequence[tuple[str, str | None]]) -> None:
+        """The run's results so far (a sink of `runner.run_suite`): rewrites results.json."""
         self.written = self.results(stages, pending)
         write_results(self.path, self.written)
-
-
-def run_and_record(
-    loaded: LoadedSuite,
-    out_dir: Path,
-    *,
-    stages: Sequence[str] = (),
-    shard: Shard | None = None,
-    plans: Sequence[StagePlan] | None = None,
-    progress: Progress = no_progress,
-    **kw: Any,
-) -> Results:
-    """Run the suite (or the shard's part of it), writing OUT/results.json after every stage."""
-    plans = list(plans) if plans is not None else make_plan(loaded, stages, shard)
-    out_dir = Path(out_dir)
-    recorder = Recorder(loaded, out_dir, shard)
-    try:
-        done = run_stages(loaded, plans, out_dir=out_dir, progress=progress, on_stage=recorder.update, **kw)
-    except KeyboardInterrupt:  # SIGINT, and SIGTERM (the CLI raises a KeyboardInterrupt for it too)
-        if recorder.written is None:  # stopped before the first stage ended: say so, listing every stage as not run
-            recorder.update([], [p.name for p in plans])
-        raise  # after a stage, on_stage already wrote what ran, marked incomplete
-    if recorder.written is None:  # no stage ran; otherwise on_stage wrote the whole run after the last stage
-        recorder.update(done, [])
-    assert recorder.written is not None
-    return recorder.written

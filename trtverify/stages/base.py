@@ -13,7 +13,7 @@ from pydantic import Field, field_serializer
 
 from trtverify.compare.checks import CheckResult
 from trtverify.config.loader import LoadedSuite
-from trtverify.errors import UsageError
+from trtverify.errors import EXIT_CHECK_FAILED, EXIT_DEPENDENCY, EXIT_INTERNAL, EXIT_OK, UsageError
 from trtverify.onnxinfo import TensorMeta
 from trtverify.record import Record
 from trtverify.reference import ReferenceStore
@@ -133,6 +133,20 @@ class StageResult(Record):
     def done(self) -> bool:
         """Passed, or skipped because another shard runs it."""
         return self.status == "passed" or (self.status == "skipped" and self.sharded_away)
+
+
+def exit_code_for(stages: Sequence[StageResult]) -> int:
+    """The run's exit code: an internal error > a missing dependency > a failed check."""
+    codes = [EXIT_OK]
+    for s in stages:
+        if s.error is not None:
+            codes.append(s.error.exit_code)
+        elif s.status == "failed":
+            codes.append(EXIT_CHECK_FAILED)
+    for code in (EXIT_INTERNAL, EXIT_DEPENDENCY, EXIT_CHECK_FAILED):
+        if code in codes:
+            return code
+    return max(codes)
 
 
 def status_of(checks: Sequence[CheckResult]) -> Status:

@@ -179,7 +179,9 @@ def run(ctx: StageContext) -> E2EResult:
         for m in models:
             assert m.backend is not None
             m.backend.close()
-    states = _save_states(ctx.out_dir, models) if data is not None and ctx.out_dir is not None else {}
+    # one state file per model, and per batch size in a batch-size sweep (several e2e results in one folder)
+    tag = f"b{cfg.batch_size}-" if cfg.batch_sizes else ""
+    states = _save_states(ctx.out_dir, models, tag) if data is not None and ctx.out_dir is not None else {}
     return finalize(task, models, len(indices), timings=timings, **loop, **sliced, **states)
 
 
@@ -201,11 +203,11 @@ def task_metrics(ctx: StageContext, paths: dict[str, Path]) -> dict[str, Any]:
     return {m.name: m.acc.compute() for m in models}
 
 
-def _save_states(out_dir: Path, models: list[_Model]) -> dict[str, Any]:
+def _save_states(out_dir: Path, models: list[_Model], tag: str = "") -> dict[str, Any]:
     """Each model's accumulator state, for `trtverify merge` (plain arrays, no pickle)."""
     files = {}
     for k, m in enumerate(models):
-        rel = f"{SHARD_DIR}/e2e-{k}.npz"
+        rel = f"{SHARD_DIR}/e2e-{tag}{k}.npz"
         state = m.acc.state()
         atomic_write(out_dir / rel, lambda f, state=state: np.savez(f, **state))
         files[m.name] = rel
