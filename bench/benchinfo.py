@@ -7,7 +7,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-from trtverify.environment import environment
+from trtverify.util.environment import environment
 
 REPO = Path(__file__).resolve().parents[1]
 

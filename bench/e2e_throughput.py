@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from trtverify.backends.base import candidate_backend  # noqa: E402
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
-from trtverify.cli_run import run_and_record  # noqa: E402
+from trtverify.cli.run import run_and_record  # noqa: E402
 from trtverify.config.loader import load_suite  # noqa: E402
 from trtverify.stages.e2e.stage import open_task  # noqa: E402
 from trtverify.tasks.batches import batches, make_preprocess  # noqa: E402

@@ -42,7 +42,7 @@ def run_cli(*args: str, cwd: Path | None = None, block: tuple[str, ...] = (), ti
     Blocking is the one fake here: it stands in for a machine where torch/tensorrt is not installed.
     """
     prelude = "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in block)
-    code = prelude + "from trtverify.cli import main\nmain(sys.argv[1:])\n"
+    code = prelude + "from trtverify.cli.main import main\nmain(sys.argv[1:])\n"
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run(
@@ -93,6 +93,6 @@ def as_json(record: object) -> dict:
     """A typed result as results.json holds it (non-finite numbers as strings)."""
     import json
 
-    from trtverify.fsutil import to_json
+    from trtverify.util.fsutil import to_json
 
     return json.loads(to_json(record.dump()))  # type: ignore[attr-defined]

@@ -176,8 +176,8 @@ def test_every_metric_has_a_check_example():
 @pytest.mark.parametrize("metric", sorted(CHECK_EXAMPLES))
 def test_check_accepts_every_metric_name(metric: str):
     """`rel_l2<=0.01` (the README's example) was rejected: the metric pattern had no digits."""
-    from trtverify.adhoc import parse_check
     from trtverify.config.checks import Check
+    from trtverify.suitegen.adhoc import parse_check
 
     check = parse_check(CHECK_EXAMPLES[metric])
     assert check["metric"] == metric
@@ -196,8 +196,8 @@ def test_check_accepts_every_metric_name(metric: str):
     ],
 )
 def test_a_bad_check_says_what_to_write(text: str, why: str):
-    from trtverify.adhoc import parse_check
-    from trtverify.errors import UsageError
+    from trtverify.suitegen.adhoc import parse_check
+    from trtverify.util.errors import UsageError
 
     with pytest.raises(UsageError, match=re.escape(why)):
         parse_check(text)

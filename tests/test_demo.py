@@ -13,7 +13,7 @@ from tests.conftest import ROOT, run_cli
 from tests.stages.test_framework import scale_first_conv
 from trtverify.config.loader import load_suite
 from trtverify.config.registry import BACKENDS
-from trtverify.inputs import build_samples
+from trtverify.data.inputs import build_samples
 
 DEMO = ROOT / "demo" / "fashion_mnist"
 SUITE = ROOT / "suites" / "fashion_mnist.yaml"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from trtverify.cli import cli
+from trtverify.cli.main import cli
 from trtverify.config.loader import load_suite
 
 README = ROOT / "README.md"

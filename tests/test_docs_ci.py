@@ -9,7 +9,7 @@ import shlex
 import yaml
 
 from tests.conftest import ROOT
-from trtverify.cli import cli
+from trtverify.cli.main import cli
 from trtverify.stages.base import Shard
 
 DOC = ROOT / "docs" / "ci.md"

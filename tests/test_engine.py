@@ -13,7 +13,7 @@ from tests.conftest import DATA, run_cli
 from trtverify.engine.audit import audit
 from trtverify.engine.diff import diff
 from trtverify.engine.exports import read_layer_info, type_of
-from trtverify.errors import UsageError
+from trtverify.util.errors import UsageError
 
 EXPORTS = DATA / "engine_exports"
 FACTS = {  # build: (engine layers, Reformat layers, sum of per-layer averageMs), from the source's README

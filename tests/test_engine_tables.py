@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from tests.conftest import DATA, run_cli
 from trtverify.engine.audit import audit
-from trtverify.errors import UsageError
 from trtverify.toolout.perfsummary import parse_perf_summary
 from trtverify.toolout.tables import (
     parse_layer_listing,
@@ -24,6 +23,7 @@ from trtverify.toolout.tables import (
     parse_profile_tables,
     summarize_times,
 )
+from trtverify.util.errors import UsageError
 
 LOGS = DATA / "trtexec_logs"
 EXPORTS = DATA / "engine_exports"

@@ -71,7 +71,7 @@ def suite(tmp_path: Path) -> Path:
 
 
 def _start(*args: str, sleep: float = 0.0, prelude: str = "") -> subprocess.Popen[str]:
-    code = "import sys\n" + prelude + "from trtverify.cli import main\nmain(sys.argv[1:])\n"
+    code = "import sys\n" + prelude + "from trtverify.cli.main import main\nmain(sys.argv[1:])\n"
     env = dict(os.environ, SLEEP=str(sleep), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.Popen(
         [sys.executable, "-c", code, *args],
@@ -197,7 +197,7 @@ def test_an_out_that_cannot_be_written_is_exit_2_before_any_work(suite: Path, tm
 
 FULL_DISK = """\
 import errno, os
-import trtverify.fsutil as fsutil
+import trtverify.util.fsutil as fsutil
 
 def _full(fd):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

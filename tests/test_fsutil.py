@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from trtverify.fsutil import atomic_write, atomic_write_text
+from trtverify.util.fsutil import atomic_write, atomic_write_text
 
 
 def test_written_files_get_the_umask_permissions_not_mkstemps_0600(tmp_path: Path):
-    from trtverify import fsutil
+    from trtverify.util import fsutil
 
     atomic_write_text(tmp_path / "report.html", "<html></html>")
     # CI artifact servers and colleagues must be able to read the report: what open() would give
@@ -42,7 +42,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path):
 def test_read_capped_reads_at_most_its_limit(tmp_path):
     """The one bounded reader the suite, build-log, COCO, results and baseline readers share: a file of exactly the
     limit reads; one byte more is FileTooLarge; /dev/zero (no end) stops at the cap."""
-    from trtverify.fsutil import FileTooLarge, read_capped
+    from trtverify.util.fsutil import FileTooLarge, read_capped
 
     f = tmp_path / "f"
     f.write_bytes(b"x" * 10)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.conftest import ROOT, run_cli, write_suite
 from trtverify.config.loader import load_suite
 from trtverify.config.yamlload import MAX_SUITE_BYTES
-from trtverify.errors import SuiteError, TrtVerifyError, UsageError
+from trtverify.util.errors import SuiteError, TrtVerifyError, UsageError
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 SUITES = sorted((ROOT / "suites").glob("*.yaml"))
@@ -167,7 +167,7 @@ def _good_npz(path: Path) -> bytes:
 
 
 def _inputs_from(tiny_dir: Path, name: str) -> None:
-    from trtverify.inputs import build_samples
+    from trtverify.data.inputs import build_samples
 
     loaded = load_suite(write_suite(tiny_dir, INPUT_SUITE.replace("FILE", name)), check_files=False)
     build_samples(loaded)
@@ -191,7 +191,7 @@ def _inputs_from(tiny_dir: Path, name: str) -> None:
     ids=["truncated", "zip-header-only", "text", "npy-header-cut", "object", "strings", "structured"],
 )
 def test_hostile_inputs_file_is_a_usage_error_naming_it(tiny_dir: Path, name: str, make, message: str):
-    from trtverify.errors import UsageError
+    from trtverify.util.errors import UsageError
 
     make(tiny_dir / name)
     if name.endswith(".npy"):
@@ -200,7 +200,7 @@ def test_hostile_inputs_file_is_a_usage_error_naming_it(tiny_dir: Path, name: st
                 write_suite(tiny_dir, INPUT_SUITE.replace("{file: FILE}", "{file: t.npy, arrays: {input: {}}}")),
                 check_files=False,
             )
-            from trtverify.inputs import build_samples
+            from trtverify.data.inputs import build_samples
 
             build_samples(loaded)
     else:
@@ -599,7 +599,7 @@ def test_hostile_reference_model_is_a_suite_error_at_preflight(tmp_path: Path, c
 def test_hostile_candidate_model_is_a_backend_error(tmp_path: Path, case: str):
     from trtverify.backends.onnxruntime import OnnxRuntimeBackend
     from trtverify.config.backends import Backends
-    from trtverify.errors import BackendError
+    from trtverify.util.errors import BackendError
 
     models = _onnx_models(tmp_path)
     err = refused_quickly(lambda: OnnxRuntimeBackend.from_config(models[case], Backends()).load())
@@ -624,7 +624,7 @@ ONNX_SEEDS = [ROOT / "tests" / "data" / "tiny" / "tiny.onnx", ROOT / "demo" / "f
 @FUZZ
 @given(seed=st.sampled_from(ONNX_SEEDS), cut=st.floats(0, 1), flip=st.integers(0, 10**7), byte=st.integers(0, 255))
 def test_fuzz_onnx_truncated_and_flipped(tmp_path: Path, seed: Path, cut: float, flip: int, byte: int):
-    from trtverify.onnxinfo import graph_io, load_io
+    from trtverify.graph.onnxinfo import graph_io, load_io
 
     raw = bytearray(seed.read_bytes())
     raw[flip % len(raw)] = byte
@@ -821,7 +821,7 @@ def test_external_data_inside_the_folder_still_loads(tmp_path: Path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "w.bin").write_bytes(weights.tobytes())
     model = _external_model(tmp_path, "sub/w.bin")
-    from trtverify.onnxwire import graph_problem
+    from trtverify.graph.onnxwire import graph_problem
 
     assert graph_problem(model) is None
 

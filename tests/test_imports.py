@@ -51,7 +51,7 @@ def test_every_module_imports_with_heavy_libraries_unimportable():
 
 def test_help_imports_neither_torch_nor_tensorrt_and_is_fast():
     code = (
-        "import sys, time\nt = time.perf_counter()\nfrom trtverify.cli import main\n"
+        "import sys, time\nt = time.perf_counter()\nfrom trtverify.cli.main import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in sys.modules\n"
         "         if m.split('.')[0] in ('torch', 'tensorrt', 'tensorrt_rtx', 'polygraphy', 'onnxruntime')]\n"

@@ -5,9 +5,9 @@ import pytest
 
 from tests.conftest import write_suite
 from trtverify.config.loader import load_suite
-from trtverify.errors import SuiteError, UsageError
-from trtverify.inputs import HookError, build_samples, check_samples
-from trtverify.onnxinfo import TensorMeta
+from trtverify.data.inputs import HookError, build_samples, check_samples
+from trtverify.graph.onnxinfo import TensorMeta
+from trtverify.util.errors import SuiteError, UsageError
 
 HEAD = "name: t\nmodels: {reference: tiny.onnx}\nstages: {framework: {}}\n"
 

@@ -11,9 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.config.backends import OnnxRuntimeOptions
-from trtverify.lightmodel import LightModel
+from trtverify.graph.lightmodel import LightModel
+from trtverify.graph.onnxwire import weightless
 from trtverify.lint.reference_constants import _classify, _rounded_exactly, _roundings
-from trtverify.onnxwire import weightless
 
 
 def _mlp(dtype=np.float32, hidden: int = 64, seed: int = 0) -> onnx.ModelProto:

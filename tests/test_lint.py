@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from pydantic import ValidationError
 
-from trtverify.errors import UsageError
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import lint_candidate, target_precision
+from trtverify.util.errors import UsageError
 
 DEMO = Path(__file__).resolve().parents[1] / "demo" / "fashion_mnist"
 FP32 = DEMO / "fashion_cnn_fp32.onnx"

@@ -11,9 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from tests.conftest import ROOT
+from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.lint.linter import lint_candidate
 from trtverify.lint.reference_constants import Matched, reference_constant_findings
-from trtverify.onnxgraph import GraphIndex
 
 DEMO = ROOT / "demo" / "fashion_mnist"
 

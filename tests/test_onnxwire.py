@@ -8,8 +8,8 @@ import pytest
 from onnx import numpy_helper
 
 from tests.conftest import DATA, ROOT
-from trtverify.onnxinfo import graph_io, load_io
-from trtverify.onnxwire import externalize, io_model
+from trtverify.graph.onnxinfo import graph_io, load_io
+from trtverify.graph.onnxwire import externalize, io_model
 
 MODELS = [
     ROOT / "demo" / "fashion_mnist" / "fashion_cnn_fp32.onnx",
@@ -57,7 +57,7 @@ def test_externalize_rehomes_existing_external_data(tmp_path: Path):
 
 
 def test_garbage_is_a_clear_error(tmp_path: Path):
-    from trtverify.errors import UsageError
+    from trtverify.util.errors import UsageError
 
     (tmp_path / "g.onnx").write_bytes(b"\x00\xff\x13 not a model")
     with pytest.raises(UsageError, match="not a readable ONNX model"):

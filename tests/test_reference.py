@@ -4,8 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trtverify.fsutil import atomic_write, atomic_write_json
-from trtverify.reference import ReferenceStore, hash_samples
+from trtverify.data.reference import ReferenceStore, hash_samples
+from trtverify.util.fsutil import atomic_write, atomic_write_json
 
 INPUTS = [{"input": np.arange(6, dtype=np.float32).reshape(2, 3)}, {"input": np.ones((2, 3), np.float32)}]
 OUTPUTS = [

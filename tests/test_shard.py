@@ -13,9 +13,9 @@ import pytest
 from tests.conftest import ROOT, run_cli
 from tests.test_results_schema import validate_junit
 from trtverify.config.loader import load_suite
-from trtverify.errors import UsageError
 from trtverify.runner import cases, make_plan
 from trtverify.stages.base import Shard
+from trtverify.util.errors import UsageError
 
 SCHEMA = json.loads((ROOT / "trtverify" / "results" / "results.schema.json").read_text())
 DETECTION = ROOT / "suites" / "shapes_detection.yaml"

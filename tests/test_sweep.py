@@ -171,7 +171,8 @@ def _swept_with_candidates(tiny_dir: Path) -> Path:
         )
         .replace(
             "    input: {shape: [2, 1, 8, 8], range: [-1, 1]}\n",
-            "    input: {shape: [2, 1, 8, 8], range: [-1, 1]}\n  shapes: [{input: [1, 1, 8, 8]}, {input: [3, 1, 8, 8]}]\n",
+            "    input: {shape: [2, 1, 8, 8], range: [-1, 1]}\n"
+            "  shapes: [{input: [1, 1, 8, 8]}, {input: [3, 1, 8, 8]}]\n",
         )
     )
     return write_suite(tiny_dir, text + extra)
@@ -222,7 +223,7 @@ def test_shards_split_a_sweep_by_shape_set_and_merge_back_to_the_unsharded_run(t
 def test_a_sweep_with_chosen_samples_runs_each_stage_once_on_them(tiny_dir: Path, tmp_path: Path):
     import numpy as np
 
-    from trtverify.cli_run import run_and_record
+    from trtverify.cli.run import run_and_record
     from trtverify.config.loader import load_suite
 
     loaded = load_suite(_swept_with_candidates(tiny_dir))

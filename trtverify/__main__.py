@@ -1,3 +1,3 @@
-from trtverify.cli import main
+from trtverify.cli.main import main
 
 main()

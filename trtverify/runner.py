@@ -22,11 +22,11 @@ from trtverify.config.against_models import model_problems
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import STAGES
 from trtverify.convert.recipes import materialize
-from trtverify.errors import EXIT_INTERNAL, MissingDependency, SuiteError, TrtVerifyError, UsageError
-from trtverify.inputs import build_samples, check_samples, shape_label, static_input_problems
-from trtverify.onnxinfo import TensorMeta, graph_io, load_io
-from trtverify.reference import ReferenceStore
+from trtverify.data.inputs import build_samples, check_samples, shape_label, static_input_problems
+from trtverify.data.reference import ReferenceStore
+from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.stages.base import Progress, Shard, StageContext, StageError, StageResult, StageWork, no_progress
+from trtverify.util.errors import EXIT_INTERNAL, MissingDependency, SuiteError, TrtVerifyError, UsageError
 
 
 @dataclass(frozen=True)

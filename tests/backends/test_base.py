@@ -9,7 +9,7 @@ from tests.conftest import TINY
 from trtverify.backends.base import Backend, Capabilities, candidate_backend
 from trtverify.config.backends import Backends
 from trtverify.config.registry import BACKENDS
-from trtverify.errors import UsageError
+from trtverify.util.errors import UsageError
 
 
 @pytest.mark.parametrize("name", BACKENDS.names())

@@ -9,7 +9,7 @@ from tests.conftest import TINY
 from trtverify.backends.base import Backend
 from trtverify.config.backends import OnnxRuntimeOptions
 from trtverify.config.registry import BACKENDS
-from trtverify.errors import BackendError, MissingDependency, UsageError
+from trtverify.util.errors import BackendError, MissingDependency, UsageError
 
 X = np.random.default_rng(0).uniform(-1, 1, (3, 1, 8, 8)).astype(np.float32)
 

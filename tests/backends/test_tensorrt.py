@@ -27,7 +27,7 @@ from trtverify.backends.tensorrt import TensorRTBackend, TensorRTRTXBackend
 from trtverify.backends.tensorrt_support import literal, resolve_strongly_typed
 from trtverify.config.backends import Backends, TensorRTOptions
 from trtverify.config.registry import BACKENDS
-from trtverify.errors import EXIT_DEPENDENCY, BackendError, MissingDependency, UsageError
+from trtverify.util.errors import EXIT_DEPENDENCY, BackendError, MissingDependency, UsageError
 
 DEMO = ROOT / "demo" / "fashion_mnist"
 MODELS = {k: DEMO / f"fashion_cnn_{k}.onnx" for k in ("fp32", "fp16", "int8_qdq")}

@@ -7,7 +7,7 @@ from tests.conftest import TINY  # noqa: E402
 from trtverify.config.backends import TorchOptions  # noqa: E402
 from trtverify.config.models import PyTorchModel  # noqa: E402
 from trtverify.config.registry import BACKENDS  # noqa: E402
-from trtverify.errors import MissingDependency, UsageError  # noqa: E402
+from trtverify.util.errors import MissingDependency, UsageError  # noqa: E402
 
 X = np.random.default_rng(1).uniform(-1, 1, (2, 1, 8, 8)).astype(np.float32)
 
@@ -45,7 +45,7 @@ def test_eval_mode_and_no_grad():
 
 def test_factory_kwargs_and_strict_weights():
     b = _backend(factory="tinymodel:build", kwargs={"classes": 3}, weights=TINY / "tiny.pt")
-    from trtverify.errors import BackendError
+    from trtverify.util.errors import BackendError
 
     with pytest.raises(BackendError, match="size mismatch"):
         b.load()

@@ -10,11 +10,11 @@ import onnx
 import pytest
 
 from tests.conftest import as_json, write_suite
-from trtverify.cli_run import run_and_record
+from trtverify.cli.run import run_and_record
 from trtverify.compare.pairing import pair_names
 from trtverify.compare.semantic import resolve
 from trtverify.config.loader import load_suite
-from trtverify.onnxgraph import GraphIndex
+from trtverify.graph.onnxgraph import GraphIndex
 
 torch = pytest.importorskip("torch")
 

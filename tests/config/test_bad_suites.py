@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import DATA, run_cli
 from trtverify.config.loader import load_suite
-from trtverify.errors import SuiteError
 from trtverify.runner import preflight
+from trtverify.util.errors import SuiteError
 
 BAD = DATA / "bad_suites"
 EXPECT = re.compile(r"^# expect: (\d+) (?:(\S+) )?- (.+)$")

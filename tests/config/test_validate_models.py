@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import TINY, run_cli
 from trtverify.config.loader import load_suite
-from trtverify.errors import SuiteError
 from trtverify.runner import preflight
+from trtverify.util.errors import SuiteError
 
 E2E = """\
 name: m

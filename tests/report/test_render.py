@@ -275,7 +275,7 @@ def test_the_compiled_template_is_kept_for_the_next_run_and_remade_after_an_edit
 def test_a_cache_folder_others_may_write_is_not_used(tmp_path, monkeypatch):
     import os
 
-    from trtverify.fsutil import user_cache_dir
+    from trtverify.util.fsutil import user_cache_dir
 
     shared = tmp_path / "shared"
     shared.mkdir()

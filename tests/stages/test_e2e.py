@@ -165,7 +165,7 @@ def test_chunked_run_equals_one_chunk_and_one_session_is_alive_at_a_time(
     same metrics, and only one ONNX Runtime session (one intra-op pool) may exist at a time
     when the whole set fits in one chunk (real sessions, counted through the backend)."""
     from trtverify.backends.onnxruntime import OnnxRuntimeBackend
-    from trtverify.cli_run import run_and_record
+    from trtverify.cli.run import run_and_record
     from trtverify.config.loader import load_suite
 
     _, whole = demo_run

@@ -12,11 +12,11 @@ import pytest
 from tests.conftest import ROOT, run_cli
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.config.loader import load_suite
-from trtverify.errors import UsageError
-from trtverify.hooks import load_hook
 from trtverify.tasks.batches import batches, make_preprocess
 from trtverify.tasks.datasets import open_dataset
 from trtverify.tasks.detection import DetectionAccumulator
+from trtverify.util.errors import UsageError
+from trtverify.util.hooks import load_hook
 
 SUITE = ROOT / "suites" / "shapes_detection.yaml"
 STATS = (

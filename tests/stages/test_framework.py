@@ -184,7 +184,7 @@ def test_hostile_names_are_escaped_in_the_report(tiny_dir: Path, tmp_path: Path)
 
 def test_a_crashing_stage_does_not_stop_the_others(tiny_suite: Path, tmp_path: Path, monkeypatch):
     """Plant a bug in a stage that runs first (no such bug exists to trigger for real)."""
-    from trtverify.cli_run import run_and_record
+    from trtverify.cli.run import run_and_record
     from trtverify.report.html import write_report
     from trtverify.runner import StagePlan
     from trtverify.stages.base import StageWork

@@ -17,7 +17,7 @@ import pytest
 from onnx import numpy_helper
 
 from tests.conftest import as_json, run_cli, write_suite
-from trtverify.cli_run import run_and_record
+from trtverify.cli.run import run_and_record
 from trtverify.config.loader import load_suite
 from trtverify.report.html import write_report
 

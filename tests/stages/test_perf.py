@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import DATA, ROOT, run_cli, write_suite
-from trtverify.onnxinfo import TensorMeta
+from trtverify.graph.onnxinfo import TensorMeta
 from trtverify.perf import baseline
 from trtverify.perf.measure import Budget, measure, window_cv
 from trtverify.stages.perf import batch_feed

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from trtverify.config.stages import Dataset, Preprocess
-from trtverify.errors import UsageError
 from trtverify.tasks import batches as batches_module
 from trtverify.tasks.batches import Preprocessor, batches, default_workers, make_preprocess
 from trtverify.tasks.datasets import Reader, open_dataset
+from trtverify.util.errors import UsageError
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trtverify.fsutil import to_json
 from trtverify.tasks.coco import STAT_NAMES, GroundTruth, load_coco, validate_coco
 from trtverify.tasks.detection import DetectionAccumulator
+from trtverify.util.fsutil import to_json
 
 CATEGORIES = [{"id": 1, "name": "person"}, {"id": 3, "name": "car"}, {"id": 18, "name": "dog"}]
 

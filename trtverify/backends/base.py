@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from trtverify.config.registry import BACKENDS
-from trtverify.errors import BackendError, UsageError
-from trtverify.onnxinfo import TensorMeta, feed_mismatch
+from trtverify.graph.onnxinfo import TensorMeta, feed_mismatch
+from trtverify.util.errors import BackendError, UsageError
 
 if TYPE_CHECKING:
     from trtverify.config.backends import Backends
-    from trtverify.lightmodel import LightModel
+    from trtverify.graph.lightmodel import LightModel
 
 Feed = dict[str, np.ndarray]
 

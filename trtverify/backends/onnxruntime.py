@@ -10,11 +10,11 @@ import numpy as np
 
 from trtverify.backends.base import Backend, Capabilities, Feed, cast_float, check_feed
 from trtverify.config.backends import Backends, OnnxRuntimeOptions
-from trtverify.deps import require
-from trtverify.errors import BackendError, MissingDependency, UsageError
-from trtverify.lightmodel import EXTERNAL_FOLDER, GraphBytes, LightModel
-from trtverify.onnxemulate import BF16, FP16, emulate, holds, internal
-from trtverify.onnxinfo import TensorMeta, check_graph, graph_io
+from trtverify.graph.lightmodel import EXTERNAL_FOLDER, GraphBytes, LightModel
+from trtverify.graph.onnxemulate import BF16, FP16, emulate, holds, internal
+from trtverify.graph.onnxinfo import TensorMeta, check_graph, graph_io
+from trtverify.util.deps import require
+from trtverify.util.errors import BackendError, MissingDependency, UsageError
 
 CPU = "CPUExecutionProvider"
 

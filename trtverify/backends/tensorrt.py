@@ -1,7 +1,7 @@
 """TensorRT and TensorRT-RTX backends: thin wrappers over Polygraphy's TensorRT loaders and runner.
 
 Nothing heavy is imported at module import time: Polygraphy and TensorRT are imported in
-`load()` through `trtverify.deps.require`, so a machine without them gets MissingDependency
+`load()` through `trtverify.util.deps.require`, so a machine without them gets MissingDependency
 (exit code 3) with the pip command, and only when one of these backends is used.
 
 What the Polygraphy calls are (all in `polygraphy.backend.trt`, Polygraphy 0.53):
@@ -44,12 +44,12 @@ from trtverify.backends.tensorrt_support import (
     resolve_strongly_typed,
 )
 from trtverify.config.backends import Backends, TensorRTOptions
-from trtverify.deps import require
-from trtverify.errors import BackendError, TrtVerifyError, UsageError
-from trtverify.onnxinfo import TensorMeta, graph_io, load_onnx
+from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_onnx
+from trtverify.util.deps import require
+from trtverify.util.errors import BackendError, TrtVerifyError, UsageError
 
 _LAYER_DTYPES = {"fp32": "FLOAT", "fp16": "HALF", "bf16": "BF16", "int8": "INT8", "fp8": "FP8"}
-# TensorRT layer types (the ONNX op types of Q/DQ are trtverify.onnxgraph.QDQ_OPS)
+# TensorRT layer types (the ONNX op types of Q/DQ are trtverify.graph.onnxgraph.QDQ_OPS)
 _QDQ_LAYER_TYPES = ("QUANTIZE", "DEQUANTIZE", "DYNAMIC_QUANTIZE")
 _NOT_MARKABLE_LAYER_TYPES = ("SHAPE", "CONSTANT")  # as in Polygraphy's mark_layerwise
 # TensorRT cannot mark tensors inside a loop body as network outputs (layers are in topological

@@ -18,9 +18,9 @@ import numpy as np
 
 from trtverify.backends.base import Feed
 from trtverify.config.backends import TYPE_FLAGS, TensorRTOptions
-from trtverify.errors import BackendError, UsageError
-from trtverify.onnxgraph import QDQ_OPS
-from trtverify.onnxinfo import TensorMeta
+from trtverify.graph.onnxgraph import QDQ_OPS
+from trtverify.graph.onnxinfo import TensorMeta
+from trtverify.util.errors import BackendError, UsageError
 
 # suite log_verbosity -> G_LOGGER severity attribute. Polygraphy's TensorRT logger forwards
 # TensorRT VERBOSE as G_LOGGER.extra_verbose and TensorRT INFO as G_LOGGER.verbose.

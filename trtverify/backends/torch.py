@@ -11,10 +11,10 @@ import numpy as np
 from trtverify.backends.base import Backend, Capabilities
 from trtverify.config.backends import TorchOptions
 from trtverify.config.models import PyTorchModel
-from trtverify.deps import require
-from trtverify.errors import BackendError, MissingDependency, UsageError
-from trtverify.hooks import load_hook
-from trtverify.onnxinfo import TensorMeta
+from trtverify.graph.onnxinfo import TensorMeta
+from trtverify.util.deps import require
+from trtverify.util.errors import BackendError, MissingDependency, UsageError
+from trtverify.util.hooks import load_hook
 
 
 class TorchBackend(Backend):

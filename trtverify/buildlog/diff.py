@@ -8,7 +8,7 @@ from pydantic import Field
 
 from trtverify.buildlog.findings import Finding
 from trtverify.buildlog.parser import BuildLog
-from trtverify.record import Record, optional
+from trtverify.util.record import Record, optional
 
 COMPARED = ("precision", "tactic", "onnx_nodes", "type")
 

@@ -17,7 +17,7 @@ from pydantic import Field
 from trtverify.buildlog.layers import EngineLayer
 from trtverify.buildlog.lines import LogRecord
 from trtverify.config.findings import Severity
-from trtverify.record import Record
+from trtverify.util.record import Record
 
 
 class Finding(Record):

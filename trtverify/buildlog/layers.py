@@ -1,11 +1,11 @@
 """The engine layer table from layer-information dumps (`Layer(Type): name, Tactic: t, in -> out`
 of TensorRT 8.x and `Name: n, LayerType: t, ..., TacticName/TacticValue, Metadata` of 8.4+ /
-TensorRT-RTX detailed dumps). The line reader lives in trtverify.layerinfo, shared with the engine audit."""
+TensorRT-RTX detailed dumps). The line reader lives in trtverify.toolout.layerinfo, shared with the engine audit."""
 
 from __future__ import annotations
 
 from trtverify.buildlog.lines import LogRecord
-from trtverify.layerinfo import EngineLayer, parse_layer_line, precision_of
+from trtverify.toolout.layerinfo import EngineLayer, parse_layer_line, precision_of
 
 __all__ = ["EngineLayer", "layer_table", "precision_of"]
 

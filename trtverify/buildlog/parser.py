@@ -20,9 +20,9 @@ from trtverify.buildlog.folding import fold, gather
 from trtverify.buildlog.layers import EngineLayer, layer_table
 from trtverify.buildlog.lines import LogRecord, split_records
 from trtverify.buildlog.noise import noise_classes
-from trtverify.errors import UsageError
-from trtverify.fsutil import FileTooLarge, read_capped
-from trtverify.record import Record
+from trtverify.util.errors import UsageError
+from trtverify.util.fsutil import FileTooLarge, read_capped
+from trtverify.util.record import Record
 
 __all__ = ["BuildLog", "Finding", "parse", "parse_file"]
 

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from trtverify.compare.metrics import CompareError, compare
 from trtverify.config.checks import METRICS, Better, Check, better_of
-from trtverify.record import Record, omitted, optional
+from trtverify.util.record import Record, omitted, optional
 
 
 class CheckResult(Record):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from trtverify.record import Record
+from trtverify.util.record import Record
 
 
 @dataclass(frozen=True)

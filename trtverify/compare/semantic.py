@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from trtverify.compare.pairing import Pairing
-from trtverify.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex, Producer
+from trtverify.graph.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex, Producer
 
 How = Literal["rename", "inserted", "folded", "renamed_output", "output"]
 

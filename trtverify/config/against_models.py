@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtverify.errors import Problem
-from trtverify.onnxinfo import TensorMeta, graph_io, load_io
+from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
+from trtverify.util.errors import Problem
 
 if TYPE_CHECKING:
     from trtverify.config.loader import LoadedSuite

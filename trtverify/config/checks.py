@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from trtverify.config.types import Strict
-from trtverify.errors import unknown
+from trtverify.util.errors import unknown
 
 Better = Literal["lower", "higher"]
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from trtverify.config.models import Suite
 from trtverify.config.registry import TASKS
 from trtverify.config.yamlload import LocatedDocument, PathKey, dotted, load_yaml
-from trtverify.errors import Problem, SuiteError, unknown
+from trtverify.util.errors import Problem, SuiteError, unknown
 
 
 @dataclass(frozen=True)

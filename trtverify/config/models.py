@@ -15,7 +15,7 @@ from trtverify.config.backends import Backends
 from trtverify.config.registry import BACKENDS
 from trtverify.config.stages import CandidatePrecision, Stages
 from trtverify.config.types import DirPath, DType, FilePath, HookSpec, Name, OnnxPath, OutPath, Strict, suffix
-from trtverify.errors import unknown
+from trtverify.util.errors import unknown
 
 
 class PyTorchModel(Strict):

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trtverify.registry import Entry, Registry
+from trtverify.util.registry import Entry, Registry
 
 
 @dataclass(frozen=True)

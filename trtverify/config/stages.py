@@ -12,7 +12,7 @@ from trtverify.config.checks import Check
 from trtverify.config.findings import LINT_KINDS, SEVERITIES, Severity
 from trtverify.config.registry import TASKS
 from trtverify.config.types import DirPath, FilePath, HookSpec, Name, PathOrDir, Strict, suffix
-from trtverify.errors import unknown
+from trtverify.util.errors import unknown
 
 TaskName = Literal[tuple(TASKS.names())]  # type: ignore[valid-type]
 

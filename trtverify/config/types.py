@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
 
-from trtverify.hooks import is_hook_spec
+from trtverify.util.hooks import is_hook_spec
 
 
 class Strict(BaseModel):

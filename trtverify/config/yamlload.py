@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from trtverify.errors import Problem, SuiteError
-from trtverify.fsutil import FileTooLarge, read_capped
+from trtverify.util.errors import Problem, SuiteError
+from trtverify.util.fsutil import FileTooLarge, read_capped
 
 PathKey = tuple[str | int, ...]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from trtverify.onnxgraph import GraphIndex, elem_types
+from trtverify.graph.onnxgraph import GraphIndex, elem_types
 
 FP16_MAX = 65504.0
 # ops whose float inputs the ONNX spec types as float32 only: they stay FP32

@@ -36,7 +36,7 @@ def quantize(
     exclude: Iterable[str] = (),
 ) -> Path:
     """Static INT8 Q/DQ quantisation of `reference` calibrated on `calibration` (feeds), written to `out`."""
-    from trtverify.deps import quiet_onnxruntime
+    from trtverify.util.deps import quiet_onnxruntime
 
     quiet_onnxruntime()
     from onnxruntime.quantization import (

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from trtverify.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex, elem_types
+from trtverify.graph.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex, elem_types
 
 NARROW = (10, 16)  # onnx.TensorProto.FLOAT16, BFLOAT16
 FLOAT = 1  # onnx.TensorProto.FLOAT

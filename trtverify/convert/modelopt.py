@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trtverify.errors import MissingDependency, UsageError
+from trtverify.util.errors import MissingDependency, UsageError
 
 PRECISIONS = ("fp16", "bf16", "int8", "fp8", "int4")
 INSTALL = "pip install 'trtverify[modelopt]'   (nvidia-modelopt and the ONNX packages it needs; torch first)"

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from trtverify.config.models import Candidate
-from trtverify.errors import UsageError
-from trtverify.fsutil import atomic_write, sha256_file
+from trtverify.util.errors import UsageError
+from trtverify.util.fsutil import atomic_write, sha256_file
 
 
 def recipe_key(reference: Path, spec: Candidate, calibration: Sequence[dict[str, np.ndarray]]) -> str:

@@ -19,8 +19,6 @@ from trtverify.engine.exports import (
     read_engine,
 )
 from trtverify.engine.tables import console_layers
-from trtverify.errors import UsageError
-from trtverify.record import Record
 from trtverify.toolout.perfsummary import PerfSummary, parse_perf_summary
 from trtverify.toolout.tables import (
     LayerListing,
@@ -31,6 +29,8 @@ from trtverify.toolout.tables import (
     parse_profile_table,
     summarize_times,
 )
+from trtverify.util.errors import UsageError
+from trtverify.util.record import Record
 
 TOP = 5
 MAX_LOG = 64 << 20

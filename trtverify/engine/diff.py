@@ -9,7 +9,7 @@ from pydantic import Field
 
 from trtverify.engine.audit import Audit, EngineFinding, audit_layers, engine_layers
 from trtverify.engine.exports import EngineLayer
-from trtverify.record import Record
+from trtverify.util.record import Record
 
 RANKED = 5
 

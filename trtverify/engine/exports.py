@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.errors import UsageError
-from trtverify.record import Record
+from trtverify.util.errors import UsageError
+from trtverify.util.record import Record
 
 TYPES = (("int4", "INT4"), ("fp8", "FP8"), ("e4m3", "FP8"), ("int8", "INT8"), ("bf16", "BF16"), ("bfloat", "BF16"),
          ("fp16", "FP16"), ("half", "FP16"), ("int32", "INT32"), ("int64", "INT64"), ("bool", "BOOL"), ("fp32", "FP32"),

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from trtverify.config.findings import LINT_KINDS, Severity
-from trtverify.record import Record
+from trtverify.util.record import Record
 
 
 class LintFinding(Record):

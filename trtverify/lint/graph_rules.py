@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.lint.findings import Found, at
 from trtverify.lint.ranges import CLOSE_TO_MAX, COMPUTE_OPS, PASS_THROUGH_OPS, RANGES, SATURATION_MEDIUM
 from trtverify.lint.weights import q_limit
-from trtverify.onnxgraph import GraphIndex
 
 
 def _from_dequantize(g: GraphIndex, name: str) -> bool:

@@ -16,19 +16,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtverify.config.findings import SEVERITY_RANK
-from trtverify.errors import UsageError, unknown
+from trtverify.graph.onnxgraph import QDQ_OPS, GraphIndex, elem_types
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.graph_rules import activation_findings, coverage_findings, structure_findings
 from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types, onnx_types
 from trtverify.lint.reference_constants import reference_constant_findings
 from trtverify.lint.shapes import shape_baking_findings
 from trtverify.lint.weights import initializer_findings, qdq_param_findings, quantized_weight_findings
-from trtverify.onnxgraph import QDQ_OPS, GraphIndex, elem_types
+from trtverify.util.errors import UsageError, unknown
 
 if TYPE_CHECKING:
     import onnx
 
-    from trtverify.lightmodel import LightModel
+    from trtverify.graph.lightmodel import LightModel
 
     ModelLike = onnx.ModelProto | Path | str | LightModel
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 def _light(model: ModelLike) -> LightModel | None:
     """A path becomes a weightless model (lightmodel.py): the lint reads each weight it judges from its file, one
     tensor at a time, never the whole model into Python. An onnx.ModelProto is used as given."""
-    from trtverify.lightmodel import LightModel
+    from trtverify.graph.lightmodel import LightModel
 
     if isinstance(model, LightModel):
         return model
@@ -118,8 +118,8 @@ def node_precisions(model: ModelLike) -> dict[str, str]:
     """What each compute node of a candidate runs in, read once from its types and Q/DQ: 'INT8', 'FP8' or 'INT4'
     for a Conv/Gemm/MatMul reading a DequantizeLinear of that type (INT4: weight-only blocks), else the type of its
     float output ('FP16', 'BF16', 'FP32'). Q/DQ, Cast and shape plumbing are left out."""
+    from trtverify.graph.onnxgraph import CAST_OPS, SHAPE_OPS
     from trtverify.lint.ranges import COMPUTE_OPS
-    from trtverify.onnxgraph import CAST_OPS, SHAPE_OPS
 
     m, g = _index(model)
     types = tensor_types(m, g)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trtverify.onnxgraph import QDQ_OPS, values_of  # noqa: F401 - values_of: where the lint reads it
+from trtverify.graph.onnxgraph import QDQ_OPS, values_of  # noqa: F401 - values_of: where the lint reads it
 
 TARGETS = ("fp32", "fp16", "bf16", "int8", "fp8")
 SMALL_SHARE = 0.01  # subnormals/underflows below this share of a tensor are only "info" (TensorRT warns on most models)

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from trtverify.graph.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex
 from trtverify.lint.findings import Found, at
 from trtverify.lint.ranges import RANGES
-from trtverify.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex
 
 
 @dataclass(frozen=True)

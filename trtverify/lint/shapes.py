@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.lint.findings import Found, at
-from trtverify.onnxgraph import GraphIndex
 
 TO_THE_END = 1 << 30  # Slice ends at or above this (INT_MAX, INT64_MAX) mean "to the end"
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from trtverify.graph.onnxgraph import QDQ_OPS, GraphIndex
 from trtverify.lint.findings import Found, at
 from trtverify.lint.ranges import (
     RANGES,
@@ -18,7 +19,6 @@ from trtverify.lint.ranges import (
     role,
     stats,
 )
-from trtverify.onnxgraph import QDQ_OPS, GraphIndex
 
 
 def _range_key(dtype_key: str | None, has_data_use: bool, target: str) -> tuple[str | None, bool, bool]:

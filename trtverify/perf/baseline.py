@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trtverify.environment import environment
-from trtverify.errors import UsageError
-from trtverify.fsutil import FileTooLarge, atomic_write_json, read_capped
+from trtverify.util.environment import environment
+from trtverify.util.errors import UsageError
+from trtverify.util.fsutil import FileTooLarge, atomic_write_json, read_capped
 
 FORMAT = 1
 FILE = "baseline.json"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import Field
 
-from trtverify.record import Record
+from trtverify.util.record import Record
 
 PERCENTILES = (90, 95, 99)
 

@@ -18,10 +18,10 @@ from trtverify.compare.pairing import pair_names
 from trtverify.compare.semantic import resolve
 from trtverify.config.backends import Backends
 from trtverify.config.checks import Check, better_of
-from trtverify.lightmodel import GraphBytes
-from trtverify.onnxgraph import GraphIndex
+from trtverify.graph.lightmodel import GraphBytes
+from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.stages.layerwise.reference import as_written, update_max_abs
-from trtverify.tensorstore import TensorStore
+from trtverify.util.tensorstore import TensorStore
 
 AS_WRITTEN = as_written(Backends()).onnxruntime  # graphs run as written, as in the layerwise stage
 

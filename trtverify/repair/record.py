@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from trtverify.deps import require
-from trtverify.onnxgraph import GraphIndex
-from trtverify.record import Record
+from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.repair.evaluate import Evaluation
 from trtverify.repair.search import Search
 from trtverify.stages.layerwise.reference import infer_with_feed
+from trtverify.util.deps import require
+from trtverify.util.record import Record
 
 LATENCY_RUNS = 20
 

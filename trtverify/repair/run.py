@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from trtverify.config.checks import Check
-from trtverify.fsutil import atomic_write_text, to_json
 from trtverify.lint.linter import precision_label, precision_parts
 from trtverify.repair.evaluate import Reference, evaluate
 from trtverify.repair.record import RepairRecord, checked, cost, record
 from trtverify.repair.search import Progress, search
+from trtverify.util.fsutil import atomic_write_text, to_json
 
 
 def repair(

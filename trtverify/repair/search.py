@@ -31,12 +31,12 @@ from trtverify.convert.fp16 import FP16_MAX, to_fp16
 from trtverify.convert.int8 import quantize
 from trtverify.convert.islands import keep_fp32 as islands
 from trtverify.convert.islands import lowered_nodes
-from trtverify.errors import UsageError
-from trtverify.lightmodel import GraphBytes
+from trtverify.graph.lightmodel import GraphBytes
+from trtverify.graph.onnxgraph import GraphIndex, elem_types
 from trtverify.lint.linter import precision_parts
 from trtverify.lint.reference_constants import reference_constant_findings
-from trtverify.onnxgraph import GraphIndex, elem_types
 from trtverify.repair.evaluate import Evaluation, Reference, evaluate
+from trtverify.util.errors import UsageError
 
 Progress = Callable[[str], None]
 

@@ -14,12 +14,12 @@ from pydantic import Field
 from trtverify.compare.checks import CheckResult, limit_check
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.models import Inputs
-from trtverify.inputs import build_samples
-from trtverify.record import optional
+from trtverify.data.inputs import build_samples
 from trtverify.repair.record import Checked, Cost, CurvePoint
 from trtverify.repair.run import repair
 from trtverify.stages.base import StageContext, StageResult, status_of
 from trtverify.stages.e2e.stage import gate_checks, task_metrics
+from trtverify.util.record import optional
 
 NAME = "repair"
 

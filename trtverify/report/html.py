@@ -15,7 +15,6 @@ from typing import Any
 
 from markupsafe import Markup
 
-from trtverify.fsutil import WriteError, atomic_write, atomic_write_text, user_cache_dir
 from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
 from trtverify.report.links import Link, build_links, engine_layer_id, layer_id, perf_links, row_id
 from trtverify.report.perfview import perf_view
@@ -23,6 +22,7 @@ from trtverify.report.text import cause_text, divergence_text, high_lint
 from trtverify.results.models import Results
 from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row, SuspectHistogram
 from trtverify.stages.perf import PerfResult
+from trtverify.util.fsutil import WriteError, atomic_write, atomic_write_text, user_cache_dir
 
 _HERE = Path(__file__).parent
 _TEMPLATES = _HERE / "templates"

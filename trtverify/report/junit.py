@@ -5,9 +5,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from trtverify.fsutil import atomic_write
 from trtverify.report.format import fmt
 from trtverify.results.models import Results
+from trtverify.util.fsutil import atomic_write
 
 
 def junit_xml(results: Results) -> bytes:

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trtverify.errors import UsageError
-from trtverify.fsutil import FileTooLarge, read_capped
 from trtverify.results.models import SCHEMA_VERSION, Results
+from trtverify.util.errors import UsageError
+from trtverify.util.fsutil import FileTooLarge, read_capped
 
 MAX_RESULTS_BYTES = 512 * 1024 * 1024  # a results.json of a large e2e run is a few MB
 

@@ -12,8 +12,6 @@ from pathlib import Path
 
 from trtverify.config.loader import LoadedSuite, load_suite
 from trtverify.config.registry import STAGES
-from trtverify.errors import UsageError
-from trtverify.fsutil import sha256_file
 from trtverify.results.io import load_results
 from trtverify.results.models import Merged, Results
 from trtverify.results.record import build_results
@@ -21,6 +19,8 @@ from trtverify.stages.base import StageResult, status_of, sum_timings
 from trtverify.stages.e2e.models import E2EResult
 from trtverify.stages.e2e.stage import merge_shards
 from trtverify.stages.layerwise.models import LayerwiseResult
+from trtverify.util.errors import UsageError
+from trtverify.util.fsutil import sha256_file
 
 
 def check_shards(results: Sequence[tuple[Path, Results]]) -> int:

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, field_serializer
 
 from trtverify.config.registry import STAGES
-from trtverify.record import Record, optional
 from trtverify.stages.base import Shard, StageResult
+from trtverify.util.record import Record, optional
 
 SCHEMA_VERSION = 2
 

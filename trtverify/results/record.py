@@ -11,10 +11,10 @@ from pathlib import Path
 from trtverify import __version__
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import STAGES
-from trtverify.environment import environment
-from trtverify.fsutil import atomic_write_json, sha256_file
 from trtverify.results.models import Environment, Merged, Results, SuiteInfo, all_passed
 from trtverify.stages.base import Shard, StageResult, exit_code_for
+from trtverify.util.environment import environment
+from trtverify.util.fsutil import atomic_write_json, sha256_file
 
 NOT_RUN = "not run yet (interrupted?)"
 

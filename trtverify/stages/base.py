@@ -13,10 +13,10 @@ from pydantic import Field, field_serializer
 
 from trtverify.compare.checks import CheckResult
 from trtverify.config.loader import LoadedSuite
-from trtverify.errors import EXIT_CHECK_FAILED, EXIT_DEPENDENCY, EXIT_INTERNAL, EXIT_OK, UsageError
-from trtverify.onnxinfo import TensorMeta
-from trtverify.record import Record
-from trtverify.reference import ReferenceStore
+from trtverify.data.reference import ReferenceStore
+from trtverify.graph.onnxinfo import TensorMeta
+from trtverify.util.errors import EXIT_CHECK_FAILED, EXIT_DEPENDENCY, EXIT_INTERNAL, EXIT_OK, UsageError
+from trtverify.util.record import Record
 
 # progress(stage, done, total, what): called by stages on long work; the CLI renders it (total 0: no count)
 Progress = Callable[[str, int, int, str], None]

@@ -16,8 +16,8 @@ from trtverify.buildlog.diff import AgainstLog, diff
 from trtverify.buildlog.parser import BuildLog, parse_file
 from trtverify.compare.checks import CheckResult, limit_check
 from trtverify.config.findings import selects
-from trtverify.record import optional
 from trtverify.stages.base import StageContext, StageResult, status_of
+from trtverify.util.record import optional
 
 NAME = "buildlog"
 

@@ -21,11 +21,11 @@ from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.backends.torch import TorchBackend
 from trtverify.compare.checks import CheckResult, TensorSummary, evaluate, limit_check, run_comparisons
 from trtverify.compare.pairing import Pairing, PairingRecord, pair_names
-from trtverify.errors import MissingDependency
-from trtverify.fsutil import sha256_file
-from trtverify.record import Record, optional
-from trtverify.reference import hash_samples
+from trtverify.data.reference import hash_samples
 from trtverify.stages.base import StageContext, StageResult, status_of
+from trtverify.util.errors import MissingDependency
+from trtverify.util.fsutil import sha256_file
+from trtverify.util.record import Record, optional
 
 NAME = "framework"
 STORE_KIND = "pytorch"
@@ -59,7 +59,7 @@ class FrameworkResult(StageResult):
 
 def _module_file(spec: str, search_path: list[Path]) -> Path | None:
     """Source file of a hook's module, found without importing it (so no torch import)."""
-    from trtverify.hooks import extra_sys_path
+    from trtverify.util.hooks import extra_sys_path
 
     module = spec.split(":")[0]
     with extra_sys_path(search_path):
@@ -95,7 +95,7 @@ def reference_depends(ctx: StageContext, samples: list[dict[str, np.ndarray]]) -
 
 
 def _versions() -> dict[str, str]:
-    from trtverify.environment import library_versions
+    from trtverify.util.environment import library_versions
 
     return {k: v for k, v in library_versions().items() if k in ("torch", "numpy", "onnxruntime", "onnx")}
 

@@ -28,12 +28,12 @@ from trtverify.config.stages import PerfEngine, PerfStage
 from trtverify.engine.audit import Audit, audit_layers, engine_layers
 from trtverify.engine.diff import EngineDiff, diff_read
 from trtverify.engine.metadata import batch_of, device_fingerprint, profile_performance
-from trtverify.errors import UsageError
-from trtverify.onnxinfo import TensorMeta
+from trtverify.graph.onnxinfo import TensorMeta
 from trtverify.perf import baseline as store
 from trtverify.perf.measure import Budget, LatencyStats, measure
-from trtverify.record import Record, optional
 from trtverify.stages.base import StageContext, StageResult, status_of
+from trtverify.util.errors import UsageError
+from trtverify.util.record import Record, optional
 
 NAME = "perf"
 TENSORRT = ("tensorrt", "tensorrt-rtx")

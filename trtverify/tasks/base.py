@@ -25,11 +25,11 @@ import numpy as np
 from pydantic import ConfigDict, Field
 
 from trtverify.config.stages import E2EStage
-from trtverify.errors import UsageError
-from trtverify.hooks import load_hook
-from trtverify.record import Record
 from trtverify.tasks.batches import Batch
 from trtverify.tasks.datasets import Reader, open_dataset
+from trtverify.util.errors import UsageError
+from trtverify.util.hooks import load_hook
+from trtverify.util.record import Record
 
 State = dict[str, np.ndarray]
 

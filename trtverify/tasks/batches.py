@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from trtverify.config.stages import Preprocess
-from trtverify.deps import require
-from trtverify.hooks import load_hook
 from trtverify.tasks.datasets import Reader
+from trtverify.util.deps import require
+from trtverify.util.hooks import load_hook
 
 
 @dataclass(frozen=True)

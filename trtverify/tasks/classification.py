@@ -24,8 +24,6 @@ from typing import Any
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from trtverify.errors import UsageError
-from trtverify.record import Record, optional
 from trtverify.tasks.base import (
     ClassRow,
     State,
@@ -39,6 +37,8 @@ from trtverify.tasks.base import (
     select_output,
 )
 from trtverify.tasks.batches import Batch
+from trtverify.util.errors import UsageError
+from trtverify.util.record import Record, optional
 
 INVALID = -1  # prediction of a score row holding a NaN
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.config.registry import COCO_STATS
-from trtverify.fsutil import FileTooLarge, read_capped
+from trtverify.util.fsutil import FileTooLarge, read_capped
 
 BACKENDS = ("faster-coco-eval", "pycocotools")
 STAT_NAMES = COCO_STATS

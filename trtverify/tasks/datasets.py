@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from trtverify.config.stages import Dataset
-from trtverify.deps import require
-from trtverify.errors import UsageError
+from trtverify.util.deps import require
+from trtverify.util.errors import UsageError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 

@@ -37,8 +37,6 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from trtverify.errors import UsageError
-from trtverify.record import Record, optional
 from trtverify.tasks.base import (
     State,
     Task,
@@ -62,6 +60,8 @@ from trtverify.tasks.coco import (
     is_int,
     mean_valid,
 )
+from trtverify.util.errors import UsageError
+from trtverify.util.record import Record, optional
 
 NEAR_ZERO_MAP = 0.01  # a reference mAP below this is degenerate (`DetectionTask.sanity`)
 

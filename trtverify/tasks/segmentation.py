@@ -25,8 +25,6 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from trtverify.errors import UsageError
-from trtverify.record import Record, optional
 from trtverify.tasks.base import (
     ClassRow,
     State,
@@ -41,6 +39,8 @@ from trtverify.tasks.base import (
     select_output,
 )
 from trtverify.tasks.batches import Batch
+from trtverify.util.errors import UsageError
+from trtverify.util.record import Record, optional
 
 INVALID = -1  # prediction of a pixel whose scores hold a NaN
 

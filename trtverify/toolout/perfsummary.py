@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.record import Record
+from trtverify.util.record import Record
 
 PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)*(?:&&&&\s*\w+\s*)?")
 NAMES = {

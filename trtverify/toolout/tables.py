@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.errors import UsageError
-from trtverify.layerinfo import EngineLayer as DumpLayer
-from trtverify.layerinfo import parse_layer_line
-from trtverify.record import Record
+from trtverify.toolout.layerinfo import EngineLayer as DumpLayer
+from trtverify.toolout.layerinfo import parse_layer_line
+from trtverify.util.errors import UsageError
+from trtverify.util.record import Record
 
 LOG_PREFIX = re.compile(
     r"^(?:&&&&\s*\w+\s*)?(?:\[(?:\d{1,2}/\d{1,2}/\d{2,4}-\d{1,2}:\d{2}:\d{2}(?:\.\d+)?|[IWEVF]|TRT|INFO|WARNING|"

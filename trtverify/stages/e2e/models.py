@@ -8,8 +8,8 @@ from typing import Literal, Union
 from pydantic import Field
 
 from trtverify.config.registry import TASKS
-from trtverify.record import Record, optional
 from trtverify.stages.base import StageResult
+from trtverify.util.record import Record, optional
 
 _TASKS = [entry.load() for entry in TASKS.entries()]
 # each task's records have their own required fields, so a value validates as exactly one of them

@@ -25,13 +25,13 @@ from trtverify.compare.checks import CheckResult, failed_check, limit_check
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import TASKS
 from trtverify.config.stages import E2EStage
-from trtverify.errors import UsageError
-from trtverify.fsutil import atomic_write
 from trtverify.stages.base import StageContext, status_of, sum_timings, timed
 from trtverify.stages.e2e.models import DatasetInfo, E2ECandidate, E2EResult, ReferenceSanity
 from trtverify.tasks.base import Task, TaskMetrics
 from trtverify.tasks.batches import Batch, batches, default_workers, make_preprocess
 from trtverify.tasks.datasets import open_dataset
+from trtverify.util.errors import UsageError
+from trtverify.util.fsutil import atomic_write
 
 NAME = "e2e"
 SHARD_DIR = "shard"
@@ -385,7 +385,7 @@ def worst_feeds(loaded: LoadedSuite, positions: Sequence[int]) -> list[dict[str,
     pre = make_preprocess(cfg.preprocess, loaded.search_path)
     name = cfg.preprocess.input
     if name is None:
-        from trtverify.onnxinfo import graph_io, load_io
+        from trtverify.graph.onnxinfo import graph_io, load_io
 
         name = graph_io(load_io(Path(loaded.suite.models.reference)))[0][0].name
     missing = [i for i in positions if not 0 <= i < len(reader)]

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trtverify.onnxgraph import GraphIndex
+from trtverify.graph.onnxgraph import GraphIndex
 
 
 @dataclass(frozen=True)

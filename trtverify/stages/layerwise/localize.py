@@ -27,8 +27,8 @@ from trtverify.compare.metrics import CompareError, Comparison, compare
 from trtverify.compare.parallel import mapper
 from trtverify.config.checks import Check
 from trtverify.config.models import Candidate
-from trtverify.lightmodel import LightModel
-from trtverify.onnxgraph import GraphIndex
+from trtverify.graph.lightmodel import LightModel
+from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.stages.base import StageContext, timed
 from trtverify.stages.layerwise.isolation import build_isolation_model, isolation_groups
 from trtverify.stages.layerwise.models import RootCause, Row

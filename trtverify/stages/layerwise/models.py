@@ -8,8 +8,8 @@ from pydantic import Field
 
 from trtverify.compare.checks import Histogram
 from trtverify.lint.findings import LintFinding
-from trtverify.record import Record, optional
 from trtverify.stages.base import StageResult
+from trtverify.util.record import Record, optional
 
 
 class PairNote(Record):

@@ -13,10 +13,10 @@ import numpy as np
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.config.backends import Backends
 from trtverify.config.stages import LayerwiseStage
-from trtverify.onnxgraph import GraphIndex
+from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.stages.base import StageContext, timed
 from trtverify.stages.layerwise.stream import chunks_for, exposing, stream
-from trtverify.tensorstore import TensorStore
+from trtverify.util.tensorstore import TensorStore
 
 NAME = "layerwise"
 

@@ -33,11 +33,11 @@ from trtverify.config.checks import Check
 from trtverify.config.findings import LINT_KINDS
 from trtverify.config.models import Candidate
 from trtverify.config.stages import LayerwiseStage, precision_checks
-from trtverify.lightmodel import LightModel
+from trtverify.graph.lightmodel import LightModel
+from trtverify.graph.onnxgraph import GraphIndex
+from trtverify.graph.onnxinfo import load_onnx
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
-from trtverify.onnxgraph import GraphIndex
-from trtverify.onnxinfo import load_onnx
 from trtverify.stages.base import StageContext, status_of
 from trtverify.stages.layerwise.localize import Evidence, root_causes
 from trtverify.stages.layerwise.models import (

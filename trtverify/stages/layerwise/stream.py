@@ -14,7 +14,7 @@ import numpy as np
 
 from trtverify.backends.base import Backend, Feed
 from trtverify.config.checks import better_of
-from trtverify.tensorstore import plan_chunks
+from trtverify.util.tensorstore import plan_chunks
 
 Outputs = dict[str, np.ndarray]
 # opens a chunk: a context manager yielding `infer(sample index) -> outputs`

@@ -16,13 +16,13 @@ from typing import Any
 import click
 
 from trtverify import __version__
-from trtverify.cli_options import JUNIT, OUT, QUIET, TAKEN, Several, several_hint
-from trtverify.cli_run import execute, finish
-from trtverify.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
+from trtverify.cli.options import JUNIT, OUT, QUIET, TAKEN, Several, several_hint
+from trtverify.cli.run import execute, finish
+from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
 
 
 def _fail(exc: TrtVerifyError) -> None:
-    from trtverify.errors import SuiteError
+    from trtverify.util.errors import SuiteError
 
     click.echo(str(exc) if isinstance(exc, SuiteError) else f"error: {exc}", err=True)
     if exc.exit_code == EXIT_USAGE and several_hint():  # e.g. `--dim batch=8 cand.onnx`: the option took the model
@@ -156,8 +156,8 @@ def merge(
 ) -> None:
     """Combine the results of every shard of a run (`run --shard I/N`) into one results.json and report;
     each model's e2e accumulators are merged and the metrics computed over all samples. Exits like `run`."""
-    from trtverify.fsutil import folder_lock
     from trtverify.results.merge import merge_runs
+    from trtverify.util.fsutil import folder_lock
 
     results = merge_runs(dirs, suite_path)
     with folder_lock(out_dir or Path("reports") / results.suite.name) as out:
@@ -179,8 +179,8 @@ def _write_merged(results: Any, out: Path, quiet: bool, junit: Path | None) -> N
 def validate(suites: tuple[Path, ...]) -> None:
     """Check suite files without running anything (no torch, no TensorRT imported)."""
     from trtverify.config.loader import load_suite
-    from trtverify.errors import SuiteError
     from trtverify.runner import preflight
+    from trtverify.util.errors import SuiteError
 
     bad = 0
     for path in suites:
@@ -203,8 +203,8 @@ def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
     """Summarise a TensorRT build log: fallbacks, calibration, tactics, FP16 risks."""
     from trtverify.buildlog.diff import diff
     from trtverify.buildlog.parser import parse_file
-    from trtverify.fsutil import to_json
     from trtverify.report.text import buildlog_summary
+    from trtverify.util.fsutil import to_json
 
     parsed = parse_file(log)
     changes = diff(parsed, parse_file(against)) if against else None
@@ -297,7 +297,7 @@ def _arm_watchdog(code: int, seconds: float) -> None:
     import os
     import threading
 
-    from trtverify.fsutil import release_held_locks
+    from trtverify.util.fsutil import release_held_locks
 
     def hard_exit() -> None:
         for stream in (sys.stdout, sys.stderr):
@@ -361,10 +361,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _register() -> None:
-    from trtverify.cli_engine import engine
-    from trtverify.cli_init import init
-    from trtverify.cli_layerwise import layerwise
-    from trtverify.cli_repair import convert, repair
+    from trtverify.cli.engine import engine
+    from trtverify.cli.init import init
+    from trtverify.cli.layerwise import layerwise
+    from trtverify.cli.repair import convert, repair
 
     cli.add_command(layerwise)
     cli.add_command(init)

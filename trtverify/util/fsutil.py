@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from trtverify.errors import EXIT_USAGE, TrtVerifyError
+from trtverify.util.errors import EXIT_USAGE, TrtVerifyError
 
 LOCK_NAME = ".trtverify.lock"
 

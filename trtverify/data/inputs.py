@@ -11,9 +11,9 @@ import numpy as np
 
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.models import GeneratedInput
-from trtverify.errors import Problem, SuiteError, UsageError
-from trtverify.hooks import load_hook
-from trtverify.onnxinfo import TensorMeta, feed_mismatch, graph_io, load_io, shape_matches
+from trtverify.graph.onnxinfo import TensorMeta, feed_mismatch, graph_io, load_io, shape_matches
+from trtverify.util.errors import Problem, SuiteError, UsageError
+from trtverify.util.hooks import load_hook
 
 DEFAULT_GENERATED_SAMPLES = 4
 
@@ -129,7 +129,7 @@ def numeric(arr: np.ndarray, what: str) -> np.ndarray:
 def _model_inputs(loaded: LoadedSuite) -> dict[str, TensorMeta]:
     """The reference's declared inputs, for the one-sample rule; empty when it cannot be read here
     (preflight reports that, naming the file)."""
-    from trtverify.errors import TrtVerifyError
+    from trtverify.util.errors import TrtVerifyError
 
     try:
         inputs, _ = graph_io(load_io(Path(loaded.suite.models.reference)))

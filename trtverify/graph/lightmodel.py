@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtverify.onnxgraph import GraphIndex
+from trtverify.graph.onnxgraph import GraphIndex
 
 # a session option of ONNX Runtime (>= 1.18): where a model given as bytes finds its external data
 EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
@@ -32,7 +32,7 @@ class LightModel:
     """An ONNX model with its weights left where they are, and its graph index (which reads them on demand)."""
 
     def __init__(self, path: Path, workdir: Path | None = None, model: Any = None, folder: Path | None = None):
-        from trtverify.onnxwire import weightless
+        from trtverify.graph.onnxwire import weightless
 
         self.source = Path(path)
         if model is None:
@@ -71,7 +71,7 @@ class LightModel:
         import onnx
         from onnx import numpy_helper
 
-        from trtverify.onnxwire import read_external
+        from trtverify.graph.onnxwire import read_external
 
         if self.workdir is None:
             raise ValueError("save_variant needs a workdir")

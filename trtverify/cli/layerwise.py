@@ -1,4 +1,4 @@
-"""Command `trtverify layerwise` (registered on the main group in cli.py): a layerwise run without a suite file."""
+"""Command `trtverify layerwise` (registered on the main group in cli/main.py): a layerwise run without a suite file."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trtverify.cli_options import QUIET, Several
+from trtverify.cli.options import QUIET, Several
 
 
 @click.command()
@@ -91,10 +91,10 @@ def layerwise(
     Writes the suite it ran (suite.yaml) beside results.json and report.html, so the run
     can be repeated and extended with `trtverify run`.
     """
-    from trtverify.adhoc import layerwise_suite
-    from trtverify.cli_run import execute
+    from trtverify.cli.run import execute
     from trtverify.config.loader import load_suite
-    from trtverify.fsutil import writable_folder
+    from trtverify.suitegen.adhoc import layerwise_suite
+    from trtverify.util.fsutil import writable_folder
 
     out = writable_folder(out_dir or Path("reports") / f"layerwise-{reference.stem}")
     path = layerwise_suite(

@@ -13,9 +13,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from trtverify.errors import UsageError
-from trtverify.hooks import is_hook_spec
-from trtverify.onnxinfo import TensorMeta, graph_io, load_io
+from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
+from trtverify.util.errors import UsageError
+from trtverify.util.hooks import is_hook_spec
 
 _GENERATED = ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtverify.errors import UsageError
+from trtverify.util.errors import UsageError
 
 Dim = int | str | None
 
@@ -60,7 +60,7 @@ def load_onnx(path: Path, with_weights: bool = False) -> Any:
 
 def load_io(path: Path) -> Any:
     """A ModelProto with only the graph's inputs, outputs and initializer names (no weights read)."""
-    from trtverify.onnxwire import io_model
+    from trtverify.graph.onnxwire import io_model
 
     return _readable(path, io_model)
 
@@ -72,7 +72,7 @@ def check_graph(path: Path) -> None:
 
 
 def _readable(path: Path, read: Any) -> Any:
-    from trtverify.onnxwire import graph_problem
+    from trtverify.graph.onnxwire import graph_problem
 
     try:
         out = read(Path(path))

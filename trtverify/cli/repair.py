@@ -1,4 +1,4 @@
-"""Commands `trtverify repair` and `trtverify convert` (registered on the main command group in cli.py)."""
+"""Commands `trtverify repair` and `trtverify convert` (registered on the main command group in cli/main.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from trtverify.cli_options import QUIET, Several
-from trtverify.errors import UsageError
+from trtverify.cli.options import QUIET, Several
+from trtverify.util.errors import UsageError
 
 
 def tool_option(help_text: str) -> Any:
@@ -24,7 +24,7 @@ INPUT_HELP = "Inputs: .npz, keys = input names, first axis = rows [default: one 
 def _rows(reference: Path, path: Path) -> list:
     """Rows of an .npz (keys = input names), one feed each, read like a suite's inputs file."""
 
-    from trtverify.inputs import open_array_file, read_member
+    from trtverify.data.inputs import open_array_file, read_member
 
     with open_array_file(path) as data:  # a damaged or foreign file: exit 2 naming it
         arrays = {k: read_member(data, k, path) for k in data.files}
@@ -115,9 +115,9 @@ def repair(
     repaired model passes on the search's rows and the held-out ones, 1 when not (the best keep-list is
     reported, with why the search ended there), 2 for usage errors.
     """
-    from trtverify.adhoc import repair_suite
-    from trtverify.cli_run import execute
+    from trtverify.cli.run import execute
     from trtverify.config.loader import load_suite
+    from trtverify.suitegen.adhoc import repair_suite
 
     if candidate is not None:
         from trtverify.lint.linter import precision_parts

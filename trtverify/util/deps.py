@@ -18,7 +18,7 @@ _FIXES: dict[str, str] = {
 
 def require(module: str, purpose: str) -> ModuleType:
     """Import `module` or raise MissingDependency naming the pip command that fixes it."""
-    from trtverify.errors import MissingDependency
+    from trtverify.util.errors import MissingDependency
 
     try:
         loaded = importlib.import_module(module)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from trtverify.fsutil import atomic_write, atomic_write_json, sha256_file
+from trtverify.util.fsutil import atomic_write, atomic_write_json, sha256_file
 
 FORMAT = 1
 Samples = list[dict[str, np.ndarray]]

@@ -1,4 +1,4 @@
-"""Commands `trtverify engine audit` and `trtverify engine diff` (registered on the main group in cli.py)."""
+"""Commands `trtverify engine audit` and `trtverify engine diff` (registered on the main group in cli/main.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trtverify.cli_options import Several
+from trtverify.cli.options import Several
 
 EXPORTS = click.Path(path_type=Path, exists=True)
 
@@ -22,7 +22,7 @@ def engine() -> None:
 def audit(paths: tuple[Path, ...], as_json: bool) -> None:
     """Audit one engine: PATHS are its export files (and trtexec's console log), or a folder holding them."""
     from trtverify.engine.audit import audit as run_audit
-    from trtverify.fsutil import to_json
+    from trtverify.util.fsutil import to_json
 
     a = run_audit(list(paths))
     if as_json:
@@ -61,7 +61,7 @@ def audit(paths: tuple[Path, ...], as_json: bool) -> None:
 def diff(a_paths: tuple[Path, ...], b_paths: tuple[Path, ...], as_json: bool) -> None:
     """Compare two builds: layers grouped by the ONNX nodes they implement, the groups that explain the change."""
     from trtverify.engine.diff import diff as run_diff
-    from trtverify.fsutil import to_json
+    from trtverify.util.fsutil import to_json
 
     d = run_diff(list(a_paths), list(b_paths))
     if as_json:

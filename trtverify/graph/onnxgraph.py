@@ -36,7 +36,7 @@ def values_of(t: Any, folder: Path | None = None) -> Any:
     import onnx
     from onnx import numpy_helper
 
-    from trtverify.onnxwire import read_external
+    from trtverify.graph.onnxwire import read_external
 
     if t.data_location == onnx.TensorProto.EXTERNAL:
         if folder is None:

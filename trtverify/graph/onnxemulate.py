@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trtverify.onnxgraph import elem_types
+from trtverify.graph.onnxgraph import elem_types
 
 BF16 = 16  # onnx.TensorProto.BFLOAT16
 FP16 = 10  # onnx.TensorProto.FLOAT16

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from trtverify.errors import UsageError, unknown
+from trtverify.util.errors import UsageError, unknown
 
 
 @dataclass(frozen=True)

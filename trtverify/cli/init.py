@@ -1,4 +1,4 @@
-"""Command `trtverify init` (registered on the main group in cli.py): a commented suite for a model."""
+"""Command `trtverify init` (registered on the main group in cli/main.py): a commented suite for a model."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trtverify.cli_options import Several
+from trtverify.cli.options import Several
 
 
 @click.command()
@@ -43,9 +43,9 @@ def init(
 ) -> None:
     """Write a commented suite for MODEL.onnx: inputs generated from its input shapes, the stages that
     apply (framework with --pytorch, layerwise), e2e and perf as commented examples."""
-    from trtverify.errors import UsageError
-    from trtverify.fsutil import atomic_write_text, writable_folder
-    from trtverify.init import suite_text
+    from trtverify.suitegen.init import suite_text
+    from trtverify.util.errors import UsageError
+    from trtverify.util.fsutil import atomic_write_text, writable_folder
 
     if output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it, or -o another path")

@@ -9,7 +9,7 @@ import re
 
 from pydantic import Field
 
-from trtverify.record import Record
+from trtverify.util.record import Record
 
 
 class EngineLayer(Record):

@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from trtverify.errors import UsageError
-from trtverify.fsutil import atomic_write_text
-from trtverify.onnxinfo import graph_io, load_io
+from trtverify.graph.onnxinfo import graph_io, load_io
+from trtverify.util.errors import UsageError
+from trtverify.util.fsutil import atomic_write_text
 
 # METRIC[@PARAM=VALUE,...] <= or >= VALUE, e.g. rel_l2<=0.01, topk_agreement@k=5>=0.9 (metric_key's spelling)
 _CHECK = re.compile(r"^\s*([a-z][a-z0-9_]*)(?:@([^<>=\s]+=[^<>\s]*))?\s*(<=|>=)\s*([-+0-9.eE]+|inf)\s*$")

@@ -1,6 +1,6 @@
 """Running a loaded suite for a command (`run`, `layerwise`, `repair`, `merge`): the progress line, the run under
 the output folder's lock, and the summary, results and report paths it prints. The command modules import it from
-here, so nothing imports the module that registers them (cli.py)."""
+here, so nothing imports the module that registers them (cli/main.py)."""
 
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ def execute(
     update_baseline: bool = False,
     chosen_by: str | None = None,
 ) -> None:
-    from trtverify.fsutil import folder_lock
     from trtverify.report.html import write_report
+    from trtverify.util.fsutil import folder_lock
 
     with folder_lock(out):  # before any work: exit 2 if OUT cannot be written or another run writes there
         if not quiet:

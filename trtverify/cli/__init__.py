@@ -1,0 +1,1 @@
+"""The command line: `main` holds the command group and registers the command modules beside it."""

@@ -1,0 +1,1 @@
+"""What a run feeds and keeps: the inputs built from a suite, and the stored PyTorch reference outputs."""
