@@ -95,6 +95,36 @@ def test_every_demo_reference_store_is_valid_so_the_gate_runs_without_torch(suit
     """The stored PyTorch outputs hash the model source, weights, inputs and config: reformatting a demo
     model's source, or changing its inputs, makes them stale, and `make demo` (no torch) would then fail."""
     r = run_cli("run", str(ROOT / "suites" / suite), "--stage", "framework", "--out", str(tmp_path), block=("torch",))
-    assert r.code == 0, r.out + r.err
-    stage = json.loads((tmp_path / "results.json").read_text())["stages"][0]
-    assert stage["reference"]["source"] == "stored" and stage["reference"]["state"] == "valid"
+    assert r.code == (1 if suite == "shape_sweep.yaml" else 0), r.out + r.err  # that demo fails on purpose
+    for stage in json.loads((tmp_path / "results.json").read_text())["stages"]:  # one per shape in a sweep
+        assert stage["reference"]["source"] == "stored" and stage["reference"]["state"] == "valid"
+
+
+def test_the_shape_sweep_demo_fails_at_batch_8_naming_the_reshape_and_passes_with_the_right_export(tmp_path: Path):
+    for sub in ("suites", "demo", "reference_outputs"):
+        shutil.copytree(ROOT / sub, tmp_path / sub)
+    suite = tmp_path / "suites" / "shape_sweep.yaml"
+    r = run_cli("run", str(suite), "--out", str(tmp_path / "baked"), block=("torch",))
+    assert r.code == 1, r.out + r.err
+    assert "FAILED: suite 'shape_sweep'; failed at x=8x1x16x16 (of 2 shapes) (exit 1)" in r.out
+    assert "[PASSED ] framework at x=1x1x16x16" in r.out and "[FAILED ] framework at x=8x1x16x16" in r.out
+    assert "shape mismatch: reference [8, 3, 256] vs candidate [1, 3, 2048] (all 4 samples)" in r.out
+    assert "Reshape '/Reshape' sets the leading dimension to a number (constant [1, 3, -1])" in r.out
+    stages = json.loads((tmp_path / "baked" / "results.json").read_text())["stages"]
+    lint = {f["kind"]: f["node"] for f in stages[2]["candidates"][0]["lint"]}
+    assert lint.get("shape_baked") == "/Reshape"  # from the graph alone, at batch 1 where everything passes
+    suite.write_text(
+        suite.read_text().replace(
+            "reference: ../demo/shape_sweep/baked.onnx", "reference: ../demo/shape_sweep/fixed.onnx"
+        )
+    )
+    r = run_cli("run", str(suite), "--out", str(tmp_path / "fixed"), block=("torch",))
+    assert r.code == 0, r.out + r.err  # the stored PyTorch outputs of both shapes serve the right export too
+    stages = json.loads((tmp_path / "fixed" / "results.json").read_text())["stages"]
+    assert [(s["name"], s["shape"], s["status"]) for s in stages] == [
+        ("framework", "x=1x1x16x16", "passed"),
+        ("framework", "x=8x1x16x16", "passed"),
+        ("layerwise", "x=1x1x16x16", "passed"),
+        ("layerwise", "x=8x1x16x16", "passed"),
+    ]
+    assert not any(f["kind"] == "shape_baked" for f in stages[2]["candidates"][0]["lint"])

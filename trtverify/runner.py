@@ -342,6 +342,7 @@ def run_stages(
             out_dir,
             update_baseline,
             chosen_by if samples_override is not None else None,
+            plan.label,
         )
         s0 = time.perf_counter()
         res = _run_one(plan, ctx)

@@ -185,6 +185,12 @@ def narrow_tensors(model: onnx.ModelProto, g: GraphIndex, types: dict[str, int] 
     return out
 
 
+def baked_shapes(model: ModelLike) -> list[LintFinding]:
+    """The `shape_baked` findings of `model` alone (the framework stage asks when an export gives another shape)."""
+    m, g = _index(model)
+    return [f for _, f in sorted(shape_baking_findings(m, g), key=lambda pf: pf[0])]
+
+
 def lint_candidate(
     model: ModelLike,
     *,

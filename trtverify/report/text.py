@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -17,6 +18,7 @@ from trtverify.report.perftext import perf_lines
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
 from trtverify.stages.e2e.models import E2EResult
+from trtverify.stages.framework import FrameworkResult
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
 from trtverify.stages.perf import PerfResult
 
@@ -70,6 +72,12 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
         unpaired = unmatched_text(cand)
         if unpaired:
             out.append(f"          {cand.name}: unmatched tensors: {unpaired}")
+        lesser = [f for f in cand.lint if f.severity != "high"]  # high findings get lines of their own
+        if lesser:
+            kinds = Counter(f"{f.kind} ({f.severity})" for f in lesser)
+            first = {f"{f.kind} ({f.severity})": f.node or f.tensor for f in reversed(lesser)}
+            listed = ", ".join(f"{k} x{n}" + (f" at {first[k]}" if first[k] else "") for k, n in kinds.most_common())
+            out.append(f"          {cand.name}: lint: {listed}")
     return out
 
 
@@ -128,7 +136,13 @@ def fail_line(c: CheckResult, stage: StageResult | None = None) -> str:
 
 
 def _row_error(stage: StageResult | None, c: CheckResult) -> str | None:
-    """Why a tensor check has no value: the first error of its layerwise row (a shape mismatch, ...)."""
+    """Why a tensor check has no value: the first error of its layerwise row or framework output (a shape
+    mismatch, ...)."""
+    if isinstance(stage, FrameworkResult):
+        for out in stage.outputs or []:
+            if c.tensor in (out.tensor, out.reference_tensor) and out.errors:
+                return _errors_text(out.errors)
+        return None
     if not isinstance(stage, LayerwiseResult):
         return None
     for cand in stage.candidates or []:
@@ -138,6 +152,13 @@ def _row_error(stage: StageResult | None, c: CheckResult) -> str | None:
             if c.tensor in (row.tensor, row.candidate_tensor) and row.errors:
                 return row.errors[0]
     return None
+
+
+def _errors_text(errors: list[str]) -> str:
+    """The first error of a tensor's samples ('sample 0: shape mismatch: ...'), and how many samples share it."""
+    first = errors[0].split(": ", 1)[1] if errors[0].startswith("sample ") and ": " in errors[0] else errors[0]
+    same = sum(1 for e in errors if e.endswith(first))
+    return first + (f" (all {len(errors)} samples)" if same == len(errors) > 1 else "")
 
 
 def where(c: CheckResult, stage: StageResult | None = None) -> str:
@@ -156,6 +177,8 @@ def where(c: CheckResult, stage: StageResult | None = None) -> str:
         parts.append(f"worst sample {c.worst_sample}")
     if isinstance(d.get("reason"), str):
         parts.append(d["reason"])
+    if d.get("errors"):
+        parts.append(_errors_text([str(e) for e in d["errors"]]))
     parts += [str(r) for r in d.get("reasons", [])]
     parts += _finding_words(d)
     if c.metric == "unmatched" and "rename" not in c.name:

@@ -75,6 +75,7 @@ class StageContext:
     out_dir: Path | None = None  # where the run writes (a shard's e2e accumulator states go there)
     update_baseline: bool = False  # perf: rewrite the stored performance baseline
     chosen_by: str | None = None  # what chose `samples` instead of the suite's inputs (`--samples worst`)
+    shape: str | None = None  # in a sweep: the shape set or batch size this run is at (its result's `shape`)
 
     def samples_upto(self, cap: int | None) -> list[dict[str, np.ndarray]]:
         """The samples a stage uses: its `samples: N` cap applies to the suite's inputs; samples chosen on

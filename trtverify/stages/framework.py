@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from trtverify.backends.torch import TorchBackend
 from trtverify.compare.checks import CheckResult, TensorSummary, evaluate, limit_check, run_comparisons
 from trtverify.compare.pairing import Pairing, PairingRecord, pair_names
 from trtverify.data.reference import hash_samples
+from trtverify.lint.linter import baked_shapes
 from trtverify.stages.base import StageContext, StageResult, status_of
 from trtverify.util.errors import MissingDependency
 from trtverify.util.fsutil import sha256_file
@@ -100,6 +102,12 @@ def _versions() -> dict[str, str]:
     return {k: v for k, v in library_versions().items() if k in ("torch", "numpy", "onnxruntime", "onnx")}
 
 
+def store_kind(shape: str | None) -> str:
+    """The stored reference's folder: one per shape set in a sweep (`pytorch@x=8x3x224x224`), so that every set's
+    outputs are kept and a sweep runs without PyTorch once stored."""
+    return STORE_KIND if shape is None else f"{STORE_KIND}@{re.sub(r'[^A-Za-z0-9=._-]+', '_', shape)}"
+
+
 def _infer_all(
     ctx: StageContext, backend: Backend, samples: list[dict[str, np.ndarray]], what: str, timings: dict, key: str
 ) -> list[dict[str, np.ndarray]]:
@@ -123,7 +131,7 @@ def _pytorch_outputs(
     suite = ctx.loaded.suite
     store = ctx.store
     depends = reference_depends(ctx, samples)
-    lookup = store.lookup(STORE_KIND, depends)
+    lookup = store.lookup(store_kind(ctx.shape), depends)
     where = {"store": str(lookup.folder), "state": lookup.state, "reasons": lookup.reasons}
     if lookup.state == "valid" and not ctx.update_reference:
         notes.append(f"reference: stored PyTorch outputs from {lookup.folder} (hashes match; PyTorch not run)")
@@ -156,7 +164,7 @@ def _pytorch_outputs(
     outs = _infer_all(ctx, backend, samples, "PyTorch", timings, "pytorch_s")
     saved = None
     if lookup.state == "missing" or ctx.update_reference:
-        store.save(STORE_KIND, depends, samples, outs, _versions())
+        store.save(store_kind(ctx.shape), depends, samples, outs, _versions())
         saved = True
         notes.append(
             f"reference: PyTorch outputs {'rewritten' if lookup.state != 'missing' else 'stored'} in {lookup.folder}"
@@ -178,6 +186,20 @@ def _unmatched_label(pairing: Pairing) -> str:
         pairs = ", ".join(f"{r}: {c}" for r, c in zip(ref_only, cand_only))
         parts.append(f"pair them with stages.framework.rename: {{{pairs}}}")
     return f"unmatched outputs ({'; '.join(parts)})"
+
+
+def _baked_notes(model: Path) -> list[str]:
+    """Where the ONNX model gives another shape than PyTorch: the nodes whose constants fix a size the model
+    declares dynamic (the lint's shape_baked), the usual cause of an export right only at its traced size."""
+    found = baked_shapes(model)
+    if not found:
+        return []
+    shown = "; ".join(f.message.split(": its constant")[0] + f" (constant {f.detail.get('values')})" for f in found[:3])
+    more = f"; and {len(found) - 3} more" if len(found) > 3 else ""
+    return [
+        "the ONNX model gives another shape than PyTorch, and its export fixes a size it declares dynamic "
+        f"(lint shape_baked): {shown}{more}. Export it with the size computed from the input"
+    ]
 
 
 def run(ctx: StageContext) -> FrameworkResult:
@@ -228,6 +250,8 @@ def run(ctx: StageContext) -> FrameworkResult:
         evaluated = evaluate(s, checks_for(s.candidate), stage=NAME)
         checks.extend(evaluated.checks)
         rows.append(FrameworkOutput(**dict(s.summary()), passed=all(c.passed for c in evaluated.checks)))
+    if any("shape mismatch" in e for s in series for e in s.errors):
+        notes += _baked_notes(Path(suite.models.reference))
     if onnx_backend.casts:
         notes.append(f"inputs cast for ONNX Runtime: {onnx_backend.casts}")
     return FrameworkResult(
