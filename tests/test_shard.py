@@ -215,3 +215,20 @@ def test_batch_size_and_batch_sizes_together_are_refused(tmp_path: Path):
     r = run_cli("validate", str(suite))
     assert r.code == 2 and "give batch_size (one run) or batch_sizes (a sweep), not both" in r.err, r.err
     assert "fashion_mnist.yaml:" in r.err
+
+
+def test_a_batch_size_a_fixed_batch_model_cannot_run_is_refused_with_its_line(tmp_path: Path):
+    import onnx
+
+    shutil.copytree(ROOT / "suites", tmp_path / "suites")
+    shutil.copytree(ROOT / "demo" / "fashion_mnist", tmp_path / "demo" / "fashion_mnist")
+    model_path = tmp_path / "demo" / "fashion_mnist" / "fashion_cnn_fp32.onnx"
+    model = onnx.load(str(model_path))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 250  # an export with its batch fixed
+    onnx.save(model, str(model_path))
+    suite = tmp_path / "suites" / "fashion_mnist.yaml"
+    suite.write_text(suite.read_text().replace("    batch_size: 250\n", "    batch_sizes: [250, 1000]\n"))
+    r = run_cli("validate", str(suite))
+    assert r.code == 2, r.out + r.err
+    assert "stages.e2e.batch_sizes[1]" in r.err and "has a fixed batch of 250" in r.err, r.err
+    assert "batch_sizes[0]" not in r.err

@@ -209,6 +209,16 @@ class _Checker:
                         f"'{post.output}' is not an output of candidate '{name}' (its outputs: {_names(io[1])})",
                     )
         pre = e2e.preprocess
+        fed = next((m for m in self.inputs if m.name == pre.input), None) if pre.input else None
+        fed = fed or (self.inputs[0] if self.inputs else None)
+        batch = fed.shape[0] if fed is not None and fed.shape else None
+        for k, size in enumerate(e2e.batch_sizes or []):
+            if isinstance(batch, int) and batch > 0 and size != batch:
+                self.add(
+                    ("stages", "e2e", "batch_sizes", k),
+                    f"{size}: {self.ref}'s input {fed.name} has a fixed batch of {batch}"  # type: ignore[union-attr]
+                    " (export it with a dynamic batch to sweep batch sizes)",
+                )
         if pre.input is not None and pre.input not in {m.name for m in self.inputs}:
             self.add(
                 ("stages", "e2e", "preprocess", "input"),

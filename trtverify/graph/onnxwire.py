@@ -249,60 +249,6 @@ def io_model(path: Path) -> Any:
     return model
 
 
-def externalize(src: Path, dst: Path, weights_name: str = "weights.bin", threshold: int = 1024) -> None:
-    """Write `src` to `dst` with every initializer of >= `threshold` bytes moved to `weights_name`.
-
-    One tensor is decoded at a time; everything else is copied byte for byte.
-    """
-    import onnx
-    from onnx import numpy_helper
-
-    dst = Path(dst)
-    weights = dst.parent / weights_name
-    with MappedModel(src) as mm, open(weights, "wb") as wf:
-        buf = mm.buf
-        gs, ge = mm.graph  # type: ignore[misc]
-        graph = bytearray()
-        offset = 0
-        for num, wt, fs, vs, ve in fields(buf, gs, ge):
-            if num != GRAPH_INITIALIZER or wt != _LEN:
-                graph += buf[fs:ve]
-                continue
-            t = onnx.TensorProto.FromString(bytes(buf[vs:ve]))
-            external = t.data_location == onnx.TensorProto.EXTERNAL
-            if t.data_type == onnx.TensorProto.STRING or (not external and ve - vs < threshold):
-                graph += buf[fs:ve]
-                continue
-            if external:
-                # re-home data kept beside the source model into our weights file
-                from onnx.external_data_helper import load_external_data_for_tensor
-
-                load_external_data_for_tensor(t, str(Path(src).parent))
-                t.data_location = onnx.TensorProto.DEFAULT
-                del t.external_data[:]
-            data = t.raw_data if t.HasField("raw_data") else numpy_helper.to_array(t).tobytes()
-            pad = (-offset) % 64  # aligned, as onnx writes them
-            wf.write(b"\0" * pad)
-            offset += pad
-            wf.write(data)
-            ext = onnx.TensorProto()
-            ext.name, ext.data_type = t.name, t.data_type
-            ext.dims.extend(t.dims)
-            ext.data_location = onnx.TensorProto.EXTERNAL
-            for k, v in (("location", weights_name), ("offset", str(offset)), ("length", str(len(data)))):
-                entry = ext.external_data.add()
-                entry.key, entry.value = k, v
-            offset += len(data)
-            graph += _len_field(GRAPH_INITIALIZER, ext.SerializeToString())
-            del t, data
-        with open(dst, "wb") as out:
-            for num, _, fs, _, ve in fields(buf):
-                if num == MODEL_GRAPH:
-                    out.write(_len_field(MODEL_GRAPH, bytes(graph)))
-                else:
-                    out.write(buf[fs:ve])
-
-
 def weightless(path: Path, threshold: int = 1024) -> tuple[Any, Path]:
     """(the model at `path` with no weight bytes in it, the folder its weights resolve in).
 
