@@ -232,3 +232,24 @@ def test_a_batch_size_a_fixed_batch_model_cannot_run_is_refused_with_its_line(tm
     assert r.code == 2, r.out + r.err
     assert "stages.e2e.batch_sizes[1]" in r.err and "has a fixed batch of 250" in r.err, r.err
     assert "batch_sizes[0]" not in r.err
+
+
+def test_batch_sizes_outside_the_tensorrt_profiles_of_the_candidates_e2e_runs_are_refused(tmp_path: Path):
+    shutil.copytree(ROOT / "suites", tmp_path / "suites")
+    shutil.copytree(ROOT / "demo" / "fashion_mnist", tmp_path / "demo" / "fashion_mnist")
+    suite = tmp_path / "suites" / "fashion_mnist.yaml"
+    text = suite.read_text().replace("    batch_size: 250\n", "    batch_sizes: [8, 64]\n")
+    # the INT8 candidate on TensorRT (validate needs no TensorRT), with a profile up to batch 32
+    text = text.replace(
+        "    int8: ../demo/fashion_mnist/fashion_cnn_int8_qdq.onnx\n",
+        "    int8: {path: ../demo/fashion_mnist/fashion_cnn_int8_qdq.onnx, backend: tensorrt}\n",
+    ).replace(
+        "  torch: {device: cpu}\n",
+        "  torch: {device: cpu}\n  tensorrt:\n    profiles:\n"
+        "      - {input: {min: [1, 1, 28, 28], opt: [8, 1, 28, 28], max: [32, 1, 28, 28]}}\n",
+    )
+    suite.write_text(text)
+    r = run_cli("validate", str(suite))
+    assert r.code == 2, r.out + r.err
+    assert "stages.e2e.batch_sizes[1]" in r.err and "outside every optimisation profile of backends.tensorrt" in r.err
+    assert "batch_sizes[0]" not in r.err

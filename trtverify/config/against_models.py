@@ -187,6 +187,23 @@ class _Checker:
                 self.add(("stages", "layerwise", "tensors", name), f"'{name}' is not a tensor of {self.ref}")
 
     # --- stages.e2e: the output post-processing reads, class_names, dataset files
+    def _e2e_profiles(self, e2e: Any, fed: TensorMeta | None) -> None:
+        """e2e.batch_sizes against the profiles a suite gives its TensorRT backends, for the candidates e2e runs
+        there (without profiles, each batch size's engine is built at its first batch)."""
+        if fed is None or not e2e.batch_sizes:
+            return
+        names = e2e.candidates or list(self.suite.models.candidates)
+        used = {self.suite.models.candidates[n].backend for n in names if n in self.suite.models.candidates}
+        for backend in sorted(used & {"tensorrt", "tensorrt_rtx"}):
+            profiles = getattr(self.suite.backends, backend).profiles
+            for k, size in enumerate(e2e.batch_sizes):
+                if profiles and not any(_covers(p, fed.name, size) for p in profiles):
+                    self.add(
+                        ("stages", "e2e", "batch_sizes", k),
+                        f"{size}: outside every optimisation profile of backends.{backend}.profiles for input "
+                        f"{fed.name}: widen a profile's batch, or remove the profiles",
+                    )
+
     def e2e(self) -> None:
         e2e = self.suite.stages.e2e
         if e2e is None:
@@ -219,6 +236,7 @@ class _Checker:
                     f"{size}: {self.ref}'s input {fed.name} has a fixed batch of {batch}"  # type: ignore[union-attr]
                     " (export it with a dynamic batch to sweep batch sizes)",
                 )
+        self._e2e_profiles(e2e, fed)
         if pre.input is not None and pre.input not in {m.name for m in self.inputs}:
             self.add(
                 ("stages", "e2e", "preprocess", "input"),
@@ -276,6 +294,11 @@ class _Checker:
                     ("stages", "e2e", "dataset", key if key in ds.model_fields_set else "npz"),
                     f"{path.name} has no array '{name}' ({key}; its arrays: {', '.join(keys) or 'none'})",
                 )
+
+
+def _covers(profile: dict[str, Any], name: str, batch: int) -> bool:
+    r = profile.get(name)
+    return r is None or (bool(r.min) and r.min[0] <= batch <= r.max[0])
 
 
 def _sweep(checker: _Checker) -> None:
