@@ -562,3 +562,20 @@ def test_no_finding_on_a_node_the_candidate_keeps_in_fp32(tmp_path):
     assert verdicts["fashion_bn_fp16_repaired"] == (0, set())
     code, high = verdicts["fashion_bn_fp16"]
     assert code == 1 and ("constant_saturated", "/features/post_bn/BatchNormalization") in high
+
+
+def test_a_light_model_is_shape_inferred_once_for_the_lint_and_its_node_precisions(monkeypatch):
+    """Each node's types are read once per run: the lint (types, narrow tensors, shape lint) and the precision mix
+    of the report share one shape inference of the candidate's graph."""
+    from tests.conftest import ROOT
+    from trtverify.graph.lightmodel import LightModel
+    from trtverify.lint.linter import node_precisions
+
+    calls = []
+    real = onnx.shape_inference.infer_shapes
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", lambda m, **kw: calls.append(1) or real(m, **kw))
+    light = LightModel(ROOT / "demo" / "fashion_mnist" / "fashion_cnn_fp16.onnx")
+    findings = lint_candidate(light, strongly_typed=True)
+    mix = node_precisions(light)
+    assert len(calls) == 1
+    assert set(mix.values()) == {"FP16"} and all(isinstance(f, LintFinding) for f in findings)

@@ -8,12 +8,13 @@ the model (external data beyond protobuf's 2 GiB included).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtverify.graph.onnxgraph import GraphIndex
+from trtverify.graph.onnxgraph import GraphIndex, inferred
 
 # a session option of ONNX Runtime (>= 1.18): where a model given as bytes finds its external data
 EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
@@ -42,6 +43,12 @@ class LightModel:
         self.info = GraphIndex.from_model(self.model, self.folder)
         self.workdir = workdir
         self._count = 0
+
+    @functools.cached_property
+    def inferred(self) -> Any:
+        """The graph after shape inference, once per model: the lint's types and shapes and the precision reading
+        share it (a weightless graph: inference costs the graph's size, not the weights')."""
+        return inferred(self.model)
 
     def derived(self, model: Any) -> LightModel:
         """Another graph over the same weights (an emulated twin, a rewrite)."""

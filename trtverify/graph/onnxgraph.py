@@ -90,17 +90,22 @@ def _constant_tensor(node: Any) -> Any | None:
     return None
 
 
-def elem_types(model: Any) -> dict[str, int]:
-    """Element type of every tensor the model declares or shape inference gives (initializers, graph inputs and
-    outputs, value_info, Constant nodes). Types only; a graph inference cannot read (custom ops, an untrusted
-    file) gives what it declares: an unknown tensor is simply absent."""
+def inferred(model: Any) -> Any:
+    """`model` after ONNX shape inference (types and shapes of every tensor it can reach); the model as declared
+    where inference cannot read it (custom ops, an untrusted file): what is unknown is simply absent."""
     import onnx
 
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:  # noqa: BLE001 - partial types are enough
-        inferred = model
-    g = inferred.graph
+        return model
+
+
+def elem_types(model: Any, inferred_model: Any = None) -> dict[str, int]:
+    """Element type of every tensor the model declares or shape inference gives (initializers, graph inputs and
+    outputs, value_info, Constant nodes). `inferred_model`: the model already inferred (LightModel.inferred),
+    so that one inference serves every reader."""
+    g = (inferred(model) if inferred_model is None else inferred_model).graph
     types = {t.name: t.data_type for t in g.initializer}
     for vi in [*g.input, *g.output, *g.value_info]:
         if vi.type.tensor_type.elem_type:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trtverify.config.findings import SEVERITY_RANK
-from trtverify.graph.onnxgraph import QDQ_OPS, GraphIndex, elem_types
+from trtverify.graph.onnxgraph import QDQ_OPS, GraphIndex, elem_types, inferred
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.graph_rules import activation_findings, coverage_findings, structure_findings
 from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types, onnx_types
@@ -66,6 +66,16 @@ def _index(model: ModelLike) -> tuple[onnx.ModelProto, GraphIndex]:
     if light is not None:
         return light.model, light.info
     return model, GraphIndex.from_model(model)  # type: ignore[arg-type,return-value]
+
+
+def _typed(model: ModelLike) -> tuple[onnx.ModelProto, GraphIndex, Any]:
+    """(model, index, the model after shape inference). A LightModel infers once, whatever reads it after (the
+    lint, the per-node precisions, the shape lint): each node's types are read once per run."""
+    light = _light(model)
+    if light is not None:
+        return light.model, light.info, light.inferred
+    m, g = _index(model)
+    return m, g, inferred(m)
 
 
 # what a candidate computes in, loosest last (a mixed candidate gets the defaults of its loosest part)
@@ -121,8 +131,8 @@ def node_precisions(model: ModelLike) -> dict[str, str]:
     from trtverify.graph.onnxgraph import CAST_OPS, SHAPE_OPS
     from trtverify.lint.ranges import COMPUTE_OPS
 
-    m, g = _index(model)
-    types = tensor_types(m, g)
+    m, g, inf = _typed(model)
+    types = tensor_types(m, g, inf)
     names = {1: "FP32", 10: "FP16", 16: "BF16", 11: "FP64"}
     int4, fp8 = onnx_types("INT4", "UINT4"), fp8_types()
     live = set(g.value_tensors())
@@ -163,10 +173,10 @@ def target_precision(model: ModelLike) -> str:
     return parts[0] if parts[0] in TARGETS else "fp32"
 
 
-def tensor_types(model: onnx.ModelProto, g: GraphIndex) -> dict[str, int]:
+def tensor_types(model: onnx.ModelProto, g: GraphIndex, inferred_model: Any = None) -> dict[str, int]:
     """Element type of every tensor: the constants' (Constant nodes' scalar forms included), then what the model
-    declares or shape inference gives."""
-    return {**{name: t.data_type for name, t in g.constants.items()}, **elem_types(model)}
+    declares or shape inference gives (`inferred_model`: inferred already)."""
+    return {**{name: t.data_type for name, t in g.constants.items()}, **elem_types(model, inferred_model)}
 
 
 def narrow_tensors(model: onnx.ModelProto, g: GraphIndex, types: dict[str, int] | None = None) -> dict[str, str]:
@@ -187,8 +197,8 @@ def narrow_tensors(model: onnx.ModelProto, g: GraphIndex, types: dict[str, int] 
 
 def baked_shapes(model: ModelLike) -> list[LintFinding]:
     """The `shape_baked` findings of `model` alone (the framework stage asks when an export gives another shape)."""
-    m, g = _index(model)
-    return [f for _, f in sorted(shape_baking_findings(m, g), key=lambda pf: pf[0])]
+    m, g, inf = _typed(model)
+    return [f for _, f in sorted(shape_baking_findings(m, g, inf), key=lambda pf: pf[0])]
 
 
 def lint_candidate(
@@ -210,12 +220,12 @@ def lint_candidate(
     whose precision flags may lower every FP32 layer to the target.
     Only the main graph is inspected; If/Loop/Scan bodies are reported once as skipped.
     """
-    m, g = _index(model)
+    m, g, inf = _typed(model)
     if target is None:
         target = target_precision(m)
     elif target not in TARGETS:
         raise UsageError(unknown("lint target", target, list(TARGETS)))
-    narrow = narrow_tensors(m, g) if strongly_typed else None
+    narrow = narrow_tensors(m, g, tensor_types(m, g, inf)) if strongly_typed else None
     found, unread = initializer_findings(g, target, narrow)
     qdq, unread_q = qdq_param_findings(g)
     found += qdq
@@ -225,7 +235,7 @@ def lint_candidate(
     if activation_max:
         found += activation_findings(g, target, activation_max, narrow)
     found += structure_findings(g, unread + unread_q)
-    found += shape_baking_findings(m, g)
+    found += shape_baking_findings(m, g, inf)
     if reference is not None:
         ref_index = reference if isinstance(reference, GraphIndex) else _index(reference)[1]
         found += reference_constant_findings(ref_index, g)

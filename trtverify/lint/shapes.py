@@ -23,21 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from trtverify.graph.onnxgraph import GraphIndex
+from trtverify.graph.onnxgraph import GraphIndex, inferred
 from trtverify.lint.findings import Found, at
 
 TO_THE_END = 1 << 30  # Slice ends at or above this (INT_MAX, INT64_MAX) mean "to the end"
 
 
-def _dims(model: Any) -> dict[str, list[str | int | None]]:
-    """Each tensor's dimensions after shape inference: a name (symbolic), a number, or None (unknown)."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:  # the lint still runs on what the model declares
-        inferred = model
-    g = inferred.graph
+def _dims(model: Any, inferred_model: Any = None) -> dict[str, list[str | int | None]]:
+    """Each tensor's dimensions after shape inference (`inferred_model`, or inferred here): a name (symbolic), a
+    number, or None (unknown)."""
+    g = (inferred(model) if inferred_model is None else inferred_model).graph
     out: dict[str, list[str | int | None]] = {}
     for vi in [*g.input, *g.value_info, *g.output]:
         t = vi.type.tensor_type
@@ -124,11 +119,11 @@ def _evaluate(g: GraphIndex, nodes: list[Any], name: str) -> np.ndarray | None:
         return None
 
 
-def shape_baking_findings(model: Any, g: GraphIndex) -> Found:
+def shape_baking_findings(model: Any, g: GraphIndex, inferred_model: Any = None) -> Found:
     dynamic = _dynamic(model)
     if not dynamic:
         return []
-    dims = _dims(model)
+    dims = _dims(model, inferred_model)
     found: Found = []
     cache: dict[str, np.ndarray | None] = {}
 
