@@ -94,6 +94,7 @@ def test_the_framework_stage_runs_per_shape_set(tiny_dir: Path, tmp_path: Path):
         ("[{other: [1, 1, 8, 8]}]", "'other' is not a generated input (input)"),
         ("[{input: [1, 8, 8]}]", "3 dimensions, but generate.input.shape has 4"),
         ("[]", "give at least one shape set"),
+        ("[{input: [1, 1, 8, 8]}, {input: [1, 1, 8, 8]}]", "shapes[1] repeats shapes[0]"),
     ],
 )
 def test_a_bad_sweep_is_a_suite_error_with_its_line(tiny_dir: Path, shapes: str, message: str):
@@ -220,6 +221,43 @@ def test_shards_split_a_sweep_by_shape_set_and_merge_back_to_the_unsharded_run(t
     assert names == [[], [], ["a", "b"], ["a", "b"]]
 
 
+def test_chosen_samples_in_a_sharded_sweep_give_each_case_one_owner(tiny_dir: Path):
+    from trtverify.config.loader import load_suite
+    from trtverify.runner import _unswept, make_plan
+    from trtverify.stages.base import Shard
+
+    loaded = load_suite(_swept_with_candidates(tiny_dir))
+    ran: dict[str, list[str | None]] = {}
+    for i in (1, 2):
+        for plan in _unswept(make_plan(loaded, (), Shard(index=i, count=2))):
+            assert plan.shape_set is None
+            if plan.work is not None:
+                ran.setdefault(plan.name, []).extend(plan.work.candidates or [None])
+    # the first shape set's owner runs each case: framework once, each candidate once, over both shards
+    assert ran == {"framework": [None], "layerwise": ["a", "b"]}
+
+
+def test_an_interrupt_lists_the_shapes_still_to_run(tiny_dir: Path, tmp_path: Path):
+    from trtverify.config.loader import load_suite
+    from trtverify.runner import run_suite
+
+    seen = []
+
+    def sink(done, pending):
+        seen.append(([(s.name, s.shape) for s in done], list(pending)))
+        if done:
+            raise KeyboardInterrupt  # as Ctrl-C after the first stage
+
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(load_suite(_swept_with_candidates(tiny_dir)), tmp_path / "o", sink)
+    assert seen == [
+        (
+            [("framework", "input=1x1x8x8")],
+            [("framework", "input=3x1x8x8"), ("layerwise", "input=1x1x8x8"), ("layerwise", "input=3x1x8x8")],
+        )
+    ]
+
+
 def test_a_sweep_with_chosen_samples_runs_each_stage_once_on_them(tiny_dir: Path, tmp_path: Path):
     import numpy as np
 
@@ -231,3 +269,18 @@ def test_a_sweep_with_chosen_samples_runs_each_stage_once_on_them(tiny_dir: Path
     results = run_and_record(loaded, tmp_path / "o", samples_override=feeds, chosen_by="a test")
     assert [(s.name, s.shape) for s in results.stages] == [("framework", None), ("layerwise", None)]
     assert [c.name for c in results.stages[1].candidates] == ["a", "b"]
+
+
+def test_only_the_swept_stages_get_the_profile_made_from_the_sweep(tiny_dir: Path):
+    from trtverify.config.loader import load_suite
+    from trtverify.runner import StagePlan, _for_plan, preflight
+    from trtverify.stages.base import StageWork
+
+    loaded = load_suite(_swept_tiny(tiny_dir, "[{input: [1, 1, 8, 8]}, {input: [16, 1, 8, 8]}]"))
+    inputs = preflight(loaded)
+    swept, _ = _for_plan(StagePlan("layerwise", StageWork(), shape_set={"input": [16, 1, 8, 8]}), loaded, [], inputs)
+    (profile,) = swept.suite.backends.tensorrt.profiles
+    assert (profile["input"].min, profile["input"].max) == ([1, 1, 8, 8], [16, 1, 8, 8])
+    # e2e reads its own data at its own batch: a profile from the sweep's shapes would not fit it
+    other, _ = _for_plan(StagePlan("e2e", StageWork(), batch=64), loaded, [], inputs)
+    assert not other.suite.backends.tensorrt.profiles

@@ -221,21 +221,16 @@ def with_sweep_profile(loaded: LoadedSuite, sweep: Sequence[dict[str, list[int]]
 
 
 def _unswept(plans: Sequence[StagePlan]) -> list[StagePlan]:
-    """The plans with each shape-swept stage run once, without a shape set (its candidates: all its plans')."""
+    """The plans with each shape-swept stage run once, without a shape set: its first set's plan stands for it,
+    so that in a sharded run each case still has one owner, the owner of its first shape set."""
     out: list[StagePlan] = []
+    seen: set[str] = set()
     for plan in plans:
         if plan.shape_set is None:
             out.append(plan)
-            continue
-        same = [p for p in plans if p.name == plan.name and p.shape_set is not None]
-        if plan is not same[0]:
-            continue
-        works = [p.work for p in same if p.work is not None]
-        cands = [c for w in works if w.candidates is not None for c in w.candidates]
-        work = works[0] if works else None
-        if work is not None and cands:
-            work = dataclasses.replace(work, candidates=tuple(dict.fromkeys(cands)))
-        out.append(dataclasses.replace(plan, work=work, shape_set=None))
+        elif plan.name not in seen:
+            seen.add(plan.name)
+            out.append(dataclasses.replace(plan, shape_set=None))
     return out
 
 
@@ -245,6 +240,7 @@ def _for_plan(
     """The suite and inputs of one planned run: the shape set's generated inputs, or e2e at the plan's batch
     size."""
     if plan.shape_set is not None:
+        loaded = with_sweep_profile(loaded, loaded.suite.inputs.shapes or [plan.shape_set])
         feeds = build_samples(loaded, shape_set=plan.shape_set)
         check_samples(feeds, model_inputs, f"inputs of {loaded.path} at {plan.label}")
         return loaded, feeds
@@ -279,6 +275,8 @@ def run_suite(
     """Run the suite (or the shard's part of it), handing every result to `sink` as soon as it is done; on
     Ctrl-C (and SIGTERM, which the CLI turns into the same exception) the sink has what ran, the rest pending."""
     plans = list(plans) if plans is not None else make_plan(loaded, stages, shard)
+    if kw.get("samples_override") is not None:
+        plans = _unswept(plans)  # as run_stages will run them, so that the placeholders of an interrupt match
     told = False
 
     def on_stage(done: Sequence[StageResult], pending: Pending) -> None:
@@ -327,8 +325,6 @@ def run_stages(
     results: list[StageResult] = []
     if samples_override is not None:  # the chosen samples are fed as they are: a shape sweep's stages run once
         plans = _unswept(plans)
-    elif loaded.suite.inputs.shapes:
-        loaded = with_sweep_profile(loaded, loaded.suite.inputs.shapes)
     for i, plan in enumerate(plans):
         stage_loaded, feeds = _for_plan(plan, loaded, samples, model_inputs)
         ctx = StageContext(
@@ -352,5 +348,5 @@ def run_stages(
         if plan.label is not None:
             update["shape"] = plan.label
         results.append(res.model_copy(update=update))
-        on_stage(list(results), [p.name for p in plans[i + 1 :]])
+        on_stage(list(results), [(p.name, p.label) for p in plans[i + 1 :]])
     return results

@@ -220,3 +220,15 @@ def test_a_value_the_fused_blocks_cannot_sum_takes_the_counting_path(bad):
         assert c.cand_inf == 0 and c.metrics["max_abs"] == pytest.approx(1e20) and math.isfinite(c.metrics["rel_l2"])
     else:
         assert c.nonfinite_mismatch == 1 and c.metrics["max_abs"] == 0.0
+
+
+def test_a_ratio_beyond_float32_is_the_same_finite_number_on_both_paths():
+    # 10 / 1e-38 is beyond float32 but not float64: the fused path must not report inf where the whole-tensor
+    # path (asked for a parameterised metric) reports 1e39
+    a = np.float32([1e-38, 1.0])
+    b = np.float32([10.0, 1.0])
+    fused = compare(a, b).metrics["max_rel"]
+    whole = compare(a, b, {"topk_agreement": {"k": 1}}).metrics["max_rel"]
+    assert math.isfinite(fused) and fused == pytest.approx(whole) == pytest.approx(1e39, rel=1e-6)
+    # a true x/0 stays inf on both
+    assert compare(np.float32([0.0, 1.0]), np.float32([1.0, 1.0])).metrics["max_rel"] == math.inf

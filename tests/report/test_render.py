@@ -288,3 +288,17 @@ def test_a_cache_folder_others_may_write_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setenv("TRTVERIFY_CACHE_DIR", str(tmp_path / "mine"))
     made = user_cache_dir("templates")
     assert made is not None and (made.stat().st_mode & 0o777) == 0o700
+    # a folder above it that others may write: they could swap ours for theirs after the check
+    opened = tmp_path / "open"
+    opened.mkdir()
+    os.chmod(opened, 0o777)
+    monkeypatch.setenv("TRTVERIFY_CACHE_DIR", str(opened / "cache"))
+    assert user_cache_dir("templates") is None
+    os.chmod(opened, 0o1777)  # sticky, as /tmp: others cannot rename what is ours
+    assert user_cache_dir("templates") is not None
+    # no home known (HOME unset, no passwd entry): no cache, never a './~' folder in the working directory
+    monkeypatch.delenv("TRTVERIFY_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    monkeypatch.setattr(os.path, "expanduser", lambda p: p)
+    monkeypatch.chdir(tmp_path)
+    assert user_cache_dir("templates") is None and not (tmp_path / "~").exists()

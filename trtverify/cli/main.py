@@ -130,11 +130,12 @@ def run(
 
 
 def _worst_positions(previous: Any, source: Path) -> list[int]:
-    """The samples a previous e2e run listed as most changed (union over candidates, in order)."""
-    e2e = previous.stage("e2e")
-    if e2e is None or not e2e.candidates:
+    """The samples a previous e2e run listed as most changed (union over candidates, and over the batch sizes of
+    a batch sweep, in order)."""
+    runs = [s for s in previous.stages if s.name == "e2e" and s.candidates]
+    if not runs:
         raise TrtVerifyError(f"{source}: has no e2e results with worst samples; run the e2e stage first")
-    order = list(dict.fromkeys(w.index for cand in e2e.candidates for w in cand.worst))
+    order = list(dict.fromkeys(w.index for e2e in runs for cand in e2e.candidates for w in cand.worst))
     if not order:
         raise TrtVerifyError(f"{source}: the e2e run listed no worst samples")
     return order

@@ -165,6 +165,9 @@ def _core_blocks(ref: np.ndarray, cand: np.ndarray) -> dict[str, float] | None:
             sabs += float(add(d, dtype=np.float64))
             np.divide(d, np.abs(x, out=t), out=t)
             rel = float(np.fmax.reduce(t))  # fmax skips NaN (0/0: identical zeros) and keeps inf (x/0)
+            if rel == math.inf:  # x/0, or a ratio beyond float32 (1e-38 against 10): that block in float64
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    rel = float(np.fmax.reduce(d.astype(np.float64) / np.abs(x.astype(np.float64))))
             if rel == rel:
                 max_rel = max(max_rel, rel)
     return _finish(max_abs, sabs / n, max_rel, saa, sbb, sdd, sab)

@@ -18,16 +18,24 @@ MAX_WORKERS = 4
 
 
 def workers() -> int:
-    return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+    """The cores this process may use (its CPU affinity, as a container or taskset sets it), at most MAX_WORKERS."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity API (macOS, Windows)
+        usable = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, usable))
 
 
 @contextmanager
-def mapper() -> Iterator[Callable[[Callable[[T], R], Iterable[T]], list[R]]]:
-    """`map(fn, items)` -> results in the items' order, run on `workers()` threads (in this thread with one);
-    an exception in any item is raised here."""
-    n = workers()
+def mapper(single: bool = False) -> Iterator[Callable[[Callable[[T], R], Iterable[T]], list[R]]]:
+    """`map(fn, items)` -> results in the items' order, run on `workers()` threads (in this thread with one, or
+    `single`); an exception in any item is raised here, and what was still queued is dropped, not run."""
+    n = 1 if single else workers()
     if n == 1:
         yield lambda fn, items: [fn(x) for x in items]
         return
-    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="trtverify-compare") as pool:
+    pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="trtverify-compare")
+    try:
         yield lambda fn, items: list(pool.map(fn, items))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # Ctrl-C or an error: the queued comparisons never start

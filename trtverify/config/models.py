@@ -184,7 +184,12 @@ class Inputs(Strict):
                 raise ValueError("'shapes' (a shape sweep) goes with 'generate' only: it sets the generated shapes")
             if not self.shapes:
                 raise ValueError("shapes: give at least one shape set")
+            seen: dict[tuple, int] = {}
             for k, shape_set in enumerate(self.shapes):
+                key = tuple(sorted((n, tuple(v)) for n, v in shape_set.items()))
+                if key in seen:  # the same run twice, and one result name for both
+                    raise ValueError(f"shapes[{k}] repeats shapes[{seen[key]}]")
+                seen[key] = k
                 for name, shape in shape_set.items():
                     if name not in self.generate:
                         raise ValueError(f"shapes[{k}]: '{name}' is not a generated input ({', '.join(self.generate)})")

@@ -204,8 +204,11 @@ def _loader() -> Any:
     import hashlib
     import marshal
     import sys
+    import types
 
     import jinja2
+
+    from trtverify import __version__
 
     folder = user_cache_dir("templates")
 
@@ -213,15 +216,22 @@ def _loader() -> Any:
         def load(self, environment: Any, name: str, globals: Any = None) -> Any:
             source, filename, uptodate = self.get_source(environment, name)
             options = (environment.trim_blocks, environment.lstrip_blocks, environment.autoescape)
-            key = hashlib.sha256(
-                "\0".join([jinja2.__version__, sys.version, repr(options), filename or name, source]).encode()
-            ).hexdigest()
+            # the compiler also reads which filters and tests exist and what each is passed (context, environment)
+            passed = sorted(
+                (kind, k, str(getattr(f, "jinja_pass_arg", None)))
+                for kind, table in (("filter", environment.filters), ("test", environment.tests))
+                for k, f in table.items()
+            )
+            parts = [jinja2.__version__, sys.version, __version__, repr(options), repr(passed), filename or name]
+            key = hashlib.sha256("\0".join([*parts, source]).encode()).hexdigest()
             path = folder / f"{key}.marshal" if folder is not None else None
             code = None
             if path is not None:
                 try:
                     code = marshal.loads(path.read_bytes())
                 except (OSError, EOFError, ValueError, TypeError):
+                    code = None
+                if not isinstance(code, types.CodeType):  # a file that is not a compiled template: compile it
                     code = None
             if code is None:
                 code = environment.compile(source, name, filename)

@@ -199,22 +199,44 @@ def folder_lock(folder: Path, what: str = "--out") -> Iterator[Path]:
 
 def user_cache_dir(sub: str) -> Path | None:
     """This user's private cache folder for `sub`, made if missing: $TRTVERIFY_CACHE_DIR, else
-    $XDG_CACHE_HOME/trtverify, else ~/.cache/trtverify. None (run without a cache) where it cannot be made, is not
-    this user's, or others may write into it: what it holds is loaded as code. TRTVERIFY_CACHE_DIR set to an empty
-    value turns caching off."""
+    $XDG_CACHE_HOME/trtverify, else ~/.cache/trtverify. None (run without a cache) where it cannot be made, where
+    no absolute home is known (HOME unset, a relative XDG_CACHE_HOME: ignored, as the XDG spec says), or where
+    the folder or any folder above it could be changed by another user: what it holds is loaded as code.
+    TRTVERIFY_CACHE_DIR set to an empty value turns caching off."""
     root = os.environ.get("TRTVERIFY_CACHE_DIR")
-    if root is None:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = os.path.join(xdg, "trtverify") if xdg else os.path.join(os.path.expanduser("~"), ".cache", "trtverify")
-    if not root:
-        return None
-    path = Path(root) / sub
+    if root is not None:
+        if not root:
+            return None
+        base = Path(root).absolute()
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        home = os.path.expanduser("~")
+        if os.path.isabs(xdg):
+            base = Path(xdg) / "trtverify"
+        elif os.path.isabs(home):
+            base = Path(home) / ".cache" / "trtverify"
+        else:
+            return None  # never a './~' folder in the working directory
+    path = base / sub
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = path.stat()
+        return path if _private(path) else None
     except OSError:
         return None
+
+
+def _private(path: Path) -> bool:
+    """`path` is this user's and no other user can write it, nor swap it through a folder above it (each is
+    this user's or root's, and not writable by others unless sticky, as /tmp is)."""
     getuid = getattr(os, "getuid", None)
-    if getuid is not None and (st.st_uid != getuid() or st.st_mode & 0o022):
-        return None
-    return path
+    if getuid is None:  # no POSIX owners (Windows): the user's profile folder is private by default
+        return True
+    uid = getuid()
+    st = path.stat()
+    if st.st_uid != uid or st.st_mode & 0o022:
+        return False
+    for parent in path.resolve().parents:
+        st = parent.stat()
+        if st.st_uid not in (uid, 0) or (st.st_mode & 0o002 and not st.st_mode & 0o1000):
+            return False
+    return True

@@ -159,7 +159,8 @@ def _compare(
         ctx.progress(NAME, done, steps, f"{name}: compare")
 
     t0 = time.perf_counter()
-    with mapper() as each:
+    # parameterised metrics (frac_outside_tol, topk) work on whole-tensor float64 copies: one tensor at a time then
+    with mapper(single=any(extras.values())) as each:
         for chunk, si, out in stream(chunks, len(samples), exposing(backend, samples), progress):
             present = [c for c in chunk if c in out]
             for cname in present:
