@@ -275,8 +275,8 @@ def run_suite(
     """Run the suite (or the shard's part of it), handing every result to `sink` as soon as it is done; on
     Ctrl-C (and SIGTERM, which the CLI turns into the same exception) the sink has what ran, the rest pending."""
     plans = list(plans) if plans is not None else make_plan(loaded, stages, shard)
-    if kw.get("samples_override") is not None:
-        plans = _unswept(plans)  # as run_stages will run them, so that the placeholders of an interrupt match
+    if kw.get("samples_override") is not None:  # the chosen samples are fed as they are: a swept stage runs once
+        plans = _unswept(plans)
     told = False
 
     def on_stage(done: Sequence[StageResult], pending: Pending) -> None:
@@ -311,7 +311,7 @@ def run_stages(
     """Run the planned stages in order; `on_stage(done, pending)` after each one.
 
     `samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run, `chosen_by` says so):
-    the stages feed every one of them, whatever their `samples: N`."""
+    the stages feed every one of them, whatever their `samples: N` (`run_suite` runs a swept stage once then)."""
     model_inputs = preflight(loaded)
     if samples_override is not None:
         samples = samples_override
@@ -323,8 +323,6 @@ def run_stages(
     loaded = with_recipes_made(loaded, samples, out_dir, progress)
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
     results: list[StageResult] = []
-    if samples_override is not None:  # the chosen samples are fed as they are: a shape sweep's stages run once
-        plans = _unswept(plans)
     for i, plan in enumerate(plans):
         stage_loaded, feeds = _for_plan(plan, loaded, samples, model_inputs)
         ctx = StageContext(

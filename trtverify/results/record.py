@@ -22,7 +22,7 @@ NOT_RUN = "not run yet (interrupted?)"
 def build_results(
     suite: SuiteInfo,
     stages: Sequence[StageResult],
-    pending: Sequence[str | tuple[str, str | None]],
+    pending: Sequence[tuple[str, str | None]],
     *,
     started: str,
     duration_s: float,
@@ -30,12 +30,9 @@ def build_results(
     shard: Shard | None = None,
     merged: Merged | None = None,
 ) -> Results:
-    """The results document; `pending` stages (names, or (name, shape label) in a sweep) are listed as not run,
-    and the run as incomplete."""
-    waiting = []
-    for p in pending:
-        name, shape = (p, None) if isinstance(p, str) else p
-        waiting.append(STAGES.get(name).result_type()(status="skipped", notes=[NOT_RUN], shape=shape))
+    """The results document; `pending` stages ((name, shape label), the label None outside a sweep) are listed
+    as not run, and the run as incomplete."""
+    waiting = [STAGES.get(n).result_type()(status="skipped", notes=[NOT_RUN], shape=shape) for n, shape in pending]
     complete = not pending
     return Results(
         trtverify_version=__version__,

@@ -65,14 +65,10 @@ class Evidence:
 
 
 def _graph_dtypes(light: LightModel) -> dict[str, int]:
-    """Element types the candidate graph declares or infers for its tensors (no weights needed)."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light.model, strict_mode=False)
-    except Exception:  # only a fallback for dtypes; failures leave the map partial
-        inferred = light.model
-    vis = list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
+    """Element types the candidate graph declares or infers for its tensors (no weights needed; the graph's one
+    shape inference, shared with the lint)."""
+    g = light.inferred.graph
+    vis = list(g.value_info) + list(g.input) + list(g.output)
     return {v.name: v.type.tensor_type.elem_type for v in vis if v.type.tensor_type.elem_type}
 
 
