@@ -13,7 +13,7 @@ from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.config.backends import OnnxRuntimeOptions
 from trtverify.graph.lightmodel import LightModel
 from trtverify.graph.onnxwire import weightless
-from trtverify.lint.reference_constants import _classify, _rounded_exactly, _roundings
+from trtverify.lint.reference_constants import _classify, _roundings, _suspects
 
 
 def _mlp(dtype=np.float32, hidden: int = 64, seed: int = 0) -> onnx.ModelProto:
@@ -140,18 +140,52 @@ _F32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
 @settings(max_examples=300, deadline=None)
 @given(
     values=st.lists(_F32, min_size=1, max_size=40),
-    tweak=st.lists(st.tuples(st.integers(0, 39), st.sampled_from([0.0, 1.001, 0.5, 65504.0, -1.0])), max_size=3),
+    tweak=st.lists(st.tuples(st.integers(0, 39), st.sampled_from([0.0, 1.001, 0.5, 65504.0, -1.0, 6e-8])), max_size=3),
 )
 def test_the_fast_path_never_hides_what_the_full_comparison_reports(values, tweak):
-    """`_rounded_exactly` skips a weight only where `_classify` would report nothing in it."""
+    """`_suspects` sets aside every value `_classify` reports: the full comparison of the whole weight and the
+    comparison of its suspects alone give the same counts, extremes and spans."""
     r = np.array(values, dtype=np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         c = r.astype(np.float16)
         for i, how in tweak:
             if i < c.size:
-                c[i] = np.float16(how) if how in (0.0, 65504.0, -1.0) else c[i] * np.float16(how)
+                c[i] = np.float16(how) if how in (0.0, 65504.0, -1.0, 6e-8) else c[i] * np.float16(how)
     rounding = _roundings()[TensorProto.FLOAT16]
-    if _rounded_exactly(c, r, rounding):
+    suspects = _suspects(c, r, rounding)
+    if suspects is not None:
+        cs, rs, rmax = suspects
         with np.errstate(over="ignore", invalid="ignore"):
-            counts = _classify(c, r, rounding)
-        assert all(n == 0 for n, *_ in counts.values()), counts
+            assert _classify(cs, rs, rounding, rmax) == _classify(c, r, rounding)
+
+
+def test_the_fast_path_on_a_big_weight_keeps_flushes_that_other_changes_would_cancel_in_a_count():
+    """A weight big enough for ONNX Runtime's cast (trtverify.util.halfcast): the converter's clamp of a tiny value
+    to the smallest subnormal is a plain conversion's only suspect, and a value rounded to zero exactly is still
+    reported where other changes leave the number of non-zeros as it was."""
+    rng = np.random.default_rng(7)
+    size = 300_000
+
+    def away_from_zero(scale: float) -> np.ndarray:
+        return (rng.choice([-1.0, 1.0], size) * rng.uniform(0.1 * scale, scale, size)).astype(np.float32)
+
+    rounding = _roundings()[TensorProto.FLOAT16]
+    r = away_from_zero(1e-3)
+    r[10] = 1e-9  # rounds to 0 in float16: the converter clamps it to 6e-8
+    c = r.astype(np.float16)
+    c[10] = np.float16(6e-8)
+    cs, rs, rmax = _suspects(c, r, rounding)
+    assert cs.size == 1 and rmax == float(np.abs(r).max())
+    assert _classify(cs, rs, rounding, rmax) == _classify(c, r, rounding)
+    assert all(n == 0 for n, *_ in _classify(c, r, rounding).values())  # a clamp beside weights of 1e-3: nothing
+
+    r = away_from_zero(1e-5)  # a small weight: a flush of 2.5e-8 exceeds the rounding of its largest value
+    r[30] = r[40] = 0
+    r[50] = 2.5e-8  # under half the smallest subnormal: float16 rounds it to zero
+    c = r.astype(np.float16)
+    c[20] = 0  # flushed: one non-zero fewer than the reference
+    c[30] = c[40] = 1  # two more: with 50's flush, as many non-zeros as the reference
+    cs, rs, rmax = _suspects(c, r, rounding)
+    full = _classify(c, r, rounding)
+    assert _classify(cs, rs, rounding, rmax) == full
+    assert full["constant_flushed"][0] == 2 and full["constant_changed"][0] == 2

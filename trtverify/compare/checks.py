@@ -60,6 +60,10 @@ class MetricSummary(Record):
 
 
 def summarize(values: Sequence[float], better: Better) -> MetricSummary:
+    if len(values) == 1:  # one sample (the common case: a layerwise row): numpy's reductions cost 100 us here
+        v = float(values[0])
+        extra = {"mean": v, "median": v, "p95": v} if math.isfinite(v) else {}
+        return MetricSummary(worst=v, min=v, max=v, **extra)
     arr = np.asarray(values, dtype=np.float64)
     finite = arr[np.isfinite(arr)]
     worst = math.nan if np.isnan(arr).any() else float(arr.max() if better == "lower" else arr.min())
@@ -253,7 +257,7 @@ def evaluate(series: TensorSeries, checks: Sequence[Check], *, stage: str, candi
             summary = summarize(vals, METRICS[check.metric].better)
             failing = [i for i, v in enumerate(vals) if not check.passes(v)]
             pick = np.nanargmax if check.max is not None else np.nanargmin
-            worst_idx = int(pick(vals)) if not all(v != v for v in vals) else 0
+            worst_idx = int(pick(vals)) if len(vals) > 1 and not all(v != v for v in vals) else 0
             result = CheckResult(
                 name=f"{prefix}: {check.condition}",
                 metric=key,

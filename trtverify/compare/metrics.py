@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.config.checks import BASE_METRICS, METRICS, metric_key
+from trtverify.util.halfcast import MIN_SIZE, to_float32
 
 
 class CompareError(ValueError):
@@ -136,6 +137,12 @@ BLOCK = 1 << 16
 _FUSED = (np.dtype(np.float16), np.dtype(np.float32))
 
 
+def _widened(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A float16 block as float32: by ONNX Runtime's vector cast when big enough (0.2 ns a value), else by lookup
+    into `out` (0.8 ns)."""
+    return to_float32(x) if x.size >= MIN_SIZE else widen_f16(x, out=out)
+
+
 def _core_blocks(ref: np.ndarray, cand: np.ndarray) -> dict[str, float] | None:
     """`_core` of two float16/float32 tensors, block by block, without a whole-tensor temporary; None where a
     value is not finite or a square overflows float32 (the caller then takes the path that counts and redoes)."""
@@ -151,8 +158,8 @@ def _core_blocks(ref: np.ndarray, cand: np.ndarray) -> dict[str, float] | None:
             e = min(n, s + BLOCK)
             if e - s != wa.size:
                 wa, wb, d, t = wa[: e - s], wb[: e - s], d[: e - s], t[: e - s]
-            x = a[s:e] if a.dtype == np.float32 else widen_f16(a[s:e], out=wa)
-            y = b[s:e] if b.dtype == np.float32 else widen_f16(b[s:e], out=wb)
+            x = a[s:e] if a.dtype == np.float32 else _widened(a[s:e], wa)
+            y = b[s:e] if b.dtype == np.float32 else _widened(b[s:e], wb)
             np.subtract(y, x, out=d)
             saa += float(add(mul(x, x, out=t), dtype=np.float64))
             sbb += float(add(mul(y, y, out=t), dtype=np.float64))

@@ -28,6 +28,7 @@ import numpy as np
 from trtverify.graph.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex
 from trtverify.lint.findings import Found, at
 from trtverify.lint.ranges import RANGES
+from trtverify.util.halfcast import to_float16
 
 
 @dataclass(frozen=True)
@@ -109,42 +110,72 @@ BLOCK = 1 << 19
 FAST_BLOCK = 1 << 22
 
 
-def _rounded_exactly(c: np.ndarray, r: np.ndarray, rounding: Rounding) -> bool:
-    """Whether no value can be reported: each candidate value is the reference's rounded to the candidate's type
-    and finite, and a value rounded to zero is no larger than the rounding of the constant's largest value (what
-    `_classify` ignores). The common case, a plain conversion, decided in the narrow type, block by block."""
+# at most this many values a weight are set aside for the full comparison by the fast path; more, and the weight
+# is compared whole, block by block (the set-aside copies never outgrow a block's temporaries)
+SUSPECTS = BLOCK
+
+
+def _nonzero(x: np.ndarray) -> int:
+    """np.count_nonzero(x) for a float array (±0 are zeros), counted on its bits: numpy has no vector path
+    for float16 (2.8 ns a value against 0.05)."""
+    u = x.view(np.dtype(f"u{x.dtype.itemsize}"))
+    return int(np.count_nonzero(u)) - int(np.count_nonzero(u == np.array(1 << (8 * x.dtype.itemsize - 1), u.dtype)))
+
+
+def _suspects(c: np.ndarray, r: np.ndarray, rounding: Rounding) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """The values `_classify` could report, and the reference's largest |value|; None where the fast path cannot
+    tell (a NaN, an inf or a value beyond the candidate's type in the reference, an unusual type pair, too many
+    suspects). A value is no suspect when the candidate's is the reference's rounded to the candidate's type
+    (bit for bit) and not a rounding to zero: `_classify` reports none of those. Most weights are plain
+    conversions with a few tiny values clamped by the converter; deciding in the narrow type leaves only those
+    few to the float64 comparison."""
     if c.dtype.kind != "f" or c.dtype.itemsize > r.dtype.itemsize or c.dtype == np.float64:
-        return False
+        return None
     cf, rf = c.reshape(-1), r.reshape(-1)
     bits = np.dtype(f"u{c.dtype.itemsize}")
     finite_max = float(np.finfo(c.dtype).max)
-    rmax = flushed = 0.0
+    rmax = 0.0
+    kept: list[tuple[np.ndarray, np.ndarray]] = []
+    count = 0
     with np.errstate(over="ignore", invalid="ignore"):
         for s in range(0, cf.size, FAST_BLOCK):
             cb, rb = cf[s : s + FAST_BLOCK], rf[s : s + FAST_BLOCK]
             top = max(float(rb.max()), -float(rb.min()))  # NaN anywhere: NaN, and the test below fails
-            if not top <= finite_max or not np.array_equal(cb.view(bits), rb.astype(c.dtype).view(bits)):
-                return False  # a value beyond the type (rounds to inf), a NaN, or one not plainly rounded
+            if not top <= finite_max:
+                return None  # a value beyond the type (rounds to inf) or a NaN: the full comparison
             rmax = max(rmax, top)
-            if np.count_nonzero(cb) != np.count_nonzero(rb):  # equal bits: only a rounding to zero differs
-                zero = (cb == 0) & (rb != 0)
-                flushed = max(flushed, float(np.abs(rb[zero]).max()))
-    return flushed <= rounding.unit * rmax
+            rounded = to_float16(rb) if c.dtype == np.float16 else rb.astype(c.dtype)
+            if np.array_equal(cb.view(bits), rounded.view(bits)):
+                if _nonzero(cb) == _nonzero(rb):
+                    continue  # plainly rounded, nothing rounded to zero
+                odd = (cb == 0) & (rb != 0)
+            else:
+                odd = (cb.view(bits) != rounded.view(bits)) | ((cb == 0) & (rb != 0))
+            where = np.flatnonzero(odd)
+            count += where.size
+            if count > SUSPECTS:
+                return None
+            kept.append((cb[where], rb[where]))
+    if not kept:
+        return np.empty(0, c.dtype), np.empty(0, r.dtype), rmax
+    return np.concatenate([k[0] for k in kept]), np.concatenate([k[1] for k in kept]), rmax
 
 
 _Counted = tuple[int, dict[str, float], dict[str, float], float]
 
 
-def _classify(c: np.ndarray, r: np.ndarray, rounding: Rounding) -> dict[str, _Counted]:
-    """Per kind: (values, reference min/max, candidate min/max, reference |max|), block by block in float64."""
-    rmax = 0.0
-    finite_any = False
-    for s in range(0, r.size, BLOCK):
-        rb = r[s : s + BLOCK].astype(np.float64)
-        fin = np.isfinite(rb)
-        if fin.any():
-            finite_any = True
-            rmax = max(rmax, float(np.abs(rb[fin]).max()))
+def _classify(c: np.ndarray, r: np.ndarray, rounding: Rounding, rmax: float | None = None) -> dict[str, _Counted]:
+    """Per kind: (values, reference min/max, candidate min/max, reference |max|), block by block in float64.
+    `rmax`: the reference's largest finite |value| where `c` and `r` are a part of the constant (its suspects)."""
+    finite_any = rmax is not None
+    if rmax is None:
+        rmax = 0.0
+        for s in range(0, r.size, BLOCK):
+            rb = r[s : s + BLOCK].astype(np.float64)
+            fin = np.isfinite(rb)
+            if fin.any():
+                finite_any = True
+                rmax = max(rmax, float(np.abs(rb[fin]).max()))
     # a change matters when it exceeds the rounding of the constant's largest value: clamping a 1e-10
     # weight to 6e-8 beside weights of 0.5 does not (the underflow lint reports those), a x1.05 does
     scale = rounding.unit * rmax if finite_any else 0.0
@@ -205,9 +236,14 @@ def reference_constant_findings(ref: GraphIndex, cand: GraphIndex, matched: Matc
         c, r = cand.values_of(tensor), ref.values_of(ref.constants[ref_name])
         if c is None or r is None or c.shape != r.shape or r.dtype.kind != "f":
             return False
-        if _rounded_exactly(c, r, rounding):
+        suspects = _suspects(c, r, rounding)
+        if suspects is None:
+            return _classify(c.reshape(-1), r.reshape(-1), rounding)
+        cs, rs, rmax = suspects
+        if not cs.size:
             return None  # each value is the reference's rounded to the candidate's type: nothing to report
-        return _classify(c.reshape(-1), r.reshape(-1), rounding)
+        counts = _classify(cs, rs, rounding, rmax)
+        return counts if any(n for n, *_ in counts.values()) else None
 
     # numpy lets go of the GIL on big arrays: two weights at a time keep both cores busy
     big = sum(int(np.prod(t.dims)) for _, t, _, _ in todo if t.dims) > FAST_BLOCK
