@@ -78,3 +78,19 @@ def test_import_trtverify_is_light():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
     )
     assert p.stdout.strip() == "[]", p.stdout
+
+
+def test_a_layerwise_run_needs_none_of_the_other_stages_modules(tmp_path):
+    """The results document and the report load a stage's module only where its result is present: a layerwise
+    run writes results.json and its report with the build-log parser, the repair search, the e2e tasks and the
+    engine audit unimportable (about 0.1 s of imports it no longer pays); reading the results back needs them."""
+    from tests.test_cli import DEMO
+
+    fp32, fp16 = (str(DEMO / f"fashion_cnn_{p}.onnx") for p in ("fp32", "fp16"))
+    others = ("trtverify.buildlog", "trtverify.repair", "trtverify.stages.e2e", "trtverify.engine", "trtverify.tasks")
+    r = run_cli("layerwise", fp32, fp16, "--out", str(tmp_path / "o"), block=others)
+    assert r.code == 0, r.err
+    assert (tmp_path / "o" / "report.html").stat().st_size > 0
+    from trtverify.results.io import load_results
+
+    assert load_results(tmp_path / "o" / "results.json").stages[0].name == "layerwise"

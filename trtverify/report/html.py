@@ -16,12 +16,11 @@ from typing import Any
 from markupsafe import Markup
 
 from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
+from trtverify.report.kinds import is_stage
 from trtverify.report.links import Link, build_links, engine_layer_id, layer_id, perf_links, row_id
-from trtverify.report.perfview import perf_view
 from trtverify.report.text import cause_text, divergence_text, high_lint
 from trtverify.results.models import Results
 from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row, SuspectHistogram
-from trtverify.stages.perf import PerfResult
 from trtverify.util.fsutil import WriteError, atomic_write, atomic_write_text, user_cache_dir
 
 _HERE = Path(__file__).parent
@@ -276,7 +275,7 @@ def render(results: Results) -> str:
     for rid, links in engine_links.back.items():
         if rid.startswith("lw-"):  # layerwise rows list build-log and engine layers in one column
             to_layers[rid] = to_layers.get(rid, []) + links
-    perf = {si: perf_view(s, engine_links) for si, s in enumerate(stages) if isinstance(s, PerfResult)}
+    perf = {si: _perf_view(s, engine_links) for si, s in enumerate(stages) if is_stage(s, "perf")}
     layerwise = {
         (si, ci): _layerwise_view(s, ci, c, to_layers, si if s.shape else None)
         for si, s in enumerate(stages)
@@ -295,6 +294,12 @@ def render(results: Results) -> str:
         high_lint=high_lint(results),
         chart_js=Markup(chart_js()),
     )
+
+
+def _perf_view(stage: Any, links: Any) -> dict[str, Any]:
+    from trtverify.report.perfview import perf_view  # with the engine audit's modules: only for a perf stage
+
+    return perf_view(stage, links)
 
 
 def write_report(results: Results, path: Path) -> Path:

@@ -11,12 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import PurePath
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from trtverify.report.kinds import is_stage
 from trtverify.stages.base import StageResult
-from trtverify.stages.buildlog import BuildlogResult
 from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row
-from trtverify.stages.perf import PerfResult
 
 # what may follow a node name inside a layer name derived from it ("Conv_myl0_1", "Conv + Relu", "Conv.1")
 _BOUNDARY = re.compile(r"[^A-Za-z0-9]")
@@ -85,7 +84,7 @@ def rows_by_node(candidates: Sequence[LayerwiseCandidate]) -> list[dict[str, lis
 def build_links(stages: Sequence[StageResult]) -> tuple[dict[str, list[Link]], dict[str, list[Link]]]:
     """({layer id: links to layerwise rows}, {row id: links to build-log layers}) for one run's stages."""
     layerwise = next((s for s in stages if isinstance(s, LayerwiseResult)), None)
-    buildlog = next((s for s in stages if isinstance(s, BuildlogResult)), None)
+    buildlog: Any = next((s for s in stages if is_stage(s, "buildlog")), None)
     to_rows: dict[str, list[Link]] = {}
     to_layers: dict[str, list[Link]] = {}
     if layerwise is None or buildlog is None:
@@ -138,11 +137,11 @@ def perf_links(stages: Sequence[StageResult]) -> PerfLinks:
     linked) and <-> build-log layers (same layer name, or an ONNX node in common; with a layerwise stage, only
     nodes that are layerwise rows count, and only logs of the engine's candidates)."""
     out = PerfLinks({}, {}, {})
-    perf = next((s for s in stages if isinstance(s, PerfResult)), None)
+    perf: Any = next((s for s in stages if is_stage(s, "perf")), None)
     if perf is None or not perf.engines:
         return out
     layerwise = next((s for s in stages if isinstance(s, LayerwiseResult)), None)
-    buildlog = next((s for s in stages if isinstance(s, BuildlogResult)), None)
+    buildlog: Any = next((s for s in stages if is_stage(s, "buildlog")), None)
     candidates = layerwise.candidates or [] if layerwise is not None else []
     models, names = [c.model for c in candidates], [c.name for c in candidates]
     by_node = rows_by_node(candidates)

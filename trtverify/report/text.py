@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from trtverify.buildlog.diff import BuildDiff
-from trtverify.buildlog.parser import BuildLog
 from trtverify.compare.checks import CheckResult
 from trtverify.config.checks import METRICS
 from trtverify.config.findings import SEVERITIES
 from trtverify.lint.findings import LintFinding
-from trtverify.repair.stage import RepairResult
 from trtverify.report.format import fmt
-from trtverify.report.perftext import perf_lines
+from trtverify.report.kinds import is_stage
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
-from trtverify.stages.e2e.models import E2EResult
-from trtverify.stages.framework import FrameworkResult
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
-from trtverify.stages.perf import PerfResult
+
+if TYPE_CHECKING:  # the other stages' modules are imported where their results are present (report/kinds.py)
+    from trtverify.buildlog.diff import BuildDiff
+    from trtverify.buildlog.parser import BuildLog
+    from trtverify.repair.stage import RepairResult
+    from trtverify.stages.e2e.models import E2EResult
 
 MAX_FAILED = 20
 
@@ -138,7 +138,7 @@ def fail_line(c: CheckResult, stage: StageResult | None = None) -> str:
 def _row_error(stage: StageResult | None, c: CheckResult) -> str | None:
     """Why a tensor check has no value: the first error of its layerwise row or framework output (a shape
     mismatch, ...)."""
-    if isinstance(stage, FrameworkResult):
+    if is_stage(stage, "framework"):
         for out in stage.outputs or []:
             if c.tensor in (out.tensor, out.reference_tensor) and out.errors:
                 return _errors_text(out.errors)
@@ -328,12 +328,14 @@ def stage_lines(s: StageResult) -> list[str]:
     out += [f"          note: {note}" for note in s.notes]
     if isinstance(s, LayerwiseResult):
         out += _layerwise(s)
-    if isinstance(s, E2EResult):
-        out += _e2e(s)
-    if isinstance(s, RepairResult):
-        out += _repair(s)
-    if isinstance(s, PerfResult):
-        out += perf_lines(s)
+    if is_stage(s, "e2e"):
+        out += _e2e(s)  # type: ignore[arg-type]
+    if is_stage(s, "repair"):
+        out += _repair(s)  # type: ignore[arg-type]
+    if is_stage(s, "perf"):
+        from trtverify.report.perftext import perf_lines
+
+        out += perf_lines(s)  # type: ignore[arg-type]
     for c in failed[:MAX_FAILED]:
         out.append(f"          {fail_line(c, s)}")
     if len(failed) > MAX_FAILED:

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trtverify.results.models import SCHEMA_VERSION, Results
+from trtverify.results.models import SCHEMA_VERSION, Results, document
 from trtverify.util.errors import UsageError
 from trtverify.util.fsutil import FileTooLarge, read_capped
 
@@ -26,7 +26,7 @@ def parse_results(data: Any, source: str) -> Results:
             "(rerun the suite with this trtverify, or use the trtverify that wrote it)"
         )
     try:
-        return Results.model_validate(data)
+        return document().model_validate(data)
     except RecursionError:
         raise UsageError(f"{source}: not a valid results.json (nested too deeply to be one)") from None
     except ValidationError as exc:

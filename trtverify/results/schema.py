@@ -10,7 +10,7 @@ from typing import Any
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from trtverify.results.models import Results
+from trtverify.results.models import document
 
 SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
 
@@ -23,7 +23,7 @@ class _Schema(GenerateJsonSchema):
 
 
 def results_schema() -> dict[str, Any]:
-    schema = Results.model_json_schema(mode="serialization", schema_generator=_Schema)
+    schema = document().model_json_schema(mode="serialization", schema_generator=_Schema)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://trtverify.invalid/results.schema.json",
