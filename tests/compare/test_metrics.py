@@ -232,3 +232,22 @@ def test_a_ratio_beyond_float32_is_the_same_finite_number_on_both_paths():
     assert math.isfinite(fused) and fused == pytest.approx(whole) == pytest.approx(1e39, rel=1e-6)
     # a true x/0 stays inf on both
     assert compare(np.float32([0.0, 1.0]), np.float32([1.0, 1.0])).metrics["max_rel"] == math.inf
+
+
+@pytest.mark.parametrize("v", [0.5, -0.0, 0.0, math.inf, -math.inf, math.nan, 5e-324])
+@pytest.mark.parametrize("better", ["lower", "higher"])
+def test_a_one_sample_summary_is_numpys(v, better):
+    """The one-sample shortcut of `summarize` gives what numpy's mean, median and percentile give."""
+    from trtverify.compare.checks import summarize
+
+    arr = np.array([v])
+    finite = arr[np.isfinite(arr)]
+    want = {"worst": v, "min": v, "max": v, "mean": None, "median": None, "p95": None}
+    if finite.size:
+        want |= {
+            "mean": float(finite.mean()),
+            "median": float(np.median(finite)),
+            "p95": float(np.percentile(finite, 95 if better == "lower" else 5)),
+        }
+    got = summarize([v], better)
+    assert {k: repr(getattr(got, k)) for k in want} == {k: repr(x) for k, x in want.items()}

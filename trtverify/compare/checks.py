@@ -60,7 +60,8 @@ class MetricSummary(Record):
 
 
 def summarize(values: Sequence[float], better: Better) -> MetricSummary:
-    if len(values) == 1:  # one sample (the common case: a layerwise row): numpy's reductions cost 100 us here
+    if len(values) == 1 and values[0] != 0.0:  # one sample (a layerwise row): numpy's reductions cost 100 us here
+        # (a zero goes to numpy: its mean and median of -0.0 are 0.0, its percentile -0.0)
         v = float(values[0])
         extra = {"mean": v, "median": v, "p95": v} if math.isfinite(v) else {}
         return MetricSummary(worst=v, min=v, max=v, **extra)

@@ -109,7 +109,8 @@ def to_float16(x: np.ndarray) -> np.ndarray:
 
 
 def to_float32(x: np.ndarray) -> np.ndarray:
-    """`x.astype(np.float32)`, bit for bit; float16 input of MIN_SIZE values or more is cast by ONNX Runtime."""
+    """`x.astype(np.float32)`, bit for bit but for NaN payloads; float16 input of MIN_SIZE values or more is cast
+    by ONNX Runtime."""
     return _cast(x, "float16", "float32")
 
 
