@@ -201,7 +201,7 @@ def test_the_fused_blocks_agree_with_the_whole_tensor_metrics(n, ref_type, cand_
 
 
 def test_widening_float16_by_lookup_is_astype_bit_for_bit():
-    from trtverify.compare.metrics import widen_f16
+    from trtverify.util.halfcast import widen_by_lookup as widen_f16
 
     every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
     assert np.array_equal(widen_f16(every).view(np.uint32), every.astype(np.float32).view(np.uint32))

@@ -34,12 +34,16 @@ def _rows(reference: Path, path: Path) -> list:
     return [{k: a[i : i + 1] for k, a in arrays.items()} for i in range(rows)]
 
 
+# what `repair` and `lower` take in --precision (the repair stage's precision)
+LOWERED = ["fp16", "bf16", "int8", "fp8", "int4"]
+
+
 @click.command()
 @click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option(
     "--precision",
     required=True,
-    type=click.Choice(["fp16", "bf16", "int8", "fp8", "int4"]),
+    type=click.Choice(LOWERED),
     help="What the candidate computes in: fp16 and int8 are made here without --candidate; bf16, fp8 and int4 "
     "come from ModelOpt as --candidate.",
 )
@@ -165,7 +169,7 @@ def repair(
 @click.option(
     "--precision",
     required=True,
-    type=click.Choice(["fp16", "bf16", "int8", "fp8", "int4"]),
+    type=click.Choice(LOWERED),
     help="What to lower to (bf16, fp8, int4: --tool modelopt).",
 )
 @click.option("--keep", cls=Several, metavar="NODE", help="ONNX nodes kept in FP32 (several values, or repeat it).")

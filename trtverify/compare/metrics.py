@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.config.checks import BASE_METRICS, METRICS, metric_key
-from trtverify.util.halfcast import MIN_SIZE, to_float32
+from trtverify.util.halfcast import to_float32
 
 
 class CompareError(ValueError):
@@ -44,22 +44,12 @@ def _ratio(num: float, den: float) -> float:
     return num / den
 
 
-# every float16 bit pattern's float32 value: widening by lookup is exact and about twice as fast as numpy's
-# astype, which has no vector path for float16 on common x86 builds
-_F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
-
-
-def widen_f16(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """float16 values as float32 (bit for bit what astype gives), into `out` when given."""
-    return np.take(_F16_TO_F32, np.ascontiguousarray(x).view(np.uint16), out=out, mode="clip")  # all in range
-
-
 def _working(x: np.ndarray) -> np.ndarray:
     """Flat array in the type elementwise work happens in: float32 for float16/bfloat16/float32
     (exact: both widen into it), float64 for everything else. Sums are float64 regardless."""
     x = np.asarray(x)
     if x.dtype == np.float16:
-        return widen_f16(x).ravel()
+        return to_float32(x).ravel()
     if x.dtype == np.float32:
         return x.ravel()
     if x.dtype.kind == "V" or str(x.dtype) == "bfloat16":
@@ -137,12 +127,6 @@ BLOCK = 1 << 16
 _FUSED = (np.dtype(np.float16), np.dtype(np.float32))
 
 
-def _widened(x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """A float16 block as float32: by ONNX Runtime's vector cast when big enough (0.2 ns a value), else by lookup
-    into `out` (0.8 ns)."""
-    return to_float32(x) if x.size >= MIN_SIZE else widen_f16(x, out=out)
-
-
 def _core_blocks(ref: np.ndarray, cand: np.ndarray) -> dict[str, float] | None:
     """`_core` of two float16/float32 tensors, block by block, without a whole-tensor temporary; None where a
     value is not finite or a square overflows float32 (the caller then takes the path that counts and redoes)."""
@@ -158,8 +142,8 @@ def _core_blocks(ref: np.ndarray, cand: np.ndarray) -> dict[str, float] | None:
             e = min(n, s + BLOCK)
             if e - s != wa.size:
                 wa, wb, d, t = wa[: e - s], wb[: e - s], d[: e - s], t[: e - s]
-            x = a[s:e] if a.dtype == np.float32 else _widened(a[s:e], wa)
-            y = b[s:e] if b.dtype == np.float32 else _widened(b[s:e], wb)
+            x = a[s:e] if a.dtype == np.float32 else to_float32(a[s:e], out=wa)
+            y = b[s:e] if b.dtype == np.float32 else to_float32(b[s:e], out=wb)
             np.subtract(y, x, out=d)
             saa += float(add(mul(x, x, out=t), dtype=np.float64))
             sbb += float(add(mul(y, y, out=t), dtype=np.float64))

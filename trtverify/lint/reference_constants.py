@@ -28,7 +28,7 @@ import numpy as np
 from trtverify.graph.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex
 from trtverify.lint.findings import Found, at
 from trtverify.lint.ranges import RANGES
-from trtverify.util.halfcast import to_float16
+from trtverify.util import halfcast
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def _suspects(c: np.ndarray, r: np.ndarray, rounding: Rounding) -> tuple[np.ndar
             if not top <= finite_max:
                 return None  # a value beyond the type (rounds to inf) or a NaN: the full comparison
             rmax = max(rmax, top)
-            rounded = to_float16(rb) if c.dtype == np.float16 else rb.astype(c.dtype)
+            rounded = halfcast.cast(rb, c.dtype)
             if np.array_equal(cb.view(bits), rounded.view(bits)):
                 if _nonzero(cb) == _nonzero(rb):
                     continue  # plainly rounded, nothing rounded to zero

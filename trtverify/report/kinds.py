@@ -3,23 +3,14 @@ run's report never loads the build-log parser, the repair search or the e2e task
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-# stage name -> (module, class) of its result
-_RESULTS = {
-    "buildlog": ("trtverify.stages.buildlog", "BuildlogResult"),
-    "e2e": ("trtverify.stages.e2e.models", "E2EResult"),
-    "framework": ("trtverify.stages.framework", "FrameworkResult"),
-    "perf": ("trtverify.stages.perf", "PerfResult"),
-    "repair": ("trtverify.repair.stage", "RepairResult"),
-}
+from trtverify.config.registry import STAGES
 
 
 def is_stage(result: Any, name: str) -> bool:
-    """isinstance(result, <the result class of stage `name`>); False, without importing it, for another name (a
-    stage that failed before its result was made is a plain StageResult of its name: False too)."""
+    """isinstance(result, <the result type stage `name` registers>); False, without importing it, for another name
+    (a stage that failed before its result was made is a plain StageResult of its name: False too)."""
     if getattr(result, "name", None) != name:
         return False
-    module, cls = _RESULTS[name]
-    return isinstance(result, getattr(importlib.import_module(module), cls))
+    return isinstance(result, STAGES.get(name).result_type())

