@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from trtverify.backends.base import Backend, candidate_backend
-from trtverify.compare.checks import CheckResult, TensorSeries, evaluate, extras_for, limit_check
+from trtverify.compare.checks import CheckResult, TensorSeries, evaluate, extras_for, failed_check, limit_check
 from trtverify.compare.pairing import Pairing, pair_names
 from trtverify.compare.parallel import mapper
 from trtverify.compare.semantic import Resolved, resolve
@@ -47,15 +47,13 @@ from trtverify.stages.layerwise.models import (
     LayerwiseReference,
     LayerwiseResult,
     PairNote,
-    RootCause,
     Row,
-    SuspectHistogram,
     Unmatched,
 )
 from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written, budget_bytes, reference_pass
 from trtverify.stages.layerwise.stream import Outputs, chunks_for, exposing, stream
-
-HISTOGRAM_SUSPECTS = 3  # root causes that get an error histogram, besides the first divergence
+from trtverify.stages.layerwise.suspects import histograms, with_lint
+from trtverify.util.errors import BackendError
 
 
 def candidate_precision(spec: Candidate, backends: Backends, graph: LightModel | None = None) -> str:
@@ -314,53 +312,6 @@ def _rows_and_checks(
     return rows, checks
 
 
-def _histograms(
-    first: FirstDivergence | None, causes: list[RootCause], series: dict[str, TensorSeries], rows: list[Row]
-) -> list[SuspectHistogram]:
-    """Error histograms of the suspects: the first divergence and the top root causes."""
-    reasons: dict[str, list[str]] = {}
-    if first is not None:
-        reasons.setdefault(first.tensor, []).append("first divergence")
-    for rc in causes[:HISTOGRAM_SUSPECTS]:
-        reasons.setdefault(rc.tensor, []).append(f"root cause #{rc.rank}")
-    by_tensor = {row.tensor: row for row in rows}
-    out = []
-    for tensor, why in reasons.items():
-        h = series[tensor].histogram_record() if tensor in series else None
-        if h is None:
-            continue
-        row = by_tensor[tensor]
-        out.append(
-            SuspectHistogram(
-                **dict(h),
-                tensor=tensor,
-                node=row.node,
-                op_type=row.op_type,
-                topo_index=row.topo_index,
-                reason=", ".join(why),
-            )
-        )
-    return out
-
-
-def _with_lint(rows: list[Row], findings: list[LintFinding]) -> list[Row]:
-    """Each row lists the kinds of the lint findings about its tensor, then about its node."""
-    by_node: dict[str, list[str]] = {}
-    by_tensor: dict[str, list[str]] = {}
-    for f in findings:
-        by_node.setdefault(f.node or "", []).append(f.kind)
-        if f.tensor is not None:
-            by_tensor.setdefault(f.tensor, []).append(f.kind)
-    out = []
-    for row in rows:
-        kinds = list(by_tensor.get(row.tensor, []))
-        for kind in by_node.get(row.node or "\0", []):
-            if kind not in kinds:
-                kinds.append(kind)
-        out.append(row.model_copy(update={"lint": kinds}) if kinds else row)
-    return out
-
-
 def _candidate(
     ctx: StageContext,
     cfg: LayerwiseStage,
@@ -436,9 +387,9 @@ def _candidate(
         first_divergence=first_divergence,
         root_cause_method=method,  # type: ignore[arg-type]
         root_causes=causes,
-        histograms=_histograms(first_divergence, causes, series, rows),
+        histograms=histograms(first_divergence, causes, series, rows),
         not_isolated=not_isolated,
-        rows=_with_lint(rows, lint),
+        rows=with_lint(rows, lint),
         unmatched=Unmatched(
             reference_only=pairing.reference_only,
             reference_only_reason=reason,
@@ -484,10 +435,19 @@ def run(ctx: StageContext) -> LayerwiseResult:
             chunks=ref.chunks,
             store="disk (memory-mapped)" if ref.store.on_disk else "memory",
         )
+        broken: list[tuple[str, BackendError]] = []
         for i, n in enumerate(names):
-            cand, cand_checks = _candidate(ctx, cfg, n, ref, samples, workdir, timings, last=i == len(names) - 1)
+            try:
+                cand, cand_checks = _candidate(ctx, cfg, n, ref, samples, workdir, timings, last=i == len(names) - 1)
+            except BackendError as exc:  # this candidate cannot be loaded or run (a native crash included): the
+                broken.append((n, exc))  # others are still compared
+                continue
             candidates.append(cand)
             checks += cand_checks
+    if broken and not candidates:  # nothing compared: the stage's error
+        raise BackendError("; ".join(f"{n}: {exc}" if len(broken) > 1 else str(exc) for n, exc in broken))
+    for n, exc in broken:
+        checks.append(failed_check(f"{n}: loads and runs", NAME, "runs", {"reason": str(exc)}, candidate=n))
     return LayerwiseResult(
         status=status_of(checks),
         checks=checks,
