@@ -145,25 +145,74 @@ def test_a_signal_before_the_first_stage_ends_still_leaves_an_incomplete_results
     assert res["complete"] is False and _statuses(res) == {"e2e": "skipped"}
 
 
+def _worker(out: Path, proc: subprocess.Popen[str]) -> int:
+    """The pid of the process doing the run's work (cli/supervise.py): the one holding the run lock."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        try:
+            text = (out / ".trtverify.lock").read_text().strip()
+        except FileNotFoundError:
+            text = ""
+        if text.isdigit():
+            assert int(text) != proc.pid  # the work runs in a child of the process started
+            return int(text)
+        time.sleep(0.05)
+    raise AssertionError("no run lock")
+
+
+def _gone(pid: int, timeout: float = 30) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @pytest.mark.slow
 def test_sigkill_leaves_a_valid_results_json_and_a_rerun_into_that_folder_works(suite: Path, tmp_path: Path):
+    """SIGKILL to the process started (a CI timeout): its worker gets SIGTERM (PR_SET_PDEATHSIG) and stops as it
+    does on SIGTERM; results.json is whole and the lock released."""
     out = tmp_path / "o"
     proc = _start("run", str(suite), "--out", str(out), sleep=30)
-    killed_pid = proc.pid
     _wait_for_stage(out, "layerwise", proc)
+    worker = _worker(out, proc)
     proc.kill()
     proc.communicate(timeout=60)
+    assert _gone(worker), "the worker outlived its parent"
     res = json.loads((out / "results.json").read_text())  # whole: written atomically after layerwise
     jsonschema.validate(res, SCHEMA)
     assert res["complete"] is False and _statuses(res) == {"layerwise": "passed", "e2e": "skipped"}
-    assert (out / ".trtverify.lock").read_text().strip() == str(killed_pid)  # left behind by the killed run
+    assert not (out / ".trtverify.lock").exists()
     assert not list(out.glob(".*.tmp"))
 
-    rerun = _start("run", str(suite), "--out", str(out))  # the stale lock (its pid is gone) is taken over
+    # a lock left by a process that is gone (a machine that lost power) is taken over
+    (out / ".trtverify.lock").write_text(f"{worker}\n")
+    rerun = _start("run", str(suite), "--out", str(out))
     _, err = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, err
     res = json.loads((out / "results.json").read_text())
     assert res["complete"] is True and _statuses(res) == {"layerwise": "passed", "e2e": "passed"}
+    assert not (out / ".trtverify.lock").exists()
+
+
+@pytest.mark.slow
+def test_the_worker_killed_by_the_out_of_memory_killer_is_its_stage_s_error(suite: Path, tmp_path: Path):
+    """SIGKILL to the worker alone, as the kernel's OOM killer sends it: the stage it was in is recorded as crashed,
+    the stages before it are kept, and the run ends complete."""
+    out = tmp_path / "o"
+    proc = _start("run", str(suite), "--out", str(out), sleep=2)
+    _wait_for_stage(out, "layerwise", proc)
+    os.kill(_worker(out, proc), signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 4, err
+    assert "died of SIGKILL (killed, most often by the kernel's out-of-memory killer)" in err
+    res = json.loads((out / "results.json").read_text())
+    assert res["complete"] is True and _statuses(res) == {"layerwise": "passed", "e2e": "error"}
+    e2e = res["stages"][1]
+    assert e2e["error"]["kind"] == "crash" and "SIGKILL" in e2e["error"]["message"]
     assert not (out / ".trtverify.lock").exists()
 
 
@@ -175,7 +224,7 @@ def test_a_second_run_into_the_same_folder_is_refused_while_the_first_runs(suite
     second = _start("run", str(suite), "--out", str(out))
     _, err = second.communicate(timeout=120)
     assert second.returncode == 2, err
-    assert f"--out {out}: another trtverify run (pid {first.pid}) is writing there" in err
+    assert f"--out {out}: another trtverify run (pid {_worker(out, first)}) is writing there" in err
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err  # the first run was not disturbed
     res = json.loads((out / "results.json").read_text())

@@ -305,7 +305,7 @@ def test_cost_counts_weights_held_in_constant_nodes():
         g.node.insert(i, n)
     feed = {"input": np.zeros((1, 1, 28, 28), np.float32)}
     keep = ["/features/block1/conv/Conv", "/classifier/fc1/Gemm"]
-    a, b = cost(model, keep, feed, {}), cost(as_constants, keep, feed, {})
+    a, b = cost(model, keep, feed), cost(as_constants, keep, feed)
     assert a.params_share > 0.3 and b.params_share == pytest.approx(a.params_share)
 
 
@@ -322,3 +322,18 @@ def test_where_nothing_passes_the_closest_keep_list_is_reported():
     assert min(steps, key=_rank).keep == ("a", "b")
     passing = Evaluation(("a", "b", "c", "d"), True, {"y": {"rel_l2": 0.009}}, [], [])
     assert min([*steps, passing], key=_rank) is passing
+
+
+def test_a_bf16_repair_says_why_its_latency_is_not_timed_on_a_cpu(tmp_path: Path):
+    """ONNX Runtime's CPU provider has no BF16 Conv: the latency session raised NotImplemented and the repair
+    ended in exit 4 after its search had passed. The lowered and repaired models are not timed, and the notes
+    say why; the FP32 reference is."""
+    out = tmp_path / "r"
+    bf16 = ROOT / "demo" / "modelopt" / "fashion_bn_autocast_bf16.onnx"
+    r = run_cli("repair", str(ROOT / "demo" / "fp16_repair" / "fashion_bn_fp32.onnx"), "--precision", "bf16",
+                "--candidate", str(bf16), "--out", str(out))  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    cost = json.loads((out / "repair-bf16" / "repair.json").read_text())["cost"]
+    assert set(cost["latency_ms"]) == {"reference"} and set(cost["not_measured"]) == {"before", "after"}
+    assert "no BF16 kernels" in cost["not_measured"]["after"] and "load_errors" not in cost
+    assert "note: latency of the repaired model not timed: ONNX Runtime's CPUExecutionProvider has no BF16" in r.out

@@ -26,6 +26,7 @@ from trtverify.data.inputs import build_samples, check_samples, shape_label, sta
 from trtverify.data.reference import ReferenceStore
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.stages.base import Progress, Shard, StageContext, StageError, StageResult, StageWork, no_progress
+from trtverify.util import native
 from trtverify.util.errors import EXIT_INTERNAL, MissingDependency, SuiteError, TrtVerifyError, UsageError
 
 
@@ -136,10 +137,13 @@ def preflight(loaded: LoadedSuite) -> list[TensorMeta]:
     return inputs
 
 
-def _run_one(plan: StagePlan, ctx: StageContext) -> StageResult:
+def _run_one(plan: StagePlan, ctx: StageContext, crashed: native.Crash | None = None) -> StageResult:
     result_type = STAGES.get(plan.name).result_type()
     if plan.work is None:
         return result_type(status="skipped", notes=[plan.elsewhere], sharded_away=True)
+    if crashed is not None:  # it crashed the process in an earlier worker, where nothing inside could be skipped
+        error = StageError(kind="crash", message=crashed.error(), exit_code=native.exit_code(crashed))
+        return result_type(status="error", error=error)
     try:
         return STAGES.load(plan.name)(ctx)
     except TrtVerifyError as exc:
@@ -259,7 +263,7 @@ class Sink(Protocol):
     before any, when the run stops before its first stage ends). The caller's recorder writes results.json there,
     so a crash or a kill later loses nothing already done."""
 
-    def __call__(self, done: Sequence[StageResult], pending: Pending) -> None: ...
+    def __call__(self, done: Sequence[StageResult], pending: Pending, interrupted: bool = False) -> None: ...
 
 
 def run_suite(
@@ -270,29 +274,38 @@ def run_suite(
     stages: Sequence[str] = (),
     shard: Shard | None = None,
     plans: Sequence[StagePlan] | None = None,
+    done: Sequence[StageResult] = (),
     **kw: Any,
 ) -> list[StageResult]:
     """Run the suite (or the shard's part of it), handing every result to `sink` as soon as it is done; on
-    Ctrl-C (and SIGTERM, which the CLI turns into the same exception) the sink has what ran, the rest pending."""
+    Ctrl-C (and SIGTERM, which the CLI turns into the same exception) the sink has what ran, the rest pending.
+
+    `done`: the results of the plan's first stages, kept from an earlier worker of this run that crashed after
+    them (cli/supervise.py); they are not run again."""
     plans = list(plans) if plans is not None else make_plan(loaded, stages, shard)
     if kw.get("samples_override") is not None:  # the chosen samples are fed as they are: a swept stage runs once
         plans = _unswept(plans)
+    if len(done) > len(plans) or any(r.name != p.name or r.shape != p.label for r, p in zip(done, plans)):
+        done = ()  # not this plan's results: run everything
     told = False
 
-    def on_stage(done: Sequence[StageResult], pending: Pending) -> None:
+    def on_stage(done: Sequence[StageResult], pending: Pending, interrupted: bool = False) -> None:
         nonlocal told
         told = True
-        sink(done, pending)
+        if interrupted:
+            sink(done, pending, interrupted)
+        else:
+            sink(done, pending)
 
     try:
-        done = run_stages(loaded, plans, out_dir=Path(out_dir), on_stage=on_stage, **kw)
+        results = run_stages(loaded, plans, out_dir=Path(out_dir), on_stage=on_stage, done=done, **kw)
     except KeyboardInterrupt:
         if not told:  # stopped before the first stage ended: every stage is listed as not run
-            sink([], [(p.name, p.label) for p in plans])
+            sink(list(done), [(p.name, p.label) for p in plans[len(done) :]])
         raise  # after a stage, the sink already has what ran, the rest pending
     if not told:  # no stage ran
-        sink(done, [])
-    return done
+        sink(results, [])
+    return results
 
 
 def run_stages(
@@ -306,9 +319,12 @@ def run_stages(
     progress: Progress = no_progress,
     samples_override: list[dict[str, Any]] | None = None,
     chosen_by: str | None = None,
-    on_stage: Callable[[list[StageResult], Pending], None] = lambda done, pending: None,
+    on_stage: Callable[..., None] = lambda done, pending, interrupted=False: None,
+    done: Sequence[StageResult] = (),
 ) -> list[StageResult]:
-    """Run the planned stages in order; `on_stage(done, pending)` after each one.
+    """Run the planned stages in order, but for the first `len(done)`, whose results are `done`; `on_stage(done,
+    pending)` after each one (and `on_stage(done, pending, True)` with the part a stage did when it was
+    interrupted: the run is incomplete).
 
     `samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run, `chosen_by` says so):
     the stages feed every one of them, whatever their `samples: N` (`run_suite` runs a swept stage once then)."""
@@ -322,8 +338,11 @@ def run_stages(
     warning = nonfinite_inputs(samples)
     loaded = with_recipes_made(loaded, samples, out_dir, progress)
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
-    results: list[StageResult] = []
+    results: list[StageResult] = list(done)
+    crashed = native.resume().dead
     for i, plan in enumerate(plans):
+        if i < len(done):
+            continue
         stage_loaded, feeds = _for_plan(plan, loaded, samples, model_inputs)
         ctx = StageContext(
             stage_loaded,
@@ -339,7 +358,15 @@ def run_stages(
             plan.label,
         )
         s0 = time.perf_counter()
-        res = _run_one(plan, ctx)
+        try:
+            with native.stage(i, plan.name, plan.label):
+                res = _run_one(plan, ctx, crashed.get(i))
+        except KeyboardInterrupt as exc:  # a stage may hand what it did so far (repair: its best keep-list)
+            partial = getattr(exc, "partial", None)
+            if isinstance(partial, StageResult):
+                results.append(partial.model_copy(update={"duration_s": time.perf_counter() - s0}))
+                on_stage(list(results), [(p.name, p.label) for p in plans[i + 1 :]], True)
+            raise
         if warning and plan.name in SAMPLE_STAGES and plan.work is not None:
             res = res.model_copy(update={"notes": [warning, *res.notes]})
         update: dict[str, Any] = {"duration_s": time.perf_counter() - s0}

@@ -83,7 +83,7 @@ def test_checks_without_a_tensor_say_what_is_behind_them():
     c = limit_check("unmatched outputs", "framework", "unmatched", 1, 0, "<=", detail={"pytorch_only": ["aux"]})
     assert fail_line(c).endswith(": aux: pair them with stages.framework.rename or leave them out with ignore")
     c = failed_check("int8: map", "e2e", "map", {"reason": "metric 'map' not computed"}, candidate="int8")
-    assert fail_line(c) == "FAIL int8: map: – (limit == –): metric 'map' not computed"
+    assert fail_line(c) == "FAIL int8: map: metric 'map' not computed"
     c = limit_check("int8 batch 1: measurement stable", "perf", "stable", 0.0, 1, ">=", candidate="int8",
                     detail={"window_cv": 0.12, "max_cv": 0.05, "runs": 40})  # fmt: skip
     assert fail_line(c).endswith(": window_cv 0.12 over max_cv 0.05 after 40 runs")

@@ -9,10 +9,12 @@ from typing import Any
 import numpy as np
 
 from trtverify.backends.base import Backend, Capabilities, Feed, cast_float, check_feed
+from trtverify.backends.ortprobe import LEVELS, ensure_loadable
 from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.graph.lightmodel import EXTERNAL_FOLDER, GraphBytes, LightModel
 from trtverify.graph.onnxemulate import BF16, FP16, emulate, holds, internal
 from trtverify.graph.onnxinfo import TensorMeta, check_graph, graph_io
+from trtverify.util import native
 from trtverify.util.deps import require
 from trtverify.util.errors import BackendError, MissingDependency, UsageError
 
@@ -23,12 +25,14 @@ def _cpu_only(providers: Sequence[str]) -> bool:
     return all(p == CPU for p in providers)
 
 
-_LEVELS = {
-    "disable": "ORT_DISABLE_ALL",
-    "basic": "ORT_ENABLE_BASIC",
-    "extended": "ORT_ENABLE_EXTENDED",
-    "all": "ORT_ENABLE_ALL",
-}
+def _workaround(level: str) -> str:
+    if level == "disable":
+        return "it crashed with graph optimisation off; report it to ONNX Runtime with the model"
+    lower = {"all": "extended", "extended": "basic", "basic": "disable"}[level]
+    return (
+        f"ONNX Runtime's graph optimiser may be the cause: try backends.onnxruntime.graph_optimization_level: "
+        f"{lower} (or lower) in the suite"
+    )
 
 
 class OnnxRuntimeBackend(Backend):
@@ -50,6 +54,7 @@ class OnnxRuntimeBackend(Backend):
         self._loaded = False
         self.source = self.model_path  # the file given
         self.emulated: int | None = None  # narrow tensors rounded by the emulation (None: runs as given)
+        self.probe_first = False  # a timed session: create it in a child process first (a crash there is an error)
 
     @classmethod
     def from_config(cls, model_path: Path, backends: Backends, samples: Sequence[Feed] = ()) -> OnnxRuntimeBackend:
@@ -98,6 +103,10 @@ class OnnxRuntimeBackend(Backend):
             assert self._run is not None
             self._session = self._make_session(self._run)
 
+    @property
+    def _running(self) -> str:
+        return f"running {self.model_path.name} in ONNX Runtime"
+
     def release(self) -> None:
         self._session = None
 
@@ -111,7 +120,7 @@ class OnnxRuntimeBackend(Backend):
         so = ort.SessionOptions()
         # an emulated graph runs as written: an optimiser dropping a Cast pair would drop its rounding
         level = "disable" if self.emulated is not None else self.options.graph_optimization_level
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level])
         so.intra_op_num_threads = self.options.intra_op_num_threads
         so.inter_op_num_threads = self.options.inter_op_num_threads
         so.log_severity_level = 3
@@ -125,11 +134,20 @@ class OnnxRuntimeBackend(Backend):
                 "pip install onnxruntime-gpu   (for CUDAExecutionProvider / TensorrtExecutionProvider), "
                 "or change backends.onnxruntime.providers",
             )
-        try:
-            so.add_session_config_entry(EXTERNAL_FOLDER, str(model.folder))  # weights read where they are
-            return ort.InferenceSession(model.data, sess_options=so, providers=list(self.options.providers))
-        except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
-            raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
+        what = self.model_path.name
+        if self.probe_first:  # a timed session: made in a child process first (ortprobe.py)
+            ensure_loadable(model, level, self.options.providers, what)
+        so.add_session_config_entry(EXTERNAL_FOLDER, str(model.folder))  # weights read where they are
+        with native.operation(
+            f"creating an ONNX Runtime {ort.__version__} session for {what} at graph_optimization_level {level}",
+            key=f"onnxruntime-session:{self.source}:{level}:{','.join(self.options.providers)}",
+            hint=_workaround(level),
+            model=str(self.source),
+        ):
+            try:
+                return ort.InferenceSession(model.data, sess_options=so, providers=list(self.options.providers))
+            except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
+                raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
 
     # -- model -----------------------------------------------------------------------------
     def inputs(self) -> list[TensorMeta]:
@@ -155,12 +173,12 @@ class OnnxRuntimeBackend(Backend):
     def infer(self, feed: Feed) -> dict[str, np.ndarray]:
         self.prepare()
         names = [o.name for o in self._session.get_outputs()]
-        try:
-            values = self._session.run(names, self._cast(feed))
-        except BackendError:
-            raise
-        except Exception as exc:
-            raise BackendError(f"ONNX Runtime failed running {self.model_path.name}: {exc}") from exc
+        cast = self._cast(feed)
+        with native.operation(self._running, key=f"onnxruntime-run:{self.source}", model=str(self.source)):
+            try:
+                values = self._session.run(names, cast)
+            except Exception as exc:
+                raise BackendError(f"ONNX Runtime failed running {self.model_path.name}: {exc}") from exc
         return dict(zip(names, values))
 
     # -- intermediates ---------------------------------------------------------------------

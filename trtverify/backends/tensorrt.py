@@ -45,6 +45,7 @@ from trtverify.backends.tensorrt_support import (
 )
 from trtverify.config.backends import Backends, TensorRTOptions
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_onnx
+from trtverify.util import native
 from trtverify.util.deps import require
 from trtverify.util.errors import BackendError, TrtVerifyError, UsageError
 
@@ -359,7 +360,12 @@ class TensorRTBackend(Backend):
                 config = self._config(strong, profiles)
                 save_cache = str(self.options.timing_cache) if self.options.timing_cache else None
                 loader = self._pg.EngineBytesFromNetwork(self._network(), config=config, save_timing_cache=save_cache)
-                serialized = loader()
+                with native.operation(
+                    f"building a {lib} {self.version} engine from {self.model_path.name}",
+                    key=f"tensorrt-build:{self.model_path}",
+                    model=str(self.model_path),
+                ):
+                    serialized = loader()
                 engine_bytes = bytes(serialized)
             except TrtVerifyError:
                 raise
@@ -450,7 +456,14 @@ class TensorRTBackend(Backend):
         prepared = self._cast(feed)
         if self._runner is None:
             self._activate(prepared)
-        with self._captured_log() as lines:
+        with (
+            self._captured_log() as lines,
+            native.operation(
+                f"running {self.model_path.name} in TensorRT",
+                key=f"tensorrt-run:{self.model_path}",
+                model=str(self.model_path),
+            ),
+        ):
             try:
                 outputs = self._runner.infer(prepared)
             except TrtVerifyError:

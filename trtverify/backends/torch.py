@@ -12,6 +12,7 @@ from trtverify.backends.base import Backend, Capabilities
 from trtverify.config.backends import TorchOptions
 from trtverify.config.models import PyTorchModel
 from trtverify.graph.onnxinfo import TensorMeta
+from trtverify.util import native
 from trtverify.util.deps import require
 from trtverify.util.errors import BackendError, MissingDependency, UsageError
 from trtverify.util.hooks import load_hook
@@ -85,6 +86,11 @@ class TorchBackend(Backend):
             model.eval()
         self._model = model.to(device)
 
+    @property
+    def _what(self) -> str:
+        spec = self.spec
+        return str(spec.factory or spec.torchscript or spec.exported)
+
     def inputs(self) -> list[TensorMeta]:
         return [TensorMeta(n, "unknown", None) for n in self.input_names]
 
@@ -121,7 +127,12 @@ class TorchBackend(Backend):
             raise UsageError(f"the feed lacks {', '.join(missing)} (torch input order: {', '.join(self.input_names)})")
         args = [torch.from_numpy(np.ascontiguousarray(feed[n])).to(self.options.device) for n in self.input_names]
         self._captured.clear()
-        with torch.inference_mode():
+        with (
+            torch.inference_mode(),
+            native.operation(
+                f"running the PyTorch model ({self._what}) on {self.options.device}", key=f"torch-forward:{self._what}"
+            ),
+        ):
             out = self._model(*args)
         result: dict[str, np.ndarray] = {}
         for name, value in {**self._named(out), **self._captured}.items():

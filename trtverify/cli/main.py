@@ -328,6 +328,11 @@ def _stop(code: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     import signal
 
+    from trtverify.cli import supervise
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if supervise.wanted(argv):  # the work runs in a child process: a native crash there ends one stage, not the run
+        supervise.supervise(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a host process ignores it
         signal.signal(signal.SIGINT, _on_sigint)

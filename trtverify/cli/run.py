@@ -12,6 +12,8 @@ from typing import Any
 import click
 
 from trtverify import __version__
+from trtverify.util import native
+from trtverify.util.errors import TrtVerifyError
 
 
 class Progress:
@@ -54,10 +56,28 @@ def run_and_record(loaded: Any, out: Path, **kw: Any) -> Any:
     from trtverify.results.record import Recorder
     from trtverify.runner import run_suite
 
-    recorder = Recorder(loaded, Path(out), kw.get("shard"))
-    run_suite(loaded, Path(out), recorder, **kw)
+    earlier = _earlier(Path(out))
+    recorder = Recorder(loaded, Path(out), kw.get("shard"), earlier)
+    done = earlier.stages[: native.resume().results["done"]] if earlier is not None else []  # type: ignore[index]
+    run_suite(loaded, Path(out), recorder, done=done, **kw)
     assert recorder.written is not None  # the runner tells its sink at least once, whatever happens
     return recorder.written
+
+
+def _earlier(out: Path) -> Any:
+    """The results.json a crashed worker of this run wrote into OUT (cli/supervise.py), or None: a fresh worker
+    keeps the stages it holds."""
+    from trtverify.results.io import load_results
+
+    written = native.resume().results
+    path = out / "results.json"
+    if not written or written.get("path") != str(path.absolute()) or not path.is_file():
+        return None
+    try:
+        earlier = load_results(path)
+    except TrtVerifyError:
+        return None
+    return earlier if earlier.started == written.get("started") else None
 
 
 def execute(

@@ -10,12 +10,14 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from trtverify.backends.onnxruntime import OnnxRuntimeBackend
+from trtverify.config.backends import OnnxRuntimeOptions
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.repair.evaluate import Evaluation
 from trtverify.repair.search import Search
 from trtverify.stages.layerwise.reference import infer_with_feed
-from trtverify.util.deps import require
-from trtverify.util.record import Record
+from trtverify.util.errors import BackendError
+from trtverify.util.record import Record, omitted
 
 LATENCY_RUNS = 20
 
@@ -35,7 +37,16 @@ class Cost(Record):
     flops_share: float = Field(description="share of the model's multiply-adds computed by kept nodes (estimate)")
     params_share: float = Field(description="share of the model's float parameters read by kept nodes")
     latency_ms: dict[str, float] = Field(
-        description="ONNX Runtime CPU latency, mean of a short run on the first sample: reference, before, after"
+        description="ONNX Runtime latency (the suite's providers and graph optimisation level), mean of a short run on "
+        "the first sample: reference, before, after; a model missing here is in not_measured or load_errors"
+    )
+    not_measured: dict[str, str] = omitted(
+        dict, "models not timed because they cannot run natively here (BF16 on a CPU), and why"
+    )
+    load_errors: dict[str, str] = omitted(
+        dict,
+        "models ONNX Runtime could not load or run (a crash included: the session is made in a child process "
+        "first), and why",
     )
 
 
@@ -90,6 +101,11 @@ class RepairRecord(Record):
     candidate_precision: str | None = Field(
         default=None, description="what the lowered model computes in, read from its graph (e.g. int8+fp16)"
     )
+    pending: list[str] = omitted(
+        list,
+        "what was not done yet when this file was written: it is written as soon as the search ends (and when "
+        "the search is interrupted), then again after the verification and the latencies",
+    )
 
 
 def checked(ev: Evaluation) -> Checked:
@@ -131,7 +147,8 @@ def exports(
     return out
 
 
-def cost(reference: Any, keep: Sequence[str], feed: dict[str, np.ndarray], paths: dict[str, Path]) -> Cost:
+def cost(reference: Any, keep: Sequence[str], feed: dict[str, np.ndarray]) -> Cost:
+    """What the keep-list costs in the work and parameters of the model (latencies: `with_latency`)."""
     macs, params = _work(reference, feed)
     g = GraphIndex.from_model(reference)
     labels = [g.label(i) for i in range(len(g.nodes))]
@@ -143,8 +160,22 @@ def cost(reference: Any, keep: Sequence[str], feed: dict[str, np.ndarray], paths
         of_nodes=len(labels),
         flops_share=sum(v for k, v in macs.items() if k in kept) / total_macs,
         params_share=sum(v for k, v in params.items() if k in kept) / total_params,
-        latency_ms={name: _latency(path, feed) for name, path in paths.items()},
+        latency_ms={},
     )
+
+
+def with_latency(cost_: Cost, paths: dict[str, Path], feed: dict[str, np.ndarray], options: OnnxRuntimeOptions) -> Cost:
+    """`cost_` with each model's latency in ONNX Runtime with `options`, or why it is not measured."""
+    latency, not_measured, errors = {}, {}, {}
+    for name, path in paths.items():
+        ms, why, error = _latency(path, feed, options)
+        if ms is not None:
+            latency[name] = ms
+        elif error:
+            errors[name] = why
+        else:
+            not_measured[name] = why
+    return cost_.model_copy(update={"latency_ms": latency, "not_measured": not_measured, "load_errors": errors})
 
 
 def _work(model: Any, feed: dict[str, np.ndarray]) -> tuple[dict[str, int], dict[str, int]]:
@@ -180,14 +211,25 @@ def _work(model: Any, feed: dict[str, np.ndarray]) -> tuple[dict[str, int], dict
     return macs, params
 
 
-def _latency(path: Path, feed: dict[str, np.ndarray]) -> float:
-    ort = require("onnxruntime", "repair's latency measurement")
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    session.run(None, feed)
-    t0 = time.perf_counter()
-    for _ in range(LATENCY_RUNS):
-        session.run(None, feed)
-    return (time.perf_counter() - t0) / LATENCY_RUNS * 1000.0
+def _latency(path: Path, feed: dict[str, np.ndarray], options: OnnxRuntimeOptions) -> tuple[float | None, str, bool]:
+    """(ms, "", False) measured; (None, why, False) where the model cannot run natively here (BF16 on a CPU runs
+    emulated: its time would be the emulation's); (None, why, True) where ONNX Runtime cannot load or run it. The
+    session is timed, so it is made in a child process first: a crash there is an error, not the end of the run."""
+    backend = OnnxRuntimeBackend(path, options.model_copy(update={"fp16_on_cpu": "native"}))
+    backend.probe_first = True
+    try:
+        with backend:
+            if backend.emulated is not None:
+                providers = ", ".join(options.providers)
+                return None, f"not timed: ONNX Runtime's {providers} has no BF16 kernels (it runs emulated here)", False
+            backend.prepare()
+            backend.infer(feed)
+            t0 = time.perf_counter()
+            for _ in range(LATENCY_RUNS):
+                backend.infer(feed)
+    except BackendError as exc:
+        return None, str(exc), True
+    return (time.perf_counter() - t0) / LATENCY_RUNS * 1000.0, "", False
 
 
 def record(

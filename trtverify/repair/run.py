@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
+from trtverify.config.backends import OnnxRuntimeOptions
 from trtverify.config.checks import Check
 from trtverify.lint.linter import precision_label, precision_parts
 from trtverify.repair.evaluate import Reference, evaluate
-from trtverify.repair.record import RepairRecord, checked, cost, record
+from trtverify.repair.record import RepairRecord, checked, cost, record, with_latency
 from trtverify.repair.search import Progress, search
 from trtverify.util.fsutil import atomic_write_text, to_json
 
@@ -32,14 +33,19 @@ def repair(
     extra: Callable[[Path], list[str]] | None = None,
     target: list[str] | None = None,
     holdout: Sequence[dict[str, np.ndarray]] = (),
+    onnxruntime: OnnxRuntimeOptions | None = None,
 ) -> RepairRecord:
     """Search on `samples`; the repaired model is then verified on `holdout` (rows the search never saw) when
-    there are any."""
+    there are any, and the latencies measured in ONNX Runtime with `onnxruntime` (the suite's options).
+
+    OUT/repair.json is written as soon as the search ends (`pending` lists what is still to come), and again at the
+    end. Interrupted during the search, it holds the best keep-list so far, and the interruption goes on up with
+    that record as its `repair_record`."""
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-ref-") as tmp:
         return _repair(reference, precision, samples, checks, out, tensors, calibration, candidate,
-                       max_evaluations, progress, extra, target, holdout, t0, Path(tmp))  # fmt: skip
+                       max_evaluations, progress, extra, target, holdout, t0, Path(tmp), onnxruntime)  # fmt: skip
 
 
 def _repair(
@@ -58,6 +64,7 @@ def _repair(
     holdout: Sequence[dict[str, np.ndarray]],
     t0: float,
     work: Path,
+    onnxruntime: OnnxRuntimeOptions | None,
 ) -> RepairRecord:
     import onnx
 
@@ -80,15 +87,28 @@ def _repair(
     )
     seconds = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
-    repaired = out / f"{reference.stem}_{precision}_repaired.onnx"
-    onnx.save(result.model, str(repaired))
-    before = out / f"{reference.stem}_{precision}.onnx"
-    onnx.save(result.lowered, str(before))
-    model = onnx.load(str(reference))
-    paths = {"reference": reference, "before": before, "after": repaired}
     where = "every output" if tensors == "outputs" else "every tensor"
     target = [f"{c.condition} on {where}" for c in checks] + list(target or [])
     target.append("no tensor non-finite where the reference's is finite; no cast to FP16 overflowing")
+    model = onnx.load(str(reference))
+    repaired = out / f"{reference.stem}_{precision}_repaired.onnx"
+    rec = record(reference, result, repaired, target, seconds, cost(model, result.keep, samples[0]))
+    rec = rec.model_copy(
+        update={
+            "rows": {"search": len(samples), "holdout": len(holdout)},
+            "candidate_precision": precision_label(precision_parts(result.lowered)),
+        }
+    )
+    if result.interrupted is not None:  # what the search found so far, then Ctrl-C / SIGTERM goes on up
+        rec = rec.model_copy(update={"pending": ["the rest of the search", "the repaired model", *_LATER]})
+        _write(out, rec)
+        result.interrupted.repair_record = rec  # type: ignore[attr-defined]
+        raise result.interrupted
+    onnx.save(result.model, str(repaired))
+    before = out / f"{reference.stem}_{precision}.onnx"
+    onnx.save(result.lowered, str(before))
+    # the keep-list is on disk before anything that could crash ONNX Runtime or take long
+    _write(out, rec.model_copy(update={"pending": list(_LATER)}))
     verified = None
     if holdout:
         progress(f"verifying the repaired model on {len(holdout)} held-out row(s)")
@@ -96,13 +116,20 @@ def _repair(
         if extra is not None and verified.passed:  # the e2e gates are the validation set's: same on every row split
             verified.failed += extra(repaired)
             verified.passed = not verified.failed
-    rec = record(reference, result, repaired, target, seconds, cost(model, result.keep, samples[0], paths))
+    progress("timing the reference, the lowered and the repaired model")
+    paths = {"reference": reference, "before": before, "after": repaired}
     rec = rec.model_copy(
         update={
-            "rows": {"search": len(samples), "holdout": len(holdout)},
             "verified": checked(verified) if verified is not None else None,
-            "candidate_precision": precision_label(precision_parts(result.lowered)),
+            "cost": with_latency(rec.cost, paths, samples[0], onnxruntime or OnnxRuntimeOptions()),
         }
     )
-    atomic_write_text(out / "repair.json", to_json(rec.dump()))
+    _write(out, rec)
     return rec
+
+
+_LATER = ("the verification on held-out rows", "the latencies")
+
+
+def _write(out: Path, rec: RepairRecord) -> None:
+    atomic_write_text(out / "repair.json", to_json(rec.dump()))

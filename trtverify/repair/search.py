@@ -58,6 +58,7 @@ class Search:
     producer: dict[str, str] = field(default_factory=dict)  # tensor -> the node (label) computing it
     stopped: str = ""  # why the search ended where it did not pass
     lowerable: int = 0  # nodes keeping can change
+    interrupted: BaseException | None = None  # Ctrl-C or SIGTERM during the search: the best so far is reported
 
 
 class Lowering:
@@ -203,31 +204,11 @@ def search(
 
         before = run([])
         out = Search(precision, [], before.passed, {}, steps, before)
-        if not before.passed:
-            out.seeds = _seeds(ref, lowering, lowering.model([]), before)
-            keep = [n for n in out.seeds if n in quantized]
-            ev = run(keep) if keep and len(steps) < max_evaluations else before
-            while not ev.passed and len(steps) < max_evaluations:
-                nxt = _next(ref, ev, keep, quantized)
-                if nxt is None:
-                    rest = [n for n in lowering.labels if n in quantized and n not in keep]
-                    if not rest:
-                        out.stopped = f"every one of the {len(quantized)} lowered node(s) is kept and it still fails"
-                        break
-                    # no single node shows added error (the failure is spread, or at the outputs alone): the rest
-                    # in topological order, so the search ends on a keep-list that passes if any does
-                    nxt = rest[0]
-                keep.append(nxt)
-                ev = run(keep)
-            if not ev.passed and not out.stopped:
-                out.stopped = f"the budget of {max_evaluations} evaluations ran out (stages.repair.max_evaluations)"
-            if ev.passed:
-                for node in reversed(list(keep)):
-                    if len(steps) >= max_evaluations:
-                        break
-                    trial = [n for n in keep if n != node]
-                    if run(trial).passed:
-                        keep = trial
+        try:
+            _grow_and_shrink(ref, lowering, quantized, out, run, max_evaluations)
+        except KeyboardInterrupt as exc:  # the best keep-list so far is reported (repair.json), then it goes on up
+            out.interrupted = exc
+            out.stopped = f"interrupted after {len(steps)} evaluation(s)"
         best = min(steps, key=_rank)
         out.keep, out.passed, out.after = list(best.keep), best.passed, best
         out.model = lowering.model(out.keep)
@@ -236,6 +217,44 @@ def search(
         out.order = list(ref.order)
         out.producer = {t: p.node for t, p in ref.graph.producers.items()}
         return out
+
+
+def _grow_and_shrink(
+    ref: Reference,
+    lowering: Lowering,
+    quantized: set[str],
+    out: Search,
+    run: Callable[[Sequence[str]], Evaluation],
+    max_evaluations: int,
+) -> None:
+    """Grow the keep-list from the seeds until it passes, then shrink it to 1-minimal (the module docstring)."""
+    steps, before = out.steps, out.before
+    assert before is not None
+    if not before.passed:
+        out.seeds = _seeds(ref, lowering, lowering.model([]), before)
+        keep = [n for n in out.seeds if n in quantized]
+        ev = run(keep) if keep and len(steps) < max_evaluations else before
+        while not ev.passed and len(steps) < max_evaluations:
+            nxt = _next(ref, ev, keep, quantized)
+            if nxt is None:
+                rest = [n for n in lowering.labels if n in quantized and n not in keep]
+                if not rest:
+                    out.stopped = f"every one of the {len(quantized)} lowered node(s) is kept and it still fails"
+                    break
+                # no single node shows added error (the failure is spread, or at the outputs alone): the rest
+                # in topological order, so the search ends on a keep-list that passes if any does
+                nxt = rest[0]
+            keep.append(nxt)
+            ev = run(keep)
+        if not ev.passed and not out.stopped:
+            out.stopped = f"the budget of {max_evaluations} evaluations ran out (stages.repair.max_evaluations)"
+        if ev.passed:
+            for node in reversed(list(keep)):
+                if len(steps) >= max_evaluations:
+                    break
+                trial = [n for n in keep if n != node]
+                if run(trial).passed:
+                    keep = trial
 
 
 def _rank(ev: Evaluation) -> tuple[int, int, float, int]:

@@ -11,13 +11,13 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from trtverify.compare.checks import CheckResult, limit_check
+from trtverify.compare.checks import CheckResult, failed_check, limit_check
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.models import Inputs
 from trtverify.data.inputs import build_samples
-from trtverify.repair.record import Checked, Cost, CurvePoint
+from trtverify.repair.record import Checked, Cost, CurvePoint, RepairRecord
 from trtverify.repair.run import repair
-from trtverify.stages.base import StageContext, StageResult, status_of
+from trtverify.stages.base import StageContext, StageResult, Status, status_of
 from trtverify.stages.e2e.stage import gate_checks, task_metrics
 from trtverify.util.record import optional
 
@@ -87,21 +87,28 @@ def run(ctx: StageContext) -> RepairResult:
     gates = _GateTarget(ctx) if cfg.target == "e2e" else None
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-out-") as tmp:
         out = (ctx.out_dir or Path(tmp)) / f"repair-{cfg.precision}"
-        rec = repair(
-            Path(suite.models.reference),
-            cfg.precision,
-            search_rows,
-            checks_target,
-            out,
-            tensors=cfg.tensors,
-            calibration=calibration,
-            candidate=candidate,
-            max_evaluations=cfg.max_evaluations,
-            progress=lambda line: ctx.progress(NAME, 0, 0, line),
-            extra=gates,
-            target=gates.describe() if gates else None,
-            holdout=holdout,
-        )
+        try:
+            rec = repair(
+                Path(suite.models.reference),
+                cfg.precision,
+                search_rows,
+                checks_target,
+                out,
+                tensors=cfg.tensors,
+                calibration=calibration,
+                candidate=candidate,
+                max_evaluations=cfg.max_evaluations,
+                progress=lambda line: ctx.progress(NAME, 0, 0, line),
+                extra=gates,
+                target=gates.describe() if gates else None,
+                holdout=holdout,
+                onnxruntime=suite.backends.onnxruntime,
+            )
+        except KeyboardInterrupt as exc:  # the search's best so far goes into results.json with the interruption
+            partial = getattr(exc, "repair_record", None)
+            if partial is not None:
+                exc.partial = _interrupted(partial, cfg.tensors, out)  # type: ignore[attr-defined]
+            raise
         final_gates = gates.checks(Path(rec.repaired_model)) if gates else []
     checks: list[CheckResult] = list(final_gates)
     for tensor, values in rec.after.values.items():
@@ -131,6 +138,16 @@ def run(ctx: StageContext) -> RepairResult:
             detail={"where": other[:10]} if other else {},
         )
     )
+    if "after" in rec.cost.load_errors:  # ONNX Runtime cannot load the repaired model as the suite runs it
+        level = suite.backends.onnxruntime.graph_optimization_level
+        checks.append(
+            failed_check(
+                f"repaired {cfg.precision}: loads and runs in ONNX Runtime (graph_optimization_level {level})",
+                NAME,
+                "loads",
+                {"reason": rec.cost.load_errors["after"]},
+            )
+        )
     if rec.verified is not None:  # the pass must hold on rows the search did not use
         checks.append(
             limit_check(
@@ -143,11 +160,34 @@ def run(ctx: StageContext) -> RepairResult:
                 detail={"failed": rec.verified.failed[:10]},
             )
         )
-    notes = [f"keep in FP32: {', '.join(rec.keep) or 'nothing'} ({rec.evaluations} evaluations)"]
+    n = rec.evaluations
+    notes = [f"keep in FP32: {', '.join(rec.keep) or 'nothing'} ({n} evaluation{'s' if n != 1 else ''})"]
     if rec.stopped:
         notes.append(f"no keep-list passed: {rec.stopped}; the best one is reported")
+    models = {"reference": "the reference", "before": "the lowered model", "after": "the repaired model"}
+    notes += [f"latency of {models.get(m, m)} {why}" for m, why in rec.cost.not_measured.items()]
+    notes += [
+        f"latency of {models.get(m, m)} not measured: {why}" for m, why in rec.cost.load_errors.items() if m != "after"
+    ]
+    return _result(rec, status_of(checks), checks, notes, cfg.tensors, out)
+
+
+def _interrupted(rec: RepairRecord, tensors: str, out: Path) -> RepairResult:
+    """What an interrupted search found: its best keep-list so far, not verified (repair.json has it too)."""
+    check = failed_check("repair: the search ended", NAME, "finished", {"stopped": rec.stopped})
+    notes = [
+        f"{rec.stopped}: the best keep-list so far is {', '.join(rec.keep) or 'nothing'} "
+        f"({'passes' if rec.passed else 'fails'} on the search's rows; not minimal, not verified); "
+        f"in {out / 'repair.json'}"
+    ]
+    return _result(rec, "failed", [check], notes, tensors, out)
+
+
+def _result(
+    rec: RepairRecord, status: Status, checks: list[CheckResult], notes: list[str], tensors: str, out: Path
+) -> RepairResult:
     return RepairResult(
-        status=status_of(checks),
+        status=status,
         checks=checks,
         notes=notes,
         timings={"search_s": rec.seconds},
@@ -163,7 +203,7 @@ def run(ctx: StageContext) -> RepairResult:
         exports=rec.exports,
         curve=rec.curve,
         candidate_precision=rec.candidate_precision,
-        tensors=cfg.tensors,
+        tensors=tensors,
         rows=rec.rows,
         verified=rec.verified,
         stopped=rec.stopped,

@@ -18,7 +18,7 @@ from markupsafe import Markup
 from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
 from trtverify.report.kinds import is_stage
 from trtverify.report.links import Link, build_links, engine_layer_id, layer_id, perf_links, row_id
-from trtverify.report.text import cause_text, divergence_text, high_lint
+from trtverify.report.text import cause_text, divergence_text, high_lint, latency_text
 from trtverify.results.models import Results
 from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row, SuspectHistogram
 from trtverify.util.fsutil import WriteError, atomic_write, atomic_write_text, user_cache_dir
@@ -265,6 +265,7 @@ def render(results: Results) -> str:
     env.filters["titled"] = lambda s: f"{s.name} at {s.shape}" if s.shape else s.name
     env.filters["cause"] = cause_text
     env.filters["divergence"] = divergence_text
+    env.filters["latency_text"] = latency_text
     env.filters["repair_chart"] = repair_chart
     env.filters["ms"] = lambda v: f"{v:.3f}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)
     env.filters["rate"] = lambda v: f"{v:,.0f}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)

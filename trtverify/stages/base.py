@@ -94,7 +94,10 @@ class StageContext:
 class StageError(Record):
     """Why a stage could not run."""
 
-    kind: Literal["user", "dependency", "internal"]
+    kind: Literal["user", "dependency", "internal", "crash"] = Field(
+        description="user: the suite or a model under test; dependency: a missing library or hardware; internal: a bug "
+        "in trtverify; crash: the process died of a signal in native code (contained: the run went on)"
+    )
     message: str
     traceback: str | None = Field(default=None, exclude_if=lambda v: v is None)
     exit_code: int

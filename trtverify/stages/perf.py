@@ -32,7 +32,7 @@ from trtverify.graph.onnxinfo import TensorMeta
 from trtverify.perf import baseline as store
 from trtverify.perf.measure import Budget, LatencyStats, measure
 from trtverify.stages.base import StageContext, StageResult, status_of
-from trtverify.util.errors import UsageError
+from trtverify.util.errors import BackendError, UsageError
 from trtverify.util.record import Record, optional
 
 NAME = "perf"
@@ -141,13 +141,28 @@ def _measured_row(model: str, role: Role, backend: str, stats: LatencyStats, fp:
 
 
 def _measure_backend(ctx: StageContext, backend: Backend, feeds: dict[int, dict[str, np.ndarray]], what: str,
-                     budget: Budget) -> list[LatencyStats]:  # fmt: skip
+                     budget: Budget, notes: list[str], failures: list[CheckResult]) -> list[LatencyStats]:  # fmt: skip
+    """Each batch size timed; nothing where the model does not run natively here (a note says why) or cannot be
+    loaded or run (a failed check says why: a session that crashes ONNX Runtime is made in a child process first,
+    backends/ortprobe.py)."""
     out = []
-    with backend:
-        backend.prepare()
-        for batch, feed in feeds.items():
-            ctx.progress(NAME, 0, 0, f"timing {what} at batch {batch}")
-            out.append(measure(lambda f=feed: backend.infer(f), batch, budget))
+    if isinstance(backend, OnnxRuntimeBackend):
+        backend.probe_first = True
+    try:
+        with backend:
+            if isinstance(backend, OnnxRuntimeBackend) and backend.emulated is not None:
+                notes.append(
+                    f"{what} not timed: ONNX Runtime's {', '.join(backend.options.providers)} has no kernels for its "
+                    "BF16 types, so it runs emulated in FP32 here (for accuracy), whose time says nothing of its "
+                    "speed; time it where it runs natively (a GPU provider, or TensorRT)"
+                )
+                return out
+            backend.prepare()
+            for batch, feed in feeds.items():
+                ctx.progress(NAME, 0, 0, f"timing {what} at batch {batch}")
+                out.append(measure(lambda f=feed: backend.infer(f), batch, budget))
+    except BackendError as exc:
+        failures.append(failed_check(f"{what}: loads and runs", NAME, "runs", {"reason": str(exc)}))
     return out
 
 
@@ -313,8 +328,9 @@ def run(ctx: StageContext) -> PerfResult:
     native = suite.backends.onnxruntime.model_copy(update={"fp16_on_cpu": "native"})
     backends = suite.backends.model_copy(update={"onnxruntime": native})
     ref = OnnxRuntimeBackend(Path(suite.models.reference), native)
+    failures: list[CheckResult] = []
     rows += [_measured_row("reference", "reference", "onnxruntime", s, here)
-             for s in _measure_backend(ctx, ref, feeds, "reference", budget)]  # fmt: skip
+             for s in _measure_backend(ctx, ref, feeds, "reference", budget, notes, failures)]  # fmt: skip
     for name in suite.candidates_of(cfg):
         c = suite.models.candidates[name]
         if c.backend in TENSORRT and name in cfg.engines:
@@ -323,7 +339,7 @@ def run(ctx: StageContext) -> PerfResult:
         backend = candidate_backend(c.backend, Path(c.path), backends, ctx.samples)
         runner = "polygraphy" if c.backend in TENSORRT else c.backend
         rows += [_measured_row(name, "candidate", runner, s, here)
-                 for s in _measure_backend(ctx, backend, feeds, name, budget)]  # fmt: skip
+                 for s in _measure_backend(ctx, backend, feeds, name, budget, notes, failures)]  # fmt: skip
     if _torch_wanted(ctx, cfg, notes):
         from trtverify.backends.torch import TorchBackend
 
@@ -331,14 +347,14 @@ def run(ctx: StageContext) -> PerfResult:
         torch_backend = TorchBackend(suite.models.pytorch, suite.backends.torch, search_path=ctx.loaded.search_path,
                                      default_input_names=[m.name for m in ctx.model_inputs])  # fmt: skip
         rows += [_measured_row("pytorch", "pytorch", "torch", s, here)
-                 for s in _measure_backend(ctx, torch_backend, feeds, "PyTorch", budget)]  # fmt: skip
+                 for s in _measure_backend(ctx, torch_backend, feeds, "PyTorch", budget, notes, failures)]  # fmt: skip
     entries, engine_rows = _engines(cfg)
     rows = _speedups(rows + engine_rows, cfg)
     rows, path = _with_baseline(ctx, rows, notes)
     unstable = [f"{r.model} batch {r.batch}" for r in rows if r.stats is not None and not r.stats.stable]
     if unstable:
         notes.append(f"not stable within the budget (window CV > {cfg.max_cv}): {', '.join(unstable)}")
-    checks = _checks(cfg, rows, entries)
+    checks = failures + _checks(cfg, rows, entries)
     return PerfResult(
         status=status_of(checks),
         checks=checks,

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from trtverify.util import native
 from trtverify.util.errors import EXIT_USAGE, TrtVerifyError
 
 LOCK_NAME = ".trtverify.lock"
@@ -191,10 +192,12 @@ def folder_lock(folder: Path, what: str = "--out") -> Iterator[Path]:
     else:
         raise TrtVerifyError(f"{what} {folder}: could not take the lock {lock}; another run keeps taking it")
     HELD_LOCKS.add(lock)
+    native.note("lock", str(lock.absolute()))  # a supervising parent removes it if this process dies of a signal
     try:
         yield folder
     finally:
         _release(lock)
+        native.note("lock", None)
 
 
 def user_cache_dir(sub: str) -> Path | None:
