@@ -337,3 +337,22 @@ def test_a_bf16_repair_says_why_its_latency_is_not_timed_on_a_cpu(tmp_path: Path
     assert set(cost["latency_ms"]) == {"reference"} and set(cost["not_measured"]) == {"before", "after"}
     assert "no BF16 kernels" in cost["not_measured"]["after"] and "load_errors" not in cost
     assert "note: latency of the repaired model not timed: ONNX Runtime's CPUExecutionProvider has no BF16" in r.out
+
+
+def test_the_modelopt_quantization_line_says_it_keeps_every_node_of_the_kept_types():
+    """ModelOpt's quantizer keeps nodes out of its FP16 rest by op type only: a 2-node keep-list of Conv and Add
+    becomes --op_types_to_exclude_fp16 Add Conv, every Add and Conv of the model. The export says how many."""
+    from trtverify.repair.record import exports
+    from trtverify.report.text import _exports
+
+    types = {f"conv{i}": "Conv" for i in range(5)} | {f"add{i}": "Add" for i in range(3)} | {"relu": "Relu"}
+    out = exports(["conv1", "add2"], Path("r.onnx"), "int8", types)
+    assert out["modelopt_quantization"] == "--nodes_to_exclude conv1 add2 --op_types_to_exclude_fp16 Add Conv"
+    assert (
+        "every Add, Conv node in FP32: 8 node(s), 6 more than the 2 of the keep-list"
+        in (out["modelopt_quantization_scope"])
+    )
+    lines = _exports(out)
+    i = next(i for i, line in enumerate(lines) if "ModelOpt quantization:" in line)
+    assert "6 more than the 2 of the keep-list" in lines[i + 1]
+    assert "modelopt_quantization_scope" not in exports([], Path("r.onnx"), "int8", types)

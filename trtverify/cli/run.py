@@ -97,7 +97,9 @@ def execute(
     from trtverify.util.fsutil import folder_lock
 
     with folder_lock(out):  # before any work: exit 2 if OUT cannot be written or another run writes there
-        if not quiet:
+        if not quiet and native.resume().crashes:  # a fresh worker after a native crash (cli/supervise.py)
+            click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}', going on after the crash", err=True)
+        elif not quiet:
             click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}' ({loaded.path})", err=True)
         results = run_and_record(
             loaded,

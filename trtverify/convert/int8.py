@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from trtverify.util import native
+
 # TensorRT's recommended Q/DQ placement: the inputs of its INT8 compute layers, not their outputs (it fuses a
 # Conv's bias and activation itself; elementwise ops follow the precision of their neighbours)
 QUANTIZED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -57,25 +59,32 @@ def quantize(
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # "Please consider pre-processing before quantization"
+    import onnxruntime
+
     try:
-        quantize_static(
-            str(reference),
-            str(out),
-            Reader(),
-            quant_format=QuantFormat.QDQ,
-            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            per_channel=per_channel,
-            calibrate_method=CalibrationMethod.MinMax,
-            op_types_to_quantize=list(QUANTIZED_OPS),
-            nodes_to_exclude=list(exclude),
-            extra_options={
-                "ActivationSymmetric": symmetric,
-                "WeightSymmetric": True,
-                "QuantizeBias": False,  # TensorRT's parser rejects DequantizeLinear on int32 biases
-                "OpTypesToExcludeOutputQuantization": list(QUANTIZED_OPS),
-            },
-        )
+        with native.operation(
+            f"quantizing {Path(reference).name} with ONNX Runtime {onnxruntime.__version__}'s quantize_static",
+            key=f"onnxruntime-quantize:{reference}",
+            model=str(reference),
+        ):
+            quantize_static(
+                str(reference),
+                str(out),
+                Reader(),
+                quant_format=QuantFormat.QDQ,
+                activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                per_channel=per_channel,
+                calibrate_method=CalibrationMethod.MinMax,
+                op_types_to_quantize=list(QUANTIZED_OPS),
+                nodes_to_exclude=list(exclude),
+                extra_options={
+                    "ActivationSymmetric": symmetric,
+                    "WeightSymmetric": True,
+                    "QuantizeBias": False,  # TensorRT's parser rejects DequantizeLinear on int32 biases
+                    "OpTypesToExcludeOutputQuantization": list(QUANTIZED_OPS),
+                },
+            )
     finally:
         root.setLevel(level)
     return out

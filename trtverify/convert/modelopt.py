@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtverify.util import native
 from trtverify.util.errors import MissingDependency, UsageError
 
 PRECISIONS = ("fp16", "bf16", "int8", "fp8", "int4")
@@ -85,7 +86,11 @@ def make(
             raise UsageError(f"ModelOpt did not finish within {timeout_s:.0f} s: {' '.join(cmd[1:4])}") from None
         if done.returncode != 0 or not (work / "out.onnx").is_file():
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
-            raise UsageError(f"ModelOpt failed ({' '.join(cmd[2:5])}, exit {done.returncode}):\n{tail}")
+            ended = f"exit {done.returncode}"
+            if done.returncode < 0:  # a native crash in ModelOpt's process (ONNX Runtime, its calibration)
+                name = native.signal_name(-done.returncode)
+                ended = f"died of {name} ({native.SIGNALS.get(name, 'a native crash')})"
+            raise UsageError(f"ModelOpt failed ({' '.join(cmd[2:5])}, {ended}):\n{tail}")
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(work / "out.onnx"), out)
     return out

@@ -138,11 +138,17 @@ def exports(
             f"--layerPrecisions={','.join(f'{n}:fp32' for n in names)} --precisionConstraints=obey" if names else ""
         ),
     }
+    if names and kinds:
+        of_kinds = sum(1 for t in (op_types or {}).values() if t in kinds)
+        out["modelopt_quantization_scope"] = (
+            f"--op_types_to_exclude_fp16 keeps every {', '.join(kinds)} node in FP32: {of_kinds} node(s), "
+            f"{of_kinds - len(names)} more than the {len(names)} of the keep-list (ModelOpt's quantizer excludes "
+            "from FP16 by op type only); the repaired ONNX keeps exactly the keep-list"
+        )
     out["note"] = (
         "TensorRT 11 and TensorRT-RTX build the repaired ONNX as it is, strongly typed, with no precision flags "
         f"({precision} with FP32 islands); polygraphy and trtexec flags: TensorRT <= 10 (weakly typed), whose ONNX "
-        "parser names layers after ONNX nodes; modelopt_quantization's --op_types_to_exclude_fp16 keeps every node "
-        "of those types in FP32, more than the keep-list"
+        "parser names layers after ONNX nodes"
     )
     return out
 

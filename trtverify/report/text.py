@@ -285,6 +285,8 @@ def _exports(exports: dict[str, Any]) -> list[str]:
             continue
         text = value if isinstance(value, str) else " ".join(str(v) for v in value)
         out.append(f"          {label}: {text}")
+        if key == "modelopt_quantization" and exports.get("modelopt_quantization_scope"):
+            out.append(f"            (that {exports['modelopt_quantization_scope']})")
     return out
 
 
