@@ -57,13 +57,17 @@ def supervise(argv: list[str]) -> None:
     for restarts in range(MAX_RESTARTS + 1):
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
+        # the signals wait while the worker sets its handlers and the parent its own: none falls in between
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         child = os.fork()
         if child == 0:
             _become_worker(shared, resume, kept)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             return
         for s in FORWARDED:
             if kept[s] is not signal.SIG_IGN:  # a run started with SIGINT ignored (nohup, a background job) keeps it
                 signal.signal(s, forward)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         _, status = os.waitpid(child, 0)
         if os.WIFEXITED(status):
             sys.exit(os.WEXITSTATUS(status))
