@@ -97,6 +97,7 @@ class TensorRTBackend(Backend):
         self._qdq: bool | None = None  # whether the ONNX graph holds Q/DQ nodes (from its one parse)
         self._engine_bytes: bytes | None = None
         self._runner: Any = None
+        self._running: native.Operation | None = None
 
     @classmethod
     def from_config(cls, model_path: Path, backends: Backends, samples: Sequence[Feed] = ()) -> TensorRTBackend:
@@ -456,14 +457,12 @@ class TensorRTBackend(Backend):
         prepared = self._cast(feed)
         if self._runner is None:
             self._activate(prepared)
-        with (
-            self._captured_log() as lines,
-            native.operation(
-                f"running {self.model_path.name} in TensorRT",
-                key=f"tensorrt-run:{self.model_path}",
-                model=str(self.model_path),
-            ),
-        ):
+        if self._running is None:  # made once: entered around every inference
+            model = str(self.model_path)
+            self._running = native.Operation(
+                f"running {self.model_path.name} in TensorRT", key=f"tensorrt-run:{model}", model=model
+            )
+        with self._captured_log() as lines, self._running:
             try:
                 outputs = self._runner.infer(prepared)
             except TrtVerifyError:

@@ -41,6 +41,10 @@ class TorchBackend(Backend):
         self._torch: Any = None
         self._captured: dict[str, Any] = {}
         self._hooks: list[Any] = []
+        what = str(spec.factory or spec.torchscript or spec.exported)
+        self._forward = native.Operation(  # entered around every forward (about a microsecond)
+            f"running the PyTorch model ({what}) on {self.options.device}", key=f"torch-forward:{what}"
+        )
 
     def load(self) -> None:
         torch = self._torch = require("torch", "the torch backend (stage 'framework')")
@@ -86,11 +90,6 @@ class TorchBackend(Backend):
             model.eval()
         self._model = model.to(device)
 
-    @property
-    def _what(self) -> str:
-        spec = self.spec
-        return str(spec.factory or spec.torchscript or spec.exported)
-
     def inputs(self) -> list[TensorMeta]:
         return [TensorMeta(n, "unknown", None) for n in self.input_names]
 
@@ -127,12 +126,7 @@ class TorchBackend(Backend):
             raise UsageError(f"the feed lacks {', '.join(missing)} (torch input order: {', '.join(self.input_names)})")
         args = [torch.from_numpy(np.ascontiguousarray(feed[n])).to(self.options.device) for n in self.input_names]
         self._captured.clear()
-        with (
-            torch.inference_mode(),
-            native.operation(
-                f"running the PyTorch model ({self._what}) on {self.options.device}", key=f"torch-forward:{self._what}"
-            ),
-        ):
+        with torch.inference_mode(), self._forward:
             out = self._model(*args)
         result: dict[str, np.ndarray] = {}
         for name, value in {**self._named(out), **self._captured}.items():

@@ -15,6 +15,7 @@ process that is not supervised keeps it in memory only.
 
 from __future__ import annotations
 
+import itertools
 import json
 import mmap
 import signal
@@ -27,7 +28,6 @@ from typing import Any
 
 from trtverify.util.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, BackendError
 
-SIZE = 1 << 16  # the shared record: a header (length) and the JSON, truncated to fit
 _HEADER = struct.Struct("<Q")
 
 
@@ -89,7 +89,7 @@ class Crash:
     def from_record(cls, signum: int, record: dict[str, Any]) -> Crash:
         """The crash of a worker that died of `signum`, its last record read: the innermost operation of the
         thread that was in one (any thread's, when several were)."""
-        ops = [op for stack in (record.get("ops") or {}).values() for op in stack[-1:]]
+        ops = record.get("ops") or []  # the innermost operation of each thread in one, the latest last
         op = ops[-1] if ops else {}
         stage = record.get("stage") or {}
         label = stage.get("label")
@@ -135,22 +135,80 @@ class Resume:
         return False
 
 
+_BASE = 16 << 10  # the shared record: the run's state (stage, results, lock) as JSON, then one slot per thread
+_SLOT = 2 << 10  # a thread's innermost operation: sequence number, length, JSON
+_SLOTS = 24
+SIZE = _BASE + _SLOTS * _SLOT
+_SLOT_HEAD = struct.Struct("<QI")
+
+
 class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.channel: mmap.mmap | None = None
         self.resume = Resume()
-        self.record: dict[str, Any] = {"stage": None, "ops": {}, "results": None, "lock": None}
+        self.record: dict[str, Any] = {"stage": None, "results": None, "lock": None}
+        self.local = threading.local()  # per thread: its slot and its stack of operations
+        self.slots = 0
+        self.seq = itertools.count(1)
 
     def publish(self) -> None:
         if self.channel is None:
             return
-        data = json.dumps(self.record, default=str).encode("utf-8")[: SIZE - _HEADER.size]
+        data = json.dumps(self.record, default=str).encode("utf-8")[: _BASE - _HEADER.size]
         self.channel[_HEADER.size : _HEADER.size + len(data)] = data
         self.channel[: _HEADER.size] = _HEADER.pack(len(data))
 
+    def slot(self) -> tuple[int, list[Operation]]:
+        local = self.local
+        try:
+            return local.offset, local.stack
+        except AttributeError:
+            with self.lock:
+                local.offset = _BASE + (self.slots % _SLOTS) * _SLOT
+                self.slots += 1
+            local.stack = []
+            return local.offset, local.stack
+
+    def write(self, offset: int, data: bytes) -> None:
+        ch = self.channel
+        if ch is not None:
+            ch[offset + _SLOT_HEAD.size : offset + _SLOT_HEAD.size + len(data)] = data
+            ch[offset : offset + _SLOT_HEAD.size] = _SLOT_HEAD.pack(next(self.seq), len(data))
+
 
 _STATE = _State()
+
+
+class Operation:
+    """A native call that can crash the process: `what` it does ('creating an ONNX Runtime 1.32.0 session for
+    m.onnx at graph_optimization_level all'), a `key` naming it across processes, the workaround, the model it
+    concerns. Made once and entered around each call (`with op:`): entering writes its prepared record into the
+    thread's slot (about a microsecond), so a timed inference loop is not slowed; it raises NativeCrash, without
+    the call, where that key crashed a worker earlier in this run."""
+
+    __slots__ = ("what", "key", "hint", "model", "data")
+
+    def __init__(self, what: str, *, key: str | None = None, hint: str | None = None, model: str | None = None):
+        self.what, self.key, self.hint, self.model = what, key, hint, model
+        entry = {"what": what, "key": key, "hint": hint, "model": model}
+        self.data = json.dumps(entry).encode("utf-8")[: _SLOT - _SLOT_HEAD.size]
+
+    def __enter__(self) -> Operation:
+        if self.key is not None and self.key in _STATE.resume.poisoned:
+            raise NativeCrash(_STATE.resume.poisoned[self.key].error())
+        if _STATE.channel is not None:
+            offset, stack = _STATE.slot()
+            stack.append(self)
+            _STATE.write(offset, self.data)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if _STATE.channel is not None:
+            offset, stack = _STATE.slot()
+            if stack:
+                stack.pop()
+            _STATE.write(offset, stack[-1].data if stack else b"")
 
 
 def channel() -> mmap.mmap:
@@ -159,24 +217,41 @@ def channel() -> mmap.mmap:
 
 
 def read(shared: mmap.mmap) -> dict[str, Any]:
-    """The record a dead worker left ({} when none, or torn)."""
+    """The record a dead worker left: its state, and `ops` (the operations its threads were in, the most recently
+    entered last); {} where nothing was written."""
     (n,) = _HEADER.unpack(shared[: _HEADER.size])
-    if not 0 < n <= SIZE - _HEADER.size:
-        return {}
-    try:
-        value = json.loads(bytes(shared[_HEADER.size : _HEADER.size + n]).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+    value: Any = {}
+    if 0 < n <= _BASE - _HEADER.size:
+        try:
+            value = json.loads(bytes(shared[_HEADER.size : _HEADER.size + n]).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            value = {}
+    value = value if isinstance(value, dict) else {}
+    ops = []
+    for i in range(_SLOTS):
+        offset = _BASE + i * _SLOT
+        seq, length = _SLOT_HEAD.unpack(shared[offset : offset + _SLOT_HEAD.size])
+        if not 0 < length <= _SLOT - _SLOT_HEAD.size:
+            continue
+        try:
+            op = json.loads(bytes(shared[offset + _SLOT_HEAD.size : offset + _SLOT_HEAD.size + length]))
+        except (UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(op, dict):
+            ops.append((seq, op))
+    value["ops"] = [op for _, op in sorted(ops, key=lambda x: x[0])]
+    return value
 
 
 def attach(shared: mmap.mmap | None, resume: Resume) -> None:
     """In a fresh worker: write the record to `shared`, and honour what `resume` says of earlier crashes."""
     _STATE.channel = shared
     _STATE.resume = resume
-    _STATE.record = {"stage": None, "ops": {}, "results": None, "lock": None}
+    _STATE.record = {"stage": None, "results": None, "lock": None}
+    _STATE.local = threading.local()
+    _STATE.slots = 0
     if shared is not None:
-        shared[: _HEADER.size] = _HEADER.pack(0)
+        shared[:] = bytes(len(shared))
     _STATE.publish()
 
 
@@ -205,29 +280,6 @@ def stage(index: int, name: str, label: str | None) -> Iterator[None]:
         note("stage", None)
 
 
-@contextmanager
-def operation(
-    what: str, *, key: str | None = None, hint: str | None = None, model: str | None = None
-) -> Iterator[None]:
-    """Around a native call that can crash the process: `what` it does ('creating an ONNX Runtime session for
-    m.onnx at graph_optimization_level all'), a `key` naming it across processes, the workaround. Raises
-    NativeCrash, without calling, where that key crashed a worker earlier in this run."""
-    if key is not None:
-        crash = _STATE.resume.poisoned.get(key)
-        if crash is not None:
-            raise NativeCrash(crash.error())
-    tid = str(threading.get_ident())
-    entry = {"what": what, "key": key, "hint": hint, "model": model}
-    with _STATE.lock:
-        _STATE.record["ops"].setdefault(tid, []).append(entry)
-        _STATE.publish()
-    try:
-        yield
-    finally:
-        with _STATE.lock:
-            stack = _STATE.record["ops"].get(tid, [])
-            if stack:
-                stack.pop()
-            if not stack:
-                _STATE.record["ops"].pop(tid, None)
-            _STATE.publish()
+def operation(what: str, *, key: str | None = None, hint: str | None = None, model: str | None = None) -> Operation:
+    """An `Operation` for one call: `with native.operation(...):` around it (a loop makes its Operation once)."""
+    return Operation(what, key=key, hint=hint, model=model)
