@@ -195,6 +195,17 @@ def _fields(record: Any) -> dict[str, Any]:
     return record.model_dump(by_alias=True)
 
 
+def _worst_first(rows: list[Any]) -> list[Any]:
+    """Per-class rows of a candidate (reference, candidate and delta_<value>), the largest drop first, ties in
+    class order; rows without a finite delta last."""
+
+    def drop(row: Any) -> tuple[bool, float]:
+        d = num(next((v for k, v in row if k.startswith("delta_")), None))
+        return (d is None or not math.isfinite(d), d if d is not None and math.isfinite(d) else 0.0)
+
+    return sorted(rows, key=drop)
+
+
 def _loader() -> Any:
     """The templates' loader: each compiled template is kept between runs in this user's cache folder (compiling
     the report's costs 0.1-0.2 s of every run). Its key is a hash of the template's text, its path, Jinja's and
@@ -260,6 +271,7 @@ def render(results: Results) -> str:
     env.filters["brk"] = breakable
     env.filters["metric"] = lambda value, name: fmt_metric(name, value)
     env.filters["fields"] = _fields
+    env.filters["worst_first"] = _worst_first
     # a stage's anchor: its name, and its shape set in a sweep (several stages of one name)
     env.filters["anchor"] = lambda s: s.name + (f"-{re.sub(r'[^A-Za-z0-9_-]', '_', s.shape)}" if s.shape else "")
     env.filters["titled"] = lambda s: f"{s.name} at {s.shape}" if s.shape else s.name

@@ -15,7 +15,7 @@ from trtverify.results.models import Environment, Merged, Results, SuiteInfo, al
 from trtverify.stages.base import Shard, StageResult, exit_code_for
 from trtverify.util import native
 from trtverify.util.environment import environment
-from trtverify.util.fsutil import atomic_write_json, sha256_file
+from trtverify.util.fsutil import atomic_write, atomic_write_json, sha256_file
 
 NOT_RUN = "not run yet (interrupted?)"
 
@@ -52,7 +52,13 @@ def build_results(
 
 
 def write_results(path: Path, results: Results) -> None:
-    """Atomically: a crash leaves the previous file or this one, never a partial file."""
+    """Atomically: a crash leaves the previous file or this one, never a partial file. The files the stages carry
+    (an e2e run's per-class data) go beside it first, so results.json never refers to a file not yet there."""
+    for stage in results.stages:
+        for name, data in stage.files.items():
+            target = path.parent / name
+            if not (target.is_file() and target.stat().st_size == len(data) and target.read_bytes() == data):
+                atomic_write(target, lambda fh, data=data: fh.write(data))
     atomic_write_json(path, results.dump())
 
 

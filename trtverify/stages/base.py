@@ -6,10 +6,10 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
-from pydantic import Field, field_serializer
+from pydantic import Field, PrivateAttr, field_serializer
 
 from trtverify.compare.checks import CheckResult
 from trtverify.config.loader import LoadedSuite
@@ -125,6 +125,20 @@ class StageResult(Record):
         description="the shape set this result is for, in a shape sweep (inputs.shapes): 'x=8x3x224x224'",
     )
 
+    # files that go beside results.json (file name -> bytes), which results.json refers to; not part of the record
+    _files: dict[str, bytes] = PrivateAttr(default_factory=dict)
+
+    def with_files(self: _R, files: dict[str, bytes]) -> _R:
+        """This result, carrying `files` (file name -> bytes) that the results writer puts beside results.json
+        before results.json itself (`results.record.write_results`). Copies of the result carry them too."""
+        self._files = {**self._files, **files}
+        return self
+
+    @property
+    def files(self) -> dict[str, bytes]:
+        """The files this result carries (empty for a result read back from results.json)."""
+        return dict(self._files)
+
     @field_serializer("duration_s")
     def _round_duration(self, v: float) -> float:
         return round(v, 4)
@@ -137,6 +151,9 @@ class StageResult(Record):
     def done(self) -> bool:
         """Passed, or skipped because another shard runs it."""
         return self.status == "passed" or (self.status == "skipped" and self.sharded_away)
+
+
+_R = TypeVar("_R", bound=StageResult)
 
 
 def exit_code_for(stages: Sequence[StageResult]) -> int:

@@ -5,8 +5,9 @@ A task (classification, detection, segmentation) says:
 - how predictions are accumulated: an `Accumulator` with `update` (through `Task.update`, which
   maps dataset positions to what the accumulator wants), `compute`, `merge` and `state`
   (torchmetrics style: the math in the accumulator, the class holds only state);
-- which samples changed most between the reference and a candidate (`worst`), and the per-class
-  comparison (`per_class`);
+- which samples changed most between the reference and a candidate (`worst`), the per-class
+  comparison (`per_class`) and, for a task with a confusion matrix, the confusions a candidate
+  makes more often than the reference (`confused`);
 - the typed records it returns: `metrics_type`, `per_class_type`, `worst_type`.
 
 Tasks are registered in `trtverify.config.registry.TASKS` and imported when used.
@@ -63,6 +64,43 @@ class ClassRow(Record):
     model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
 
     class_: int = Field(alias="class")
+
+
+class ConfusedPair(Record):
+    """A confusion a candidate makes more often than the reference: samples (pixels, in segmentation) of class
+    `label` predicted as class `predicted`."""
+
+    label: int = Field(description="the true class")
+    label_name: str
+    predicted: int = Field(description="the class predicted instead")
+    predicted_name: str
+    reference: int = Field(description="how many the reference predicted so")
+    candidate: int = Field(description="how many the candidate predicted so")
+
+
+def confused_pairs(
+    reference: Sequence[Sequence[int]], candidate: Sequence[Sequence[int]], names: Sequence[str], n: int
+) -> list[ConfusedPair]:
+    """The `n` cells off the diagonal of two confusion matrices (rows: true class, columns: predicted) that grew
+    most from `reference` to `candidate`, largest growth first, ties in (true, predicted) order; only those that
+    grew."""
+    ref, cand = np.asarray(reference, dtype=np.int64), np.asarray(candidate, dtype=np.int64)
+    grown = cand - ref
+    np.fill_diagonal(grown, 0)
+    cells = np.flatnonzero(grown > 0)
+    cells = cells[np.lexsort((cells, -grown.flat[cells]))][:n]
+    c = grown.shape[1]
+    return [
+        ConfusedPair(
+            label=int(i // c),
+            label_name=names[i // c],
+            predicted=int(i % c),
+            predicted_name=names[i % c],
+            reference=int(ref.flat[i]),
+            candidate=int(cand.flat[i]),
+        )
+        for i in cells
+    ]
 
 
 class Accumulator(Protocol):
@@ -224,3 +262,8 @@ class Task(ABC):
     @abstractmethod
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         """Per class: the reference's value, the candidate's and the difference."""
+
+    def confused(self, reference: TaskMetrics, candidate: TaskMetrics, n: int) -> list[ConfusedPair]:
+        """The `n` confusions (true class -> predicted class) that grew most from the reference to the candidate;
+        empty for a task without a confusion matrix."""
+        return []

@@ -26,12 +26,14 @@ from pydantic import ConfigDict, Field
 
 from trtverify.tasks.base import (
     ClassRow,
+    ConfusedPair,
     State,
     Task,
     TaskMetrics,
     call_hook,
     class_deltas,
     class_label,
+    confused_pairs,
     dominant_class,
     near_chance,
     select_output,
@@ -73,8 +75,13 @@ class ClassificationMetrics(TaskMetrics):
     macro_f1: float
     micro_f1: float
     weighted_f1: float
-    per_class: list[ClassMetrics]
-    confusion: list[list[int]] = Field(description="rows: true class, columns: predicted class")
+    per_class: list[ClassMetrics] | None = optional(
+        "every class's row; left out above 100 classes (the e2e stage's class_data file holds them)"
+    )
+    confusion: list[list[int]] | None = optional(
+        "rows: true class, columns: predicted class; left out above 100 classes (the e2e stage's class_data file "
+        "holds it)"
+    )
     samples: int
     invalid: int = Field(description="score rows holding a NaN (no prediction)")
 
@@ -394,6 +401,7 @@ class ClassificationTask(Task):
 
     def sanity(self, metrics: TaskMetrics) -> list[str]:
         assert isinstance(metrics, ClassificationMetrics)
+        assert metrics.confusion is not None and metrics.per_class is not None, "computed metrics, not read back"
         predicted = np.asarray(metrics.confusion, dtype=np.int64).sum(axis=0).tolist()
         labelled = [row.support for row in metrics.per_class]
         names = [class_label(row.class_, row.name) for row in metrics.per_class]
@@ -402,4 +410,10 @@ class ClassificationTask(Task):
 
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         assert isinstance(reference, ClassificationMetrics) and isinstance(candidate, ClassificationMetrics)
+        assert reference.per_class is not None and candidate.per_class is not None, "computed metrics, not read back"
         return class_deltas(reference.per_class, candidate.per_class, "class_", "f1", ClassDelta)
+
+    def confused(self, reference: TaskMetrics, candidate: TaskMetrics, n: int) -> list[ConfusedPair]:
+        assert isinstance(reference, ClassificationMetrics) and isinstance(candidate, ClassificationMetrics)
+        assert reference.confusion is not None and candidate.confusion is not None and reference.per_class
+        return confused_pairs(reference.confusion, candidate.confusion, [r.name for r in reference.per_class], n)

@@ -110,7 +110,9 @@ class DetectionMetrics(TaskMetrics):
     tp: int
     fp: int
     fn: int
-    per_class: list[CategoryMetrics]
+    per_class: list[CategoryMetrics] | None = optional(
+        "every category's row; left out above 100 categories (the e2e stage's class_data file holds them)"
+    )
     iou: float
     score_threshold: float
     images: int
@@ -416,6 +418,7 @@ class DetectionTask(Task):
         if metrics.detections == 0:
             return ["no detections at all"]
         rows = metrics.per_class
+        assert rows is not None, "computed metrics, not read back"
         predicted = [r.tp + r.fp for r in rows]
         if sum(predicted) == 0:
             return [f"no detection scores >= score_threshold {metrics.score_threshold:g}"]
@@ -430,4 +433,5 @@ class DetectionTask(Task):
 
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         assert isinstance(reference, DetectionMetrics) and isinstance(candidate, DetectionMetrics)
+        assert reference.per_class is not None and candidate.per_class is not None, "computed metrics, not read back"
         return class_deltas(reference.per_class, candidate.per_class, "category_id", "ap", CategoryDelta)

@@ -27,12 +27,14 @@ from pydantic import Field
 
 from trtverify.tasks.base import (
     ClassRow,
+    ConfusedPair,
     State,
     Task,
     TaskMetrics,
     call_hook,
     class_deltas,
     class_label,
+    confused_pairs,
     dominant_class,
     largest_drops,
     near_chance,
@@ -70,8 +72,13 @@ class SegmentationMetrics(TaskMetrics):
     pixel_accuracy: float
     mean_accuracy: float
     fw_iou: float = Field(description="frequency-weighted IoU")
-    per_class: list[ClassIoU]
-    confusion: list[list[int]] = Field(description="rows: true class, columns: predicted class")
+    per_class: list[ClassIoU] | None = optional(
+        "every class's row; left out above 100 classes (the e2e stage's class_data file holds them)"
+    )
+    confusion: list[list[int]] | None = optional(
+        "rows: true class, columns: predicted class; left out above 100 classes (the e2e stage's class_data file "
+        "holds it)"
+    )
     samples: int = Field(description="images")
     pixels: int = Field(description="pixels counted")
     ignored: int = Field(description="pixels labelled ignore_index")
@@ -351,6 +358,7 @@ class SegmentationTask(Task):
 
     def sanity(self, metrics: TaskMetrics) -> list[str]:
         assert isinstance(metrics, SegmentationMetrics)
+        assert metrics.per_class is not None, "computed metrics, not read back"
         predicted = [r.predicted for r in metrics.per_class]
         labelled = [r.support for r in metrics.per_class]
         names = [class_label(r.class_, r.name) for r in metrics.per_class]
@@ -362,4 +370,10 @@ class SegmentationTask(Task):
 
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         assert isinstance(reference, SegmentationMetrics) and isinstance(candidate, SegmentationMetrics)
+        assert reference.per_class is not None and candidate.per_class is not None, "computed metrics, not read back"
         return class_deltas(reference.per_class, candidate.per_class, "class_", "iou", ClassIoUDelta)
+
+    def confused(self, reference: TaskMetrics, candidate: TaskMetrics, n: int) -> list[ConfusedPair]:
+        assert isinstance(reference, SegmentationMetrics) and isinstance(candidate, SegmentationMetrics)
+        assert reference.confusion is not None and candidate.confusion is not None and reference.per_class
+        return confused_pairs(reference.confusion, candidate.confusion, [r.name for r in reference.per_class], n)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -77,27 +78,70 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
 
 
-def _json_safe(value: Any) -> Any:
-    """JSON has no NaN/Infinity: write them as the strings 'nan', 'inf', '-inf'."""
-    if isinstance(value, float):
-        if value != value:
-            return "nan"
-        if value in (float("inf"), float("-inf")):
-            return "inf" if value > 0 else "-inf"
-        return value
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        return _json_safe(value.item())
+_NONFINITE = ("nan", "inf", "-inf")  # how JSON, which has no NaN or Infinity, holds them here
+_compact = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode  # C speed, finite numbers only
+
+
+def _scalar(value: Any) -> str:
+    """One JSON value that is not a container; non-finite floats as the strings 'nan', 'inf', '-inf'."""
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, str):  # numpy scalars
+        value = value.item()
+    if isinstance(value, float) and (value != value or value in (math.inf, -math.inf)):
+        return '"nan"' if value != value else ('"inf"' if value > 0 else '"-inf"')
     if isinstance(value, Path):
-        return str(value)
-    return value
+        value = str(value)
+    return json.dumps(value, allow_nan=False)
+
+
+def _is_number(value: Any) -> bool:
+    """A number, boolean or null (numpy scalars too), or a non-finite number's string."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return True
+    if isinstance(value, str):
+        return value in _NONFINITE
+    return hasattr(value, "item") and not isinstance(value, (dict, list, tuple))
+
+
+def _encode(value: Any, pad: str, out: list[str]) -> None:
+    if isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        inner = pad + "  "
+        sep = "{\n"
+        for k, v in value.items():
+            out.append(f"{sep}{inner}{json.dumps(str(k))}: ")
+            _encode(v, inner, out)
+            sep = ",\n"
+        out.append(f"\n{pad}}}")
+    elif isinstance(value, (list, tuple)):
+        if not value:
+            out.append("[]")
+        elif all(_is_number(v) for v in value):  # a shape, histogram counts, a confusion matrix's row: one line
+            try:
+                out.append(_compact(value))
+            except (TypeError, ValueError):  # numpy scalars, NaN or infinities among them
+                out.append("[" + ", ".join(_scalar(v) for v in value) + "]")
+        else:
+            inner = pad + "  "
+            sep = "[\n"
+            for v in value:
+                out.append(sep + inner)
+                _encode(v, inner, out)
+                sep = ",\n"
+            out.append(f"\n{pad}]")
+    else:
+        out.append(_scalar(value))
 
 
 def to_json(value: Any) -> str:
-    return json.dumps(_json_safe(value), indent=2, allow_nan=False) + "\n"
+    """Indented JSON (2 spaces), each list of numbers on one line: a list of 1,000 numbers takes one line, not
+    1,000. Lists of strings or objects keep one item a line. JSON has no NaN or Infinity: they are written as the
+    strings "nan", "inf" and "-inf"."""
+    out: list[str] = []
+    _encode(value, "", out)
+    out.append("\n")
+    return "".join(out)
 
 
 def atomic_write_json(path: Path, value: Any) -> None:

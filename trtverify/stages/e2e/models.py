@@ -9,7 +9,9 @@ from pydantic import Field
 
 from trtverify.config.registry import TASKS
 from trtverify.stages.base import StageResult
-from trtverify.util.record import Record, optional
+from trtverify.stages.e2e.classdata import INLINE_CLASSES, WORST_CLASSES, ClassData
+from trtverify.tasks.base import ConfusedPair
+from trtverify.util.record import Record, omitted, optional
 
 _TASKS = [entry.load() for entry in TASKS.entries()]
 # each task's records have their own required fields, so a value validates as exactly one of them
@@ -37,7 +39,15 @@ class E2ECandidate(Record):
     name: str
     metrics: TaskMetricsRecord  # type: ignore[valid-type]
     deltas: dict[str, int | float] = Field(description="candidate - reference, per scalar metric")
-    per_class: list[PerClassRecord]  # type: ignore[valid-type]
+    per_class: list[PerClassRecord] = Field(  # type: ignore[valid-type]
+        description=f"every class, in class order; with class_data (more than {INLINE_CLASSES} classes) only the "
+        f"{WORST_CLASSES} whose value dropped most, largest drop first"
+    )
+    confused: list[ConfusedPair] = omitted(
+        list,
+        f"up to {WORST_CLASSES} confusions (true class -> predicted class) that grew most from the reference to the "
+        "candidate, largest growth first (tasks with a confusion matrix: classification, segmentation)",
+    )
     worst: list[WorstRecord] = Field(  # type: ignore[valid-type]
         description="the samples whose prediction changed (no other), most changed first"
     )  # type: ignore[valid-type]
@@ -60,5 +70,9 @@ class E2EResult(StageResult):
         "whether the reference looks degenerate (stages.e2e.reference_sanity; absent with ignore)"
     )
     candidates: list[E2ECandidate] | None = optional()
+    class_data: ClassData | None = optional(
+        f"more than {INLINE_CLASSES} classes: every model's per-class rows and confusion matrix are in this file, "
+        "not inline"
+    )
     shard_slice: list[int] | None = optional("[start, stop) of the dataset positions this shard evaluated")
     shard_states: dict[str, str] | None = optional("model -> its accumulator state file, for `trtverify merge`")

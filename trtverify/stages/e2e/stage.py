@@ -26,6 +26,15 @@ from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import TASKS
 from trtverify.config.stages import E2EStage
 from trtverify.stages.base import StageContext, status_of, sum_timings, timed
+from trtverify.stages.e2e.classdata import (
+    CLASS_FILE,
+    INLINE_CLASSES,
+    WORST_CLASSES,
+    class_count,
+    dropped_most,
+    inline,
+    pack,
+)
 from trtverify.stages.e2e.models import DatasetInfo, E2ECandidate, E2EResult, ReferenceSanity
 from trtverify.tasks.base import Task, TaskMetrics
 from trtverify.tasks.batches import Batch, batches, default_workers, make_preprocess
@@ -182,7 +191,8 @@ def run(ctx: StageContext) -> E2EResult:
     # one state file per model, and per batch size in a batch-size sweep (several e2e results in one folder)
     tag = f"b{cfg.batch_size}-" if cfg.batch_sizes else ""
     states = _save_states(ctx.out_dir, models, tag) if data is not None and ctx.out_dir is not None else {}
-    return finalize(task, models, len(indices), timings=timings, **loop, **sliced, **states)
+    class_file = f"e2e-{tag}classes.npz"
+    return finalize(task, models, len(indices), class_file, timings=timings, **loop, **sliced, **states)
 
 
 def task_metrics(ctx: StageContext, paths: dict[str, Path]) -> dict[str, Any]:
@@ -292,11 +302,17 @@ def reference_sanity(task: Task, ref: TaskMetrics) -> tuple[ReferenceSanity | No
     return record, checks, notes
 
 
-def finalize(task: Task, models: Sequence[_Model], evaluated: int, **fields: Any) -> E2EResult:
-    """Metrics, deltas, worst samples and gates from the models' accumulators."""
+def finalize(
+    task: Task, models: Sequence[_Model], evaluated: int, class_file: str = CLASS_FILE, **fields: Any
+) -> E2EResult:
+    """Metrics, deltas, worst samples and gates from the models' accumulators. Above INLINE_CLASSES classes, the
+    per-class rows and confusion matrices go to the file `class_file` beside results.json (the result carries it),
+    and each candidate lists the classes that dropped most."""
     cfg = task.cfg
     metrics = {m.name: m.acc.compute() for m in models}
     ref = metrics[models[0].name]
+    many = class_count(ref) > INLINE_CLASSES
+    shown = inline if many else lambda m: m
     checks = [limit_check("samples evaluated", NAME, "samples", evaluated, 1, ">=")]
     sanity, sanity_checks, sanity_notes = reference_sanity(task, ref)
     checks += sanity_checks
@@ -309,16 +325,21 @@ def finalize(task: Task, models: Sequence[_Model], evaluated: int, **fields: Any
         gates = gate_checks(cfg, m.name, ref, cm, worst[0].index if worst else None)  # type: ignore[attr-defined]
         checks += gates
         cand_s = cm.scalars()
+        per_class = task.per_class(ref, cm)
         cands.append(
             E2ECandidate(
                 name=m.name,
-                metrics=cm,
+                metrics=shown(cm),
                 deltas={k: cand_s[k] - v for k, v in ref.scalars().items() if k in cand_s},
-                per_class=task.per_class(ref, cm),
+                per_class=dropped_most(per_class, WORST_CLASSES) if many else per_class,
+                confused=task.confused(ref, cm, WORST_CLASSES),
                 worst=worst[: cfg.worst],
                 passed=all(c.passed for c in gates),
             )
         )
+    files = {}
+    if many:
+        fields["class_data"], files[class_file] = pack(metrics, class_file)
     return E2EResult(
         status=status_of(checks),
         checks=checks,
@@ -326,11 +347,11 @@ def finalize(task: Task, models: Sequence[_Model], evaluated: int, **fields: Any
         dataset=DatasetInfo(**task.reader.info, samples=len(task.reader)),
         samples=evaluated,
         gated=list(dict.fromkeys(g.metric for g in cfg.gates)),
-        reference=ref,
+        reference=shown(ref),
         reference_sanity=sanity,
         candidates=cands,
         **fields,
-    )
+    ).with_files(files)
 
 
 def merge_shards(loaded: LoadedSuite, shards: Sequence[tuple[Path, E2EResult]]) -> E2EResult:
@@ -360,7 +381,11 @@ def merge_shards(loaded: LoadedSuite, shards: Sequence[tuple[Path, E2EResult]]) 
         raise UsageError("merge: no shard wrote e2e accumulator states")
     timings = sum_timings(stage.timings for _, stage in shards)
     note = f"merged from {len(shards)} shard(s): {evaluated} of {len(task.reader)} samples"
-    return finalize(task, models, evaluated, timings=timings, notes=[note], overhead_vs_inference=overhead(timings))
+    # the class-data file's name the shards used (it tells the batch sizes of a sweep apart)
+    class_file = next((s.class_data.path for _, s in shards if s.class_data is not None), CLASS_FILE)
+    return finalize(
+        task, models, evaluated, class_file, timings=timings, notes=[note], overhead_vs_inference=overhead(timings)
+    )
 
 
 def _load_state(path: Path) -> dict[str, np.ndarray]:
