@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from trtverify.cli.options import QUIET, Several
+from trtverify.cli.options import QUIET, OnnxFile, Several
 
 
 @click.command()
-@click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.argument("candidates", nargs=-1, type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("reference", type=OnnxFile())
+@click.argument("candidates", nargs=-1, type=OnnxFile())
 @click.option(
     "--inputs",
     "inputs_file",

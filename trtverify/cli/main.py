@@ -98,10 +98,12 @@ def run(
 ) -> None:
     """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
     from trtverify.config.loader import load_suite
+    from trtverify.runner import preflight
     from trtverify.stages.base import Shard
 
     shard = Shard.parse(shard_text) if shard_text is not None else None
     loaded = load_suite(suite)
+    preflight(loaded)  # every suite error (exit 2) before a folder is made or a line printed
     default_out = Path("reports") / loaded.suite.name
     out = out_dir or default_out
     override, chosen_by = None, None
@@ -207,6 +209,11 @@ def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
     from trtverify.report.text import buildlog_summary
     from trtverify.util.fsutil import to_json
 
+    for path in (log, against):
+        if path is not None and path.is_file() and path.stat().st_size == 0:  # a capture that failed: not "0 lines"
+            raise TrtVerifyError(
+                f"{path}: the file is empty: no build log to read (capture one with trtexec ... 2>&1 | tee build.log)"
+            )
     parsed = parse_file(log)
     changes = diff(parsed, parse_file(against)) if against else None
     if as_json:

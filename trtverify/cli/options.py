@@ -74,6 +74,26 @@ def several_hint() -> str:
     )
 
 
+class OnnxFile(click.Path):
+    """An ONNX model argument: a usage error (exit 2) naming the file where it is missing, a folder, or not an
+    ONNX model (empty, cut short, text), before the command makes anything. Only the file's structure is walked
+    (graph_io's reading): its weights are not read."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path, dir_okay=False, exists=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from trtverify.graph.onnxinfo import onnx_io
+        from trtverify.util.errors import UsageError
+
+        path = super().convert(value, param, ctx)
+        try:
+            onnx_io(Path(path))
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
+        return path
+
+
 # options several commands share, defined once
 OUT = click.option(
     "--out",
