@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trtverify.cli.options import QUIET, OnnxFile, Several
+from trtverify.cli.options import QUIET, OnnxFile, Several, unclaimed_folder
 
 
 @click.command()
@@ -96,7 +96,10 @@ def layerwise(
     from trtverify.suitegen.adhoc import layerwise_suite
     from trtverify.util.fsutil import writable_folder
 
-    out = writable_folder(out_dir or Path("reports") / f"layerwise-{reference.stem}")
+    out = out_dir or Path("reports") / f"layerwise-{reference.stem}"
+    if out_dir is None:  # the default folder: never over another suite's results
+        unclaimed_folder(out, out / "suite.yaml", chosen="the default folder")
+    out = writable_folder(out)
     path = layerwise_suite(
         out,
         reference,

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from trtverify.cli.options import QUIET, OnnxFile, Several
+from trtverify.cli.options import QUIET, OnnxFile, Several, unclaimed_folder
 from trtverify.util.errors import UsageError
 
 
@@ -132,6 +132,8 @@ def repair(
                 "repair; pass the lowered model (e.g. ModelOpt's output)"
             )
     out = out_dir or Path("reports") / f"repair-{reference.stem}-{precision}"
+    if out_dir is None:  # the default folder: never over another suite's results
+        unclaimed_folder(out, out / "suite.yaml", chosen="the default folder")
     if tool == "modelopt":
         if candidate is not None:
             raise UsageError("--tool modelopt makes the candidate: give it or --candidate, not both")
