@@ -129,22 +129,30 @@ def test_layerwise_command_with_tensorrt_where_it_is_missing(tmp_path: Path):
 
 
 def test_a_model_under_test_that_cannot_be_loaded_fails_the_run(tmp_path: Path, tiny_dir: Path):
-    """Exit 1 (the model under test is broken), while a path that does not exist is a suite error (exit 2)."""
+    """An ONNX candidate that ONNX Runtime cannot load is exit 1 (the model under test is broken); a candidate file
+    that is not ONNX at all (issue 36: empty, cut short, text), like a path that does not exist, is a suite error:
+    exit 2 at preflight, the file and line named, nothing run and no output folder made."""
+    import onnx
+
+    model = onnx.load(str(tiny_dir / "tiny.onnx"))
+    model.graph.node[0].op_type = "NoSuchOp"  # valid ONNX, an operator no runtime has
+    onnx.save(model, str(tiny_dir / "unknown_op.onnx"))
     (tiny_dir / "broken.onnx").write_bytes(b"\x08\x07 not a protobuf model")
     text = (
         "name: t\nmodels:\n  reference: tiny.onnx\n  candidates: {cand: CAND}\n"
         "inputs: {generate: {input: {shape: [1, 1, 8, 8]}}}\nstages: {layerwise: {}}\n"
     )
     suite = tiny_dir / "s.yaml"
-    suite.write_text(text.replace("CAND", "broken.onnx"))
+    suite.write_text(text.replace("CAND", "unknown_op.onnx"))
     r = run_cli("run", str(suite), "--out", str(tmp_path / "o"))
     assert r.code == 1 and "ONNX Runtime cannot load" in r.out and "Traceback" not in r.out + r.err
     stage = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
     assert stage["status"] == "error" and stage["error"]["exit_code"] == 1
-    suite.write_text(text.replace("CAND", "missing.onnx"))
-    r = run_cli("run", str(suite), "--out", str(tmp_path / "p"))
-    assert r.code == 2 and "s.yaml:4: models.candidates.cand.path: file not found" in r.err
-    assert not (tmp_path / "p").exists()
+    for name, why in (("broken.onnx", "not a readable ONNX model"), ("missing.onnx", "file not found")):
+        suite.write_text(text.replace("CAND", name))
+        r = run_cli("run", str(suite), "--out", str(tmp_path / "p"))
+        assert r.code == 2 and "s.yaml:4: models.candidates.cand.path: " in r.err and why in r.err, r.err
+        assert "Traceback" not in r.err and not (tmp_path / "p").exists()
 
 
 def test_a_suite_file_with_a_nul_byte_is_a_located_usage_error(tmp_path: Path):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from trtverify.config.against_models import model_problems
+from trtverify.config.against_models import file_problems, model_problems
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import STAGES
 from trtverify.convert.recipes import materialize
@@ -128,10 +128,10 @@ def preflight(loaded: LoadedSuite) -> list[TensorMeta]:
     ref = loaded.suite.models.reference
     try:
         model = load_io(Path(ref))
-    except UsageError as exc:
-        raise SuiteError([loaded.problem(("models", "reference"), str(exc))]) from None
+    except UsageError as exc:  # with every other model file that is not what its key says
+        raise SuiteError([loaded.problem(("models", "reference"), str(exc)), *file_problems(loaded)]) from None
     inputs, outputs = graph_io(model)
-    problems = static_input_problems(loaded, inputs) + model_problems(loaded, inputs, outputs)
+    problems = file_problems(loaded) + static_input_problems(loaded, inputs) + model_problems(loaded, inputs, outputs)
     if problems:
         raise SuiteError(problems)
     return inputs

@@ -35,7 +35,7 @@ stages:
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
-    for name in ("tiny.onnx", "two_heads.onnx"):
+    for name in ("tiny.onnx", "two_heads.onnx", "tiny_script.pt"):
         shutil.copy(TINY / name, tmp_path / name)
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "data.npz", images=rng.integers(0, 255, (4, 8, 8, 1), dtype=np.uint8), labels=np.arange(4))
@@ -118,7 +118,7 @@ name: m
 models:
   reference: tiny.onnx
   candidates: {same: tiny.onnx}
-  pytorch: {torchscript: tiny.onnx, output_names: [out]}
+  pytorch: {torchscript: tiny_script.pt, output_names: [out]}
 inputs:
   generate:
     input: {shape: [1, 1, 8, 8]}

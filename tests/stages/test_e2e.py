@@ -99,6 +99,19 @@ def test_layerwise_on_the_worst_samples_of_the_e2e_run(demo_run, tmp_path: Path)
     assert r.code == 2 and "run the e2e stage first" in r.err
 
 
+def test_worst_samples_with_out_write_beside_the_e2e_results(demo_run, tmp_path: Path):
+    """`--out DIR` without --from-results names the e2e run's folder: the drill-down reads DIR/results.json and
+    writes DIR/worst/, never over the results it read (issue 36: it replaced them)."""
+    out, _ = demo_run
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    before = (run / "results.json").read_bytes()
+    r = run_cli("run", str(SUITE), "--stage", "layerwise", "--samples", "worst", "--out", str(run), "-q")
+    assert r.code in (0, 1), r.out + r.err
+    assert (run / "results.json").read_bytes() == before
+    assert json.loads((run / "worst" / "results.json").read_text())["stages"][0]["name"] == "layerwise"
+
+
 def _png_dataset(root: Path, n: int = 60) -> tuple[np.ndarray, np.ndarray]:
     from PIL import Image
 

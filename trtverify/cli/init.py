@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from trtverify.cli.options import Several
+from trtverify.cli.options import OnnxFile, Several
 
 
 @click.command()
-@click.argument("model", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("model", type=OnnxFile())
 @click.option(
     "--pytorch",
     metavar="MODULE:CALLABLE",
@@ -25,7 +25,7 @@ from trtverify.cli.options import Several
     "--candidate",
     "candidates",
     cls=Several,
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=OnnxFile(),
     help="A candidate ONNX model (several values, or repeat it) [default: an FP16 recipe made from MODEL].",
 )
 @click.option(

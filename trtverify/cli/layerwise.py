@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from trtverify.cli.options import QUIET, Several
+from trtverify.cli.options import QUIET, OnnxFile, Several, unclaimed_folder
 
 
 @click.command()
-@click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.argument("candidates", nargs=-1, type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("reference", type=OnnxFile())
+@click.argument("candidates", nargs=-1, type=OnnxFile())
 @click.option(
     "--inputs",
     "inputs_file",
@@ -96,7 +96,10 @@ def layerwise(
     from trtverify.suitegen.adhoc import layerwise_suite
     from trtverify.util.fsutil import writable_folder
 
-    out = writable_folder(out_dir or Path("reports") / f"layerwise-{reference.stem}")
+    out = out_dir or Path("reports") / f"layerwise-{reference.stem}"
+    if out_dir is None:  # the default folder: never over another suite's results
+        unclaimed_folder(out, out / "suite.yaml", chosen="the default folder")
+    out = writable_folder(out)
     path = layerwise_suite(
         out,
         reference,

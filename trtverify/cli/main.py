@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from trtverify import __version__
-from trtverify.cli.options import JUNIT, OUT, QUIET, TAKEN, Several, several_hint
+from trtverify.cli.options import JUNIT, OUT, QUIET, TAKEN, Several, several_hint, unclaimed_folder
 from trtverify.cli.run import execute, finish
 from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
 
@@ -66,7 +66,8 @@ def cli() -> None:
     type=click.Choice(["suite", "worst"]),
     default="suite",
     show_default=True,
-    help="worst: feed the samples a previous e2e run found most changed (for --stage layerwise).",
+    help="worst: feed the samples a previous e2e run found most changed (for --stage layerwise); writes to "
+    "OUT/worst/ (with --from-results and --out: to OUT).",
 )
 @click.option(
     "--from-results",
@@ -98,12 +99,13 @@ def run(
 ) -> None:
     """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
     from trtverify.config.loader import load_suite
+    from trtverify.runner import preflight
     from trtverify.stages.base import Shard
 
     shard = Shard.parse(shard_text) if shard_text is not None else None
     loaded = load_suite(suite)
-    default_out = Path("reports") / loaded.suite.name
-    out = out_dir or default_out
+    preflight(loaded)  # every suite error (exit 2) before a folder is made or a line printed
+    out = out_dir or suite_out(loaded)
     override, chosen_by = None, None
     if samples_mode == "worst":
         from trtverify.results.io import load_results
@@ -116,17 +118,31 @@ def run(
                 f"--samples worst needs a previous run with stage e2e: {source} not found "
                 "(run the e2e stage first, or pass --from-results)"
             )
-        if out_dir is None:
-            out = default_out / "worst"
+        if out_dir is None or from_results is None:  # --out names the e2e run's folder: OUT/worst
+            out = out / "worst"
         override = worst_feeds(loaded, _worst_positions(load_results(source), source))
         chosen_by = f"--samples worst: the {len(override)} sample(s) listed in {source}"
-        if not quiet:
-            click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
     if shard is not None and out_dir is None:
         out = out / f"shard-{shard.index}-of-{shard.count}"
+    if out != out_dir:  # a folder --out did not name: never another suite's results
+        chosen = "its out: folder" if loaded.suite.out else "its default folder"
+        unclaimed_folder(out, loaded.path, chosen=chosen, hint=f" (or set out: in {loaded.path})")
+    if override is not None and not quiet:
+        click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
     execute(
         loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard, update_baseline, chosen_by
     )
+
+
+def suite_out(loaded: Any) -> Path:
+    """Where a run of the suite writes when no --out is given: its `out:` (shown relative to the current folder
+    where it is below it), else reports/<name>."""
+    import os
+
+    if loaded.suite.out is None:
+        return Path("reports") / loaded.suite.name
+    rel = Path(os.path.relpath(loaded.suite.out))
+    return loaded.suite.out if rel.parts[:1] == ("..",) else rel
 
 
 def _worst_positions(previous: Any, source: Path) -> list[int]:
@@ -161,8 +177,22 @@ def merge(
     from trtverify.util.fsutil import folder_lock
 
     results = merge_runs(dirs, suite_path)
-    with folder_lock(out_dir or Path("reports") / results.suite.name) as out:
+    out = out_dir or _merged_out(results, suite_path)
+    if out_dir is None:  # never over another suite's results without --out naming the folder
+        unclaimed_folder(out, Path(suite_path or results.suite.path), results.suite.sha256)
+    with folder_lock(out) as out:
         _write_merged(results, out, quiet, junit)
+
+
+def _merged_out(results: Any, suite_path: Path | None) -> Path:
+    """Where `merge` writes without --out: the suite's own folder (its `out:`, else reports/<name>), as the
+    unsharded run would; reports/<name> where the suite file is not here to say."""
+    from trtverify.config.loader import load_suite
+
+    try:
+        return suite_out(load_suite(suite_path or results.suite.path, check_files=False))
+    except (TrtVerifyError, OSError):
+        return Path("reports") / results.suite.name
 
 
 def _write_merged(results: Any, out: Path, quiet: bool, junit: Path | None) -> None:
@@ -207,6 +237,11 @@ def parse_log(log: Path, as_json: bool, against: Path | None) -> None:
     from trtverify.report.text import buildlog_summary
     from trtverify.util.fsutil import to_json
 
+    for path in (log, against):
+        if path is not None and path.is_file() and path.stat().st_size == 0:  # a capture that failed: not "0 lines"
+            raise TrtVerifyError(
+                f"{path}: the file is empty: no build log to read (capture one with trtexec ... 2>&1 | tee build.log)"
+            )
     parsed = parse_file(log)
     changes = diff(parsed, parse_file(against)) if against else None
     if as_json:

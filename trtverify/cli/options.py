@@ -74,12 +74,33 @@ def several_hint() -> str:
     )
 
 
+class OnnxFile(click.Path):
+    """An ONNX model argument: a usage error (exit 2) naming the file where it is missing, a folder, or not an
+    ONNX model (empty, cut short, text), before the command makes anything. Only the file's structure is walked
+    (graph_io's reading): its weights are not read."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path, dir_okay=False, exists=True)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from trtverify.graph.onnxinfo import onnx_io
+        from trtverify.util.errors import UsageError
+
+        path = super().convert(value, param, ctx)
+        try:
+            onnx_io(Path(path))
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
+        return path
+
+
 # options several commands share, defined once
 OUT = click.option(
     "--out",
     "out_dir",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Output folder [default: reports/<suite name>].",
+    help="Output folder [default: the suite's out:, else reports/<suite name>]; an existing results.json of another "
+    "suite file there is replaced only when --out names the folder.",
 )
 JUNIT = click.option(
     "--junit",
@@ -87,3 +108,20 @@ JUNIT = click.option(
     help="Also write JUnit XML here: one test case per check.",
 )
 QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+
+
+def unclaimed_folder(folder: Path, suite: Path, sha256: str | None = None, chosen: str = "", hint: str = "") -> Path:
+    """`folder`, where a run of the suite file `suite` may write without `--out` naming it: it holds no
+    results.json, or one written from this suite file (a rerun replaces its own results). Otherwise a
+    UsageError (exit 2, nothing written) saying what would be replaced and how to go on; `chosen` says how the
+    folder was chosen ("its default folder"), `hint` another way out."""
+    from trtverify.results.io import foreign_results
+    from trtverify.util.errors import UsageError
+
+    other = foreign_results(folder, suite, sha256)
+    if other is None:
+        return folder
+    raise UsageError(
+        f"{folder} holds {other}; this run of {suite}{f' ({chosen})' if chosen else ''} would replace it. Pass "
+        f"--out {folder} to replace it, or --out another folder{hint}"
+    )

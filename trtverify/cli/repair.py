@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from trtverify.cli.options import QUIET, Several
+from trtverify.cli.options import QUIET, OnnxFile, Several, unclaimed_folder
 from trtverify.util.errors import UsageError
 
 
@@ -39,7 +39,7 @@ LOWERED = ["fp16", "bf16", "int8", "fp8", "int4"]
 
 
 @click.command()
-@click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("reference", type=OnnxFile())
 @click.option(
     "--precision",
     required=True,
@@ -59,7 +59,7 @@ LOWERED = ["fp16", "bf16", "int8", "fp8", "int4"]
 )
 @click.option(
     "--candidate",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=OnnxFile(),
     help="The lowered model to repair: Q/DQ, FP16/BF16 or both (e.g. ModelOpt's INT8 with its FP16 rest) "
     "[default: the reference lowered here: FP16, or INT8 symmetric and per-channel].",
 )
@@ -132,6 +132,8 @@ def repair(
                 "repair; pass the lowered model (e.g. ModelOpt's output)"
             )
     out = out_dir or Path("reports") / f"repair-{reference.stem}-{precision}"
+    if out_dir is None:  # the default folder: never over another suite's results
+        unclaimed_folder(out, out / "suite.yaml", chosen="the default folder")
     if tool == "modelopt":
         if candidate is not None:
             raise UsageError("--tool modelopt makes the candidate: give it or --candidate, not both")
@@ -165,7 +167,7 @@ def repair(
 
 
 @click.command()
-@click.argument("reference", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("reference", type=OnnxFile())
 @click.option(
     "--precision",
     required=True,
@@ -192,7 +194,9 @@ def convert(
 
     from trtverify.convert.fp16 import to_fp16
     from trtverify.convert.int8 import keep_fp32, quantize
+    from trtverify.graph.onnxinfo import check_graph
 
+    check_graph(reference)  # a cycle, external data missing: exit 2 naming the file, before any lowering
     if tool == "modelopt":
         from trtverify.convert.modelopt import make
 

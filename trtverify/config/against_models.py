@@ -3,8 +3,11 @@ reads from a model file is looked up here, so a typo is exit 2 at `validate` (an
 `run`), not exit 1 after other stages ran.
 
 Reads only the ONNX files' inputs and outputs (and, where a suite names intermediate tensors, the
-node outputs; never the weights' values); imports neither torch nor TensorRT. A candidate that
-cannot be read is left to the stages, where a broken model under test is a failed check (exit 1).
+node outputs; never the weights' values); imports neither torch nor TensorRT. Every model file the
+suite names must be what its key says (`file_problems`): a candidate that is not an ONNX model at
+all (empty, cut short, text) is a suite error here; one that is ONNX but cannot be run (a cycle,
+its external data missing, an operator ONNX Runtime lacks) is left to the stages, where a broken
+model under test is a failed check (exit 1).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
-from trtverify.util.errors import Problem
+from trtverify.graph.onnxinfo import TensorMeta, graph_io, onnx_io
+from trtverify.util.errors import Problem, UsageError
 
 if TYPE_CHECKING:
     from trtverify.config.loader import LoadedSuite
@@ -73,8 +76,8 @@ class _Checker:
             io = None
             if cand.path is not None:
                 try:
-                    io = graph_io(load_io(Path(cand.path)))
-                except Exception:  # unreadable candidate: the stages fail it (exit 1)
+                    io = graph_io(onnx_io(Path(cand.path)))
+                except UsageError:  # not ONNX: file_problems reports it
                     io = None
             self._cand_io[name] = io
         return self._cand_io[name]
@@ -338,6 +341,54 @@ def _sweep(checker: _Checker) -> None:
                     f"{shape_set} is outside every optimisation profile of backends.{backend}.profiles: widen a "
                     "profile's min/max to cover it, or remove the profiles (one is then made from the sweep)",
                 )
+
+
+_ZIP = b"PK\x03\x04"
+
+
+def _torch_file_problem(path: Path, archive: bool) -> str | None:
+    """Why `path` is no file torch wrote, from its first bytes and a zip's directory (at its end, so a file cut
+    short is caught without reading it): torch.save, torch.jit.save and torch.export.save write zip archives
+    (`archive`: only that); torch.save's legacy format is a pickle."""
+    import zipfile
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        return f"{path}: cannot be read ({exc.strerror or exc})"
+    if not head:
+        return f"{path}: the file is empty (0 bytes)"
+    if head == _ZIP:
+        try:
+            with zipfile.ZipFile(path):
+                return None
+        except (zipfile.BadZipFile, OSError) as exc:
+            return f"{path}: a zip archive that cannot be read, cut short? ({exc})"
+    if archive or head[:1] != b"\x80":  # pickle protocol 2+: torch.save's legacy format
+        return f"{path}: not a file {'torch.jit.save or torch.export.save' if archive else 'torch.save'} wrote"
+    return None
+
+
+def file_problems(loaded: LoadedSuite) -> list[Problem]:
+    """Every model file the suite names that is not what its key says: candidates that are not ONNX models (the
+    reference is read by `load_io`, which says more), PyTorch files torch did not write. Cheap: a walk of the
+    ONNX file's top-level structure, the first bytes and zip directory of a PyTorch file; no weight is read."""
+    suite = loaded.suite
+    problems = []
+    pt = suite.models.pytorch
+    for key, archive in (("weights", False), ("torchscript", True), ("exported", True)):
+        value = getattr(pt, key) if pt is not None else None
+        why = _torch_file_problem(Path(value), archive) if value is not None else None
+        if why:
+            problems.append(loaded.problem(("models", "pytorch", key), why))
+    for name, cand in suite.models.candidates.items():
+        if cand.path is not None:
+            try:
+                onnx_io(Path(cand.path))
+            except UsageError as exc:
+                problems.append(loaded.problem(("models", "candidates", name, "path"), str(exc)))
+    return problems
 
 
 def model_problems(loaded: LoadedSuite, inputs: list[TensorMeta], outputs: list[TensorMeta]) -> list[Problem]:

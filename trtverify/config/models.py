@@ -219,6 +219,12 @@ class Suite(Strict):
         default=Path("reference_outputs"),
         description="reference store root (default: reference_outputs next to the suite)",
     )
+    out: OutPath | None = Field(
+        default=None,
+        description="where `trtverify run` writes results.json and report.html, relative to the suite file (suites "
+        "written by `layerwise` and `repair`: `.`, their own folder); default: `reports/<name>` under the current "
+        "folder; `run --out` overrides",
+    )
     models: Models = Field(description="the models")
     inputs: Inputs = Field(description="the samples of the tensor stages")
     backends: Backends = Field(default_factory=Backends, description="options per backend")

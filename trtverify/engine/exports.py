@@ -236,7 +236,7 @@ def read_engine(paths: list[Path], allow_none: bool = False) -> tuple[list[Engin
         info = info or [f for f, d in peeked.items() if isinstance(d, dict) and "Layers" in d]
         prof = prof or [f for f, d in peeked.items() if is_profile(d)]
     if len(info) > 1 or (not info and not allow_none):
-        found = ", ".join(str(f) for f in info) or "none"
+        found = ", ".join(str(f) for f in info) or f"none in {', '.join(str(p) for p in paths)}"
         raise UsageError(f"need exactly one --exportLayerInfo file per engine (found: {found})")
     if not info:
         return [], {"layer_info": None, "profile": None, "build": {}}

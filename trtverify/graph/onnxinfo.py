@@ -59,33 +59,64 @@ def load_onnx(path: Path, with_weights: bool = False) -> Any:
 
 
 def load_io(path: Path) -> Any:
-    """A ModelProto with only the graph's inputs, outputs and initializer names (no weights read)."""
+    """A ModelProto with only the graph's inputs, outputs and initializer names (no weights read); a UsageError
+    where the file is not an ONNX model (`onnx_io`) or its graph cannot run (`check_graph`)."""
+    model = onnx_io(path)
+    _runnable(path)
+    return model
+
+
+def onnx_io(path: Path) -> Any:
+    """What `load_io` returns, from a file proven to be an ONNX model and nothing more: a UsageError naming it
+    where it is missing, a folder, empty, cut short, not protobuf, or a protobuf message without a graph, an IR
+    version or an opset (what ONNX Runtime refuses to load). The file is walked, not read: its weights, inside it
+    or external, are never touched, whatever its size."""
     from trtverify.graph.onnxwire import io_model
 
-    return _readable(path, io_model)
+    def read(p: Path) -> Any:
+        if p.is_file() and p.stat().st_size == 0:
+            raise _NotOnnx("the file is empty (0 bytes)")
+        model = io_model(p)
+        there = {"ir_version": model.HasField("ir_version"), "opset_import": bool(model.opset_import)}
+        missing = [k for k, ok in there.items() if not ok]
+        if missing:
+            raise _NotOnnx(f"no {' and '.join(missing)}: the file is cut short or is not an ONNX model")
+        return model
+
+    return _readable(path, read)
 
 
 def check_graph(path: Path) -> None:
     """A clear UsageError where the graph at `path` cannot run (missing, not ONNX, cyclic, external data missing,
     short or outside its folder), from the file's structure alone."""
-    _readable(path, lambda p: None)
+    onnx_io(path)
+    _runnable(path)
+
+
+def _runnable(path: Path) -> None:
+    from trtverify.graph.onnxwire import graph_problem
+
+    problem = _readable(path, graph_problem)
+    if problem:
+        raise UsageError(f"{path}: {problem}")
+
+
+class _NotOnnx(Exception):
+    """A file read without error that is still no ONNX model (its message says why)."""
 
 
 def _readable(path: Path, read: Any) -> Any:
-    from trtverify.graph.onnxwire import graph_problem
-
     try:
-        out = read(Path(path))
-        problem = graph_problem(Path(path))
+        return read(Path(path))
     except FileNotFoundError as exc:
         raise UsageError(f"{path}: file not found") from exc
     except IsADirectoryError as exc:
         raise UsageError(f"{path}: is a folder, expected an ONNX model") from exc
-    except Exception as exc:  # malformed protobuf: the file is not an ONNX model
-        raise UsageError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
-    if problem:
-        raise UsageError(f"{path}: {problem}")
-    return out
+    except _NotOnnx as exc:
+        raise UsageError(f"{path}: not an ONNX model: {exc}") from exc
+    except Exception as exc:  # malformed protobuf (the walker's ValueError says where): the file is not ONNX
+        why = str(exc) if type(exc) is ValueError else f"{type(exc).__name__}: {exc}"
+        raise UsageError(f"{path}: not a readable ONNX model ({why})") from exc
 
 
 def graph_io(model: Any) -> tuple[list[TensorMeta], list[TensorMeta]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ from pydantic import ValidationError
 
 from trtverify.results.models import SCHEMA_VERSION, Results, document
 from trtverify.util.errors import UsageError
-from trtverify.util.fsutil import FileTooLarge, read_capped
+from trtverify.util.fsutil import FileTooLarge, read_capped, sha256_file
 
 MAX_RESULTS_BYTES = 512 * 1024 * 1024  # a results.json of a large e2e run is a few MB
 
@@ -57,3 +58,31 @@ def load_results(path: Path) -> Results:
     except RecursionError:
         raise UsageError(f"{path}: not a results.json (JSON nested too deeply)") from None
     return parse_results(data, str(path))
+
+
+def foreign_results(folder: Path, suite: Path, sha256: str | None = None) -> str | None:
+    """What a run of the suite file `suite` would replace in `folder` that is not its own: the results.json of
+    another suite file ("the results of another suite file, PATH"), or one it cannot attribute to a suite file.
+    None where the folder holds no results.json, or one written from this suite file: the same file however it
+    was named (its path as recorded, relative to the current folder), or the same content (`sha256`, or the
+    file's own where it exists), so rerunning a suite, edited or not, replaces its own results."""
+    path = Path(folder) / "results.json"
+    if not path.is_file():
+        return None
+    try:
+        info = json.loads(read_capped(path, MAX_RESULTS_BYTES).decode("utf-8"))["suite"]
+        recorded, digest = Path(info["path"]), str(info["sha256"])
+    except (OSError, FileTooLarge, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
+        return f"a results.json that names no suite file ({path})"
+    if sha256 is None and Path(suite).is_file():
+        sha256 = sha256_file(Path(suite))
+    if digest == sha256 or _same_file(recorded, Path(suite)):
+        return None
+    return f"the results of another suite file, {recorded}"
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them is not there (yet): compare where they point
+        return a.resolve() == b.resolve()

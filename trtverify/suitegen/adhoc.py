@@ -24,6 +24,10 @@ _CHECK = re.compile(r"^\s*([a-z][a-z0-9_]*)(?:@([^<>=\s]+=[^<>\s]*))?\s*(<=|>=)\
 _PARAM = re.compile(r"^([a-z]+)=([-+0-9.eE]+)$")
 
 
+# the note on `out: .` every written suite carries
+_OUT_NOTE = "# out: . -- `trtverify run` of this file writes into its folder; change it if you copy the file\n"
+
+
 def parse_check(text: str) -> dict[str, Any]:
     """One --check as a suite check: any metric the checks know, with its parameters after '@'."""
     from pydantic import ValidationError
@@ -158,6 +162,7 @@ def layerwise_suite(
     suite: dict[str, Any] = {
         "name": re.sub(r"[^A-Za-z0-9_.-]", "_", f"layerwise-{reference.stem}"),
         "description": "made by `trtverify layerwise`",
+        "out": ".",  # `trtverify run` of this file writes here, not into reports/<name> over another run
         "models": {"reference": str(reference), "candidates": cands},
         "inputs": inputs,
         "stages": {"layerwise": stage},
@@ -173,6 +178,7 @@ def layerwise_suite(
         "# written by trtverify layerwise; rerun with: trtverify run "
         + str(path)
         + "\n"
+        + _OUT_NOTE
         + yaml.safe_dump(suite, sort_keys=False),
     )
     return path
@@ -218,6 +224,7 @@ def repair_suite(
     suite = {
         "name": re.sub(r"[^A-Za-z0-9_.-]", "_", f"repair-{reference.stem}-{precision}"),
         "description": "made by `trtverify repair`",
+        "out": ".",
         "models": models,
         "inputs": inputs,
         "stages": {"repair": stage},
@@ -235,6 +242,7 @@ def repair_suite(
     atomic_write_text(
         path,
         f"# written by trtverify repair; rerun with: trtverify run {path}\n"
+        + _OUT_NOTE
         + yaml.safe_dump(suite, sort_keys=False)
         + tensorrt,
     )

@@ -111,6 +111,8 @@ def suite_text(
         "# Every key is described in docs/suite-reference.md (or: trtverify schema --markdown).",
         f"name: {name}",
         "# python_path: [.]                  # where 'module:callable' hooks are imported from (default: this folder)",
+        f"# out: reports/{name}".ljust(35) + " # where `run` writes, relative to this file (default: reports/<name> of "
+        "the current folder)",
         "",
         "models:",
         f"  reference: {_q(_rel(model, folder))}   # the FP32 ONNX model everything is compared with",
