@@ -1,9 +1,11 @@
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.conftest import TINY
 from trtverify.data.reference import ReferenceStore, hash_samples
 from trtverify.util.fsutil import atomic_write, atomic_write_json
 
@@ -83,3 +85,19 @@ def test_pickled_arrays_are_refused(tmp_path: Path):
     m["files"]["outputs.npz"] = hashlib.sha256((folder / "outputs.npz").read_bytes()).hexdigest()
     (folder / "manifest.json").write_text(json.dumps(m))
     assert store.lookup("pytorch", dep).state == "corrupt"
+
+
+def test_the_default_reference_store_is_next_to_the_suite_not_in_the_current_folder(tmp_path: Path):
+    """reference_dir's default was documented as 'reference_outputs next to the suite' but was left relative to
+    the folder a run started from (pydantic does not validate defaults): a suite run from elsewhere wrote its
+    reference outputs there."""
+    from trtverify.config.loader import load_suite
+
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    shutil.copy(TINY / "tiny.onnx", folder / "tiny.onnx")
+    (folder / "s.yaml").write_text(
+        "name: t\nmodels:\n  reference: tiny.onnx\n  candidates: {c: tiny.onnx}\n"
+        "inputs: {generate: {input: {shape: [1, 1, 8, 8]}}}\nstages: {layerwise: {}}\n"
+    )
+    assert load_suite(folder / "s.yaml").suite.reference_dir == folder / "reference_outputs"

@@ -217,6 +217,7 @@ class Suite(Strict):
     )
     reference_dir: OutPath = Field(
         default=Path("reference_outputs"),
+        validate_default=True,  # the default too is next to the suite, not in the folder a run starts from
         description="reference store root (default: reference_outputs next to the suite)",
     )
     out: OutPath | None = Field(
