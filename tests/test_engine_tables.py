@@ -274,3 +274,17 @@ def test_diff_of_two_console_logs_alone():
     tb = sum(r.avg_ms for r in parse_profile_table(b.read_text()).rows)
     assert d.total_a_ms == pytest.approx(ta) and d.total_b_ms == pytest.approx(tb)
     assert sum(len(r.a_layers) for r in d.rows) == 15 and sum(len(r.b_layers) for r in d.rows) == 28
+
+
+def test_a_cut_summary_whose_numbers_are_a_lone_sign_or_exponent_is_read_without_a_crash():
+    """The hostile-input fuzz spliced a '+' into a summary: `[-+0-9.eE]+` took it as a number and float('+')
+    raised. A number is a number now; what is not one is left out."""
+    from trtverify.toolout.perfsummary import parse_perf_summary
+
+    text = (
+        "[I] === Performance summary ===\n[I] Throughput: + qps\n"
+        "[I] Latency: min = 1.5 ms, max = e ms, mean = +. ms, median = 2.0 ms\n[I] Total Host Walltime: - s\n"
+    )
+    summary = parse_perf_summary(text)
+    assert summary is not None and summary.throughput_qps is None
+    assert summary.stats["latency"] == {"min": 1.5, "median": 2.0}

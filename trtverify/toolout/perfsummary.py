@@ -29,15 +29,17 @@ NAMES = {
     "d2h latency": "d2h",
     "end-to-end host latency": "end_to_end",
 }
+# a number as trtexec prints one; `[-+0-9.eE]+` also took a lone '+' or 'e' of a cut or spliced line, and float() failed
+NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 ONE_LINE = re.compile(r"^(?P<what>[A-Za-z0-9 -]+?)\s*:\s*(?P<stats>min\s*=?\s*[-+0-9.].*)$", re.IGNORECASE)
 # `=` may be lost in a paste (`max 6.19 ms, mean 5.93 ms`)
-PAIR = re.compile(r"(min|max|mean|median|percentile\((\d+(?:\.\d+)?)%\))\s*=?\s*([-+0-9.eE]+)\s*(ms|s|us)?", re.I)
-THROUGHPUT = re.compile(r"^throughput\s*:\s*([-+0-9.eE]+)\s*qps", re.IGNORECASE)
-TRT7_STAT = re.compile(r"^(min|max|mean|median)\s*:\s*([-+0-9.eE]+)\s*(ms|s|us)\b", re.IGNORECASE)
-TRT7_E2E = re.compile(r"\(end to end ([-+0-9.eE]+)\s*(ms|s|us)\b", re.IGNORECASE)  # TensorRT 7 host latency lines
-TRT7_PCT = re.compile(r"^percentile\s*:\s*([-+0-9.eE]+)\s*(ms|s|us)\s*at\s*(\d+(?:\.\d+)?)%", re.IGNORECASE)
-TRT6 = re.compile(r"Average over (\d+) runs is ([-+0-9.eE]+) ms(?:.*?(\d+)% percentile time is ([-+0-9.eE]+))?", re.I)
-WALLTIME = re.compile(r"^(?:total host walltime|walltime)\s*:\s*([-+0-9.eE]+)\s*(s|ms)", re.IGNORECASE)
+PAIR = re.compile(rf"(min|max|mean|median|percentile\((\d+(?:\.\d+)?)%\))\s*=?\s*({NUM})\s*(ms|s|us)?", re.I)
+THROUGHPUT = re.compile(rf"^throughput\s*:\s*({NUM})\s*qps", re.IGNORECASE)
+TRT7_STAT = re.compile(rf"^(min|max|mean|median)\s*:\s*({NUM})\s*(ms|s|us)\b", re.IGNORECASE)
+TRT7_E2E = re.compile(rf"\(end to end ({NUM})\s*(ms|s|us)\b", re.IGNORECASE)  # TensorRT 7 host latency lines
+TRT7_PCT = re.compile(rf"^percentile\s*:\s*({NUM})\s*(ms|s|us)\s*at\s*(\d+(?:\.\d+)?)%", re.IGNORECASE)
+TRT6 = re.compile(rf"Average over (\d+) runs is ({NUM}) ms(?:.*?(\d+)% percentile time is ({NUM}))?", re.I)
+WALLTIME = re.compile(rf"^(?:total host walltime|walltime)\s*:\s*({NUM})\s*(s|ms)", re.IGNORECASE)
 SCALE = {"ms": 1.0, "s": 1000.0, "us": 0.001, None: 1.0}
 
 
