@@ -85,13 +85,12 @@ def ensure_loadable(model: Path | GraphBytes, level: str, providers: Sequence[st
         if loads
         else "it crashes at every graph_optimization_level; report it to ONNX Runtime with the model"
     )
-    crash = native.Crash(
-        signal=native.signal_name(signum),
-        what=f"creating an ONNX Runtime {ort.__version__} session for {what} at graph_optimization_level {level}",
-        hint=hint,
-        model=what,
+    name = native.signal_name(signum)
+    raise native.NativeCrash(
+        f"native crash: ONNX Runtime {ort.__version__} dies of {name} ({native.SIGNALS.get(name, 'a crash')}) "
+        f"creating a session for {what} at graph_optimization_level {level} (tried in a separate process first, "
+        f"which alone died). Workaround: {hint}"
     )
-    raise native.NativeCrash(crash.error().replace("went on without it", "made it in a child process first"))
 
 
 def _child() -> int:
