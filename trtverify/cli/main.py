@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from trtverify import __version__
-from trtverify.cli.options import JUNIT, OUT, QUIET, TAKEN, Several, several_hint
+from trtverify.cli.options import ARGUMENTS, JUNIT, OUT, QUIET, TAKEN, Several, several_hint
 from trtverify.cli.run import execute, finish
 from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
 
@@ -25,8 +25,9 @@ def _fail(exc: TrtVerifyError) -> None:
     from trtverify.util.errors import SuiteError
 
     click.echo(str(exc) if isinstance(exc, SuiteError) else f"error: {exc}", err=True)
-    if exc.exit_code == EXIT_USAGE and several_hint():  # e.g. `--dim batch=8 cand.onnx`: the option took the model
-        click.echo(several_hint().strip(), err=True)
+    hint = several_hint(str(exc)) if exc.exit_code == EXIT_USAGE else ""
+    if hint:  # e.g. `--dim batch=8 cand.onnx`: the option took the model, and the error names it
+        click.echo(hint.strip(), err=True)
     sys.exit(exc.exit_code)
 
 
@@ -332,6 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a host process ignores it
         signal.signal(signal.SIGINT, _on_sigint)
     TAKEN.clear()
+    ARGUMENTS.clear()
     try:
         cli.main(args=argv, prog_name="trtverify", standalone_mode=False)
     except TrtVerifyError as exc:
@@ -343,8 +345,9 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted", err=True)
         _stop(130)
     except click.ClickException as exc:
-        if isinstance(exc, click.UsageError) and several_hint():
-            exc.message += several_hint()
+        if isinstance(exc, click.UsageError):
+            missing = isinstance(exc, click.MissingParameter) and isinstance(exc.param, click.Argument)
+            exc.message += several_hint(exc.format_message(), missing_argument=missing)
         exc.show()
         sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
     except Terminated:
