@@ -15,6 +15,7 @@ from trtverify.report.kinds import is_stage
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
+from trtverify.util.words import shorten
 
 if TYPE_CHECKING:  # the other stages' modules are imported where their results are present (report/kinds.py)
     from trtverify.buildlog.diff import BuildDiff
@@ -362,6 +363,11 @@ def run_summary(results: Results, quiet: bool = False) -> list[str]:
     return [*out, *lint_lines(results), verdict(results)]
 
 
+def _one_line(message: str, limit: int) -> str:
+    """A finding's message on one terminal line: whitespace joined, cut after a sentence or a word (' ...')."""
+    return shorten(" ".join(message.split()), limit)
+
+
 def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes: BuildDiff | None) -> list[str]:
     out = [
         f"{log}: {parsed.lines} lines, dialect {parsed.dialect or 'unknown'}, "
@@ -377,7 +383,7 @@ def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes:
             lines = ",".join(str(n) for n in list(f.lines)[:6]) + ("..." if len(f.lines) > 6 else "")
             layers = f" [{', '.join(list(f.layers)[:4])}{'...' if len(f.layers) > 4 else ''}]" if f.layers else ""
             count = f" x{f.count}" if f.count > 1 else ""
-            out.append(f"  {f.category}/{f.kind}{count} (line {lines}){layers}: {f.message[:160]}")
+            out.append(f"  {f.category}/{f.kind}{count} (line {lines}){layers}: {_one_line(f.message, 160)}")
     if parsed.layers:
         by: dict[str, int] = {}
         for layer in parsed.layers:
@@ -395,5 +401,5 @@ def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes:
         )
         for f in changes.new_findings:
             line = f.lines[0] if f.lines else "?"
-            out.append(f"  new finding {f.category}/{f.kind} (line {line}): {f.message[:120]}")
+            out.append(f"  new finding {f.category}/{f.kind} (line {line}): {_one_line(f.message, 120)}")
     return out
