@@ -19,6 +19,7 @@ from trtverify import __version__
 from trtverify.cli.options import ARGUMENTS, JUNIT, OUT, QUIET, TAKEN, Several, several_hint
 from trtverify.cli.run import execute, finish
 from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
+from trtverify.util.words import count, plural
 
 
 def _fail(exc: TrtVerifyError) -> None:
@@ -120,9 +121,11 @@ def run(
         if out_dir is None:
             out = default_out / "worst"
         override = worst_feeds(loaded, _worst_positions(load_results(source), source))
-        chosen_by = f"--samples worst: the {len(override)} sample(s) listed in {source}"
+        chosen_by = f"--samples worst: the {count(len(override), 'sample')} listed in {source}"
         if not quiet:
-            click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
+            click.echo(
+                f"samples: the {len(override)} worst {plural('sample', len(override))} listed in {source}", err=True
+            )
     if shard is not None and out_dir is None:
         out = out / f"shard-{shard.index}-of-{shard.count}"
     execute(

@@ -16,6 +16,8 @@ from typing import Any
 
 import click
 
+from trtverify.util.words import count
+
 _NEGATIVE = re.compile(r"^-\d")
 # (flag, words) of each use of a Several option in this process's command line, for error hints
 TAKEN: list[tuple[str, list[str]]] = []
@@ -80,7 +82,7 @@ def several_hint(error: str = "", *, missing_argument: bool = False) -> str:
         ]
     if not took:
         return ""
-    parts = "; ".join(f"{flag} took {len(w)} values: {' '.join(w)}" for flag, w in took)
+    parts = "; ".join(f"{flag} took {count(len(w), 'value')}: {' '.join(w)}" for flag, w in took)
     return (
         f"\nnote: {parts}. An option's values run up to the next option: put the command's arguments "
         "before the options, or end the values with --"

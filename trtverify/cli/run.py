@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from trtverify import __version__
+from trtverify.util.words import count
 
 
 class Progress:
@@ -45,7 +46,7 @@ class Progress:
                 sys.stderr.flush()
         elif (stage, what) not in self.seen:
             self.seen.add((stage, what))
-            click.echo(f"  {stage}: {what} on {total} sample(s)...", err=True)
+            click.echo(f"  {stage}: {what} on {count(total, 'sample')}...", err=True)
 
 
 def run_and_record(loaded: Any, out: Path, **kw: Any) -> Any:

@@ -8,7 +8,7 @@ import re
 _ES = re.compile(r"(?:s|x|z|ch|sh)$")
 
 
-def plural(word: str, n: float) -> str:
+def plural(word: str, n: float | None) -> str:
     """`word` as it goes with n: tensor -> tensors, batch -> batches, (a phrase: its last word) layer group ->
     layer groups. Nouns whose plural is not made that way are given as `singular|plural`: `is|are`."""
     if "|" in word:
