@@ -17,7 +17,7 @@ import click
 
 from trtverify import __version__
 from trtverify.cli.options import ARGUMENTS, JUNIT, OUT, QUIET, TAKEN, Several, several_hint
-from trtverify.cli.run import execute, finish
+from trtverify.cli.run import execute, finish, stopped_lines
 from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
 from trtverify.util.words import count, plural
 
@@ -329,6 +329,13 @@ def _stop(code: int) -> None:
     sys.exit(code)
 
 
+def _stopped(word: str, exc: BaseException | None) -> None:
+    """`interrupted`, then what the run kept and how to go on (cli/run.py stopped_lines), where a run had begun."""
+    click.echo(word, err=True)
+    for line in stopped_lines(exc):
+        click.echo(line, err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     import signal
 
@@ -343,9 +350,9 @@ def main(argv: list[str] | None = None) -> None:
         _fail(exc)
     except click.exceptions.Abort as exc:  # click turns KeyboardInterrupt (SIGINT, and our SIGTERM) into Abort
         if isinstance(exc.__cause__, Terminated):
-            click.echo("terminated (SIGTERM)", err=True)
+            _stopped("terminated (SIGTERM)", exc.__cause__)
             _stop(143)
-        click.echo("interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted", err=True)
+        _stopped("interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted", exc.__cause__)
         _stop(130)
     except click.ClickException as exc:
         if isinstance(exc, click.UsageError):
@@ -353,11 +360,11 @@ def main(argv: list[str] | None = None) -> None:
             exc.message += several_hint(exc.format_message(), missing_argument=missing)
         exc.show()
         sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
-    except Terminated:
-        click.echo("terminated (SIGTERM)", err=True)
+    except Terminated as exc:
+        _stopped("terminated (SIGTERM)", exc)
         _stop(143)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+    except KeyboardInterrupt as exc:
+        _stopped("interrupted", exc)
         _stop(130)
     except SystemExit:
         raise
