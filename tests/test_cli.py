@@ -283,6 +283,28 @@ def test_an_option_that_swallows_the_arguments_says_so():
     assert "--candidate took 2 values" in r.err and "end the values with --" in r.err
 
 
+def test_the_several_values_note_comes_only_where_it_explains_the_error(tmp_path: Path, tiny_suite: Path):
+    """A second run's refusal (another run writes to --out) said `note: --stage took 2 values` too: the note
+    is for an option that took the command's argument, not for every usage error after a several-valued option."""
+    import os
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / ".trtverify.lock").write_text(f"{os.getpid()}\n")  # a live process holds it: this test's own
+    r = run_cli("run", str(tiny_suite), "--out", str(out), "--stage", "framework", "layerwise")
+    assert r.code == 2 and "another trtverify run" in r.err and "is writing there" in r.err, r.err
+    assert "note:" not in r.err and "took 2 values" not in r.err, r.err
+
+    r = run_cli("run", str(tiny_suite), "--stage", "framework", "nosuch", "--out", str(tmp_path / "o"))
+    assert r.code == 2 and "nosuch: no such stage" in r.err and "note:" not in r.err, r.err
+
+    # the case it is for: --dim took the candidate model, and the error asks for a CANDIDATE
+    fp32, fp16 = (str(DEMO / f"fashion_cnn_{p}.onnx") for p in ("fp32", "fp16"))
+    r = run_cli("layerwise", fp32, "--dim", "batch=8", fp16, "--out", str(tmp_path / "o"))
+    assert r.code == 2 and "give a CANDIDATE model" in r.err, r.err
+    assert f"note: --dim took 2 values: batch=8 {fp16}" in r.err, r.err
+
+
 def test_quiet_prints_the_verdict_line_and_nothing_else(tmp_path: Path, tiny_suite: Path):
     """-q printed `results:` and `report:` on stderr; docs/cli.md says the verdict line only."""
     r = run_cli("run", str(tiny_suite), "--out", str(tmp_path / "o"), "-q", "--junit", str(tmp_path / "j.xml"))

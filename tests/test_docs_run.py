@@ -436,6 +436,55 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+_TORCH_INSTALL = re.compile(r"\bpip install\b.*(?:\[[\w,]*\btorch\b[\w,]*\]|\s['\"]?torch\b(?![\w-]))")
+NEAR = 3  # lines either side of a torch install within which its page must name PyTorch's CPU index
+
+
+def torch_installs_without_cpu_index(text: str) -> list[int]:
+    """Line numbers of `pip install` lines that install torch (`torch`, `torch==V`, an extra such as `.[torch]`)
+    with PyTorch's CPU index neither on the line nor within NEAR lines of it: on Linux x86_64 PyPI's torch is
+    the CUDA build (several GB), so every install line the docs show says how to get the CPU one (issue 36)."""
+    lines = text.splitlines()
+    return [
+        i + 1
+        for i, line in enumerate(lines)
+        if _TORCH_INSTALL.search(line) and not any(CPU_INDEX in near for near in lines[max(0, i - NEAR) : i + NEAR + 1])
+    ]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_torch_installs_name_the_cpu_build(page: Path):
+    bare = torch_installs_without_cpu_index(page.read_text(encoding="utf-8"))
+    assert not bare, f"{_rel(page)}: lines {bare} install torch without PyTorch's CPU index ({CPU_INDEX}) next to them"
+
+
+def test_the_readme_installs_the_cpu_torch_before_the_extra():
+    """The README's install block: the CPU index line, then `.[torch]`, which then keeps that torch."""
+    install = next(b for b in parse_page(ROOT / "README.md")[0] if any("pip install -e" in t for _, t in b.lines))
+    lines = [" ".join(_words(text)) for _, text in _command_lines(install)]  # comments dropped
+    cpu = next(i for i, text in enumerate(lines) if text.startswith("pip install torch ") and CPU_INDEX in text)
+    extra = next(i for i, text in enumerate(lines) if '".[torch]"' in text)
+    assert cpu < extra, lines
+    assert install.mark.get("skip"), "install lines need a skip with the reason"
+
+
+def test_torch_installs_are_found():
+    cases = {
+        'pip install -e ".[torch]"': [1],
+        'pip install "trtverify[torch,dev]"': [1],
+        "pip install torch==2.13.0 onnx": [1],
+        "pip install torch": [1],
+        "pip install torchvision-extra": [],
+        'pip install -e ".[trt]"': [],
+        f"pip install torch --index-url {CPU_INDEX}": [],
+        f'pip install torch --index-url {CPU_INDEX}\npip install -e ".[torch]"': [],
+        f'pip install torch --index-url {CPU_INDEX}\n\n\n\n\npip install -e ".[torch]"': [6],
+    }
+    for text, want in cases.items():
+        assert torch_installs_without_cpu_index(text) == want, text
+
+
 def test_synopsis_lines_become_commands():
     tokens = {"NAME": "perf", "N": "2", "I": "1", "DIR": "out"}
     assert (

@@ -124,6 +124,9 @@ def test_a_signal_mid_run_stops_with_what_ran_marked_incomplete(suite: Path, tmp
     assert time.monotonic() - t0 < 20, err
     assert proc.returncode == code, err
     assert ("terminated" if sig == signal.SIGTERM else "interrupted") in err and "Traceback" not in err
+    # it said only `interrupted`: now what was kept, and how to go on (issue 36)
+    assert f"{out / 'results.json'} keeps what ran, marked incomplete (done: layerwise passed; not run: e2e)" in err
+    assert f"trtverify run {suite} --stage e2e --out {out}-rest" in err and "run the same command again" in err
     res = json.loads((out / "results.json").read_text())
     assert res["complete"] is False and res["exit_code"] is None and res["passed"] is False
     assert _statuses(res) == {"layerwise": "passed", "e2e": "skipped"}
@@ -139,8 +142,9 @@ def test_a_signal_before_the_first_stage_ends_still_leaves_an_incomplete_results
         time.sleep(0.1)
     time.sleep(3)  # imports, preflight; then e2e sleeps in its preprocess hook
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143
+    assert "(no stage finished; not run: e2e)" in err and "--stage" not in err.split("terminated")[-1], err
     res = json.loads((out / "results.json").read_text())
     assert res["complete"] is False and _statuses(res) == {"e2e": "skipped"}
 

@@ -839,7 +839,7 @@ def test_inputs_that_make_the_reference_nonfinite_are_named(tmp_path: Path):
     r = run_cli("layerwise", str(demo / "fashion_cnn_fp32.onnx"), str(demo / "fashion_cnn_fp16.onnx"),
                 "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o"))  # fmt: skip
     assert r.code == 1
-    assert "the inputs hold NaN or inf values (input 'input' in sample(s) 1)" in r.out
+    assert "the inputs hold NaN or inf values (input 'input' in sample 1)" in r.out
     stage = json.loads((tmp_path / "o" / "results.json").read_text())["stages"][0]
     failed = [c for c in stage["checks"] if not c["passed"] and c["metric"] == "rel_l2"]
     assert failed and failed[0]["value"] is None and failed[0]["tensor"] == "/classifier/fc1/Gemm_output_0"

@@ -349,7 +349,7 @@ def test_the_modelopt_quantization_line_says_it_keeps_every_node_of_the_kept_typ
     out = exports(["conv1", "add2"], Path("r.onnx"), "int8", types)
     assert out["modelopt_quantization"] == "--nodes_to_exclude conv1 add2 --op_types_to_exclude_fp16 Add Conv"
     assert (
-        "every Add, Conv node in FP32: 8 node(s), 6 more than the 2 of the keep-list"
+        "every Add, Conv node in FP32: 8 nodes, 6 more than the 2 of the keep-list"
         in (out["modelopt_quantization_scope"])
     )
     lines = _exports(out)

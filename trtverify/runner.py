@@ -28,6 +28,7 @@ from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.stages.base import Progress, Shard, StageContext, StageError, StageResult, StageWork, no_progress
 from trtverify.util import native
 from trtverify.util.errors import EXIT_INTERNAL, MissingDependency, SuiteError, TrtVerifyError, UsageError
+from trtverify.util.words import plural
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,8 @@ def nonfinite_inputs(samples: Sequence[dict[str, Any]]) -> str | None:
     if not bad:
         return None
     where = "; ".join(
-        f"input '{n}' in sample(s) {', '.join(map(str, rows[:10]))}{' ...' if len(rows) > 10 else ''}"
+        f"input '{n}' in {plural('sample', len(rows))} {', '.join(map(str, rows[:10]))}"
+        + (" ..." if len(rows) > 10 else "")
         for n, rows in bad.items()
     )
     return (

@@ -95,6 +95,32 @@ def test_broken_model_is_a_backend_error(tmp_path: Path):
         BACKENDS.load("onnxruntime")(path).infer({"x": np.zeros(1, np.float32)})
 
 
+@pytest.mark.parametrize("content", [b"", b"hello\n", "truncated"], ids=["empty", "text", "truncated"])
+def test_an_unreadable_model_is_named_once(tmp_path: Path, content: bytes | str):
+    """`ONNX Runtime cannot load X: X: not a readable ONNX model`: the reader's own text starts with the path."""
+    path = tmp_path / "cand.onnx"
+    path.write_bytes((TINY / "tiny.onnx").read_bytes()[:200] if content == "truncated" else content)
+    with pytest.raises(BackendError) as info:
+        BACKENDS.load("onnxruntime")(path).load()
+    text = str(info.value)
+    assert (
+        text.startswith(f"ONNX Runtime cannot load {path}: not a readable ONNX model (")
+        and text.count("cand.onnx") == 1
+    )
+
+
+def test_cannot_load_says_the_path_once_whatever_form_the_error_gives():
+    from trtverify.backends.base import cannot_load
+
+    path = Path("models") / "m.onnx"
+    for said in (str(path), str(path.absolute()), "m.onnx"):
+        assert str(cannot_load("TensorRT", path, UsageError(f"{said}: too short"))) == (
+            f"TensorRT cannot load {path}: too short"
+        )
+    other = cannot_load("TensorRT", path, ValueError("external data outside the folder"))
+    assert str(other) == f"TensorRT cannot load {path}: external data outside the folder"
+
+
 def test_unavailable_provider_names_the_fix():
     b = BACKENDS.load("onnxruntime")(TINY / "tiny.onnx", OnnxRuntimeOptions(providers=["CUDAExecutionProvider"]))
     with pytest.raises(MissingDependency, match="onnxruntime-gpu") as info:

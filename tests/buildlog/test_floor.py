@@ -118,3 +118,60 @@ def test_no_log_with_an_error_or_warning_line_ends_with_zero_findings(path):
     reported = {line for f in log.findings for line in f.lines}
     missing = [r.first for r in marked if not any(x in reported for x in range(r.first, r.last + 1))]
     assert not missing, f"{path.name}: marked lines reported by nothing: {missing[:10]}"
+
+
+@pytest.mark.parametrize(
+    "message,want",
+    [
+        # Polygraphy's warning after `No shapes provided` (TensorRT-RTX logs of tests/data/buildlogs/rtx) read
+        # [to, tensor]: the words after `tensor` and `input` in a sentence are not names
+        (
+            "This will cause the tensor to have a static shape. If this is incorrect, please set the range of shapes "
+            "for this input tensor.",
+            [],
+        ),  # fmt: skip
+        ("Input tensor: input (dtype=DataType.FLOAT, shape=(-1, 3, 224, 224)) | No shapes provided", ["input"]),
+        ("Tensor DataType is determined at build time for tensors not marked as input or output.", []),
+        ("Layer   Time (ms)   Avg. Time (ms)", []),
+        ('CUDA lazy loading is not enabled. See "Lazy Loading" section of CUDA documentation', []),
+        ("ModelImporter.cpp:723: --- End node ---", []),
+        ("polygraphy convert model.onnx --int8 --output tmp.trt", []),
+        # names after the same words: identifiers, numbers, a capitalised name after a lower-case keyword
+        (
+            "Missing scale and zero-point for tensor /0/model.22/Squeeze_output_0, expect fall back",
+            ["/0/model.22/Squeeze_output_0"],
+        ),
+        ("Missing scale and zero-point for tensor 768, expect fall back to non-int8", ["768"]),
+        ("Default DLA is enabled but layer leaky_1 is not supported on DLA", ["leaky_1"]),
+        ("Default DLA is enabled but layer Embedding matrix is not supported on DLA", ["Embedding"]),
+        ("getPluginCreator could not find plugin OneHot version 1", ["OneHot"]),
+        ("Failed to parse onnx, In node 1143 (importFallbackPluginImporter)", ["1143"]),
+        ("Weights for layer 'conv 1 + relu' are subnormal", ["conv 1 + relu"]),
+    ],
+)
+def test_names_are_names_not_the_words_of_a_sentence(message: str, want: list[str]):
+    from trtverify.buildlog.floor import names
+
+    assert names(message) == want
+
+
+def test_a_long_message_is_cut_after_a_sentence_or_a_word_and_says_so():
+    """A warning of 420 characters was kept as its first 300 (`... same OS was used and version`), and parse-log
+    printed 160 (`See "Lazy Loading" section of C`): both cut mid-word, with nothing saying more followed."""
+    from trtverify.buildlog.floor import MESSAGE
+    from trtverify.report.text import buildlog_summary
+
+    words = "Check that the engine was not created using safety runtime, same OS was used and version compatibility"
+    text = f"[11/02/2023-10:00:00] [E] [TRT] 1: [stdArchiveReader.cpp::53] Error Code 1: Serialization ({words} " * 4
+    (f,) = _kinds(text.strip())["log_error"]
+    assert len(f.message) <= MESSAGE and f.message.endswith(" ...")
+    kept = f.message.removesuffix(" ...")
+    assert text.strip().split("[TRT] ", 1)[1].startswith(kept) and text.split("[TRT] ", 1)[1][len(kept)] == " "
+
+    lazy = (
+        "[03/05/2024-11:00:00] [W] CUDA lazy loading is not enabled. Enabling it can significantly reduce device "
+        'memory usage and speed up TensorRT initialization. See "Lazy Loading" section of CUDA documentation '
+        "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#lazy-loading"
+    )
+    (line,) = [ln for ln in buildlog_summary(Path("x.log"), parse(lazy), None, None) if "log_warning" in ln]
+    assert line.endswith("speed up TensorRT initialization. ..."), line

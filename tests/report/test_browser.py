@@ -365,3 +365,60 @@ def test_engine_layers_rows_and_log_layers_link_both_ways_in_chromium(browser: A
     browser.find_element("id", "pf-e1-l4").find_element("css selector", f'a[href="#lw-c{int8}-t3"]').click()
     assert browser.find_element("id", f"lw-c{int8}-t3").is_displayed()
     assert console_errors(browser) == []
+
+
+LONG = "StatefulPartitionedCall_functional_1_transformer_encoder_block_{i}_multi_head_attention_query_einsum_Einsum"
+
+
+@pytest.fixture(scope="module")
+def long_names_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Layerwise on a chain whose node and tensor names are 100+ characters without a '/' or '.' to break at (as
+    exporters that flatten scopes with '_' write them), against ONNX Runtime's FP16 conversion of it."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from tests.conftest import run_cli
+
+    tmp = tmp_path_factory.mktemp("long")
+    nodes, prev = [], "input_ids_embedding_output"
+    for i in range(6):
+        out = LONG.format(i=i) + "_output_0"
+        nodes.append(helper.make_node("Sigmoid" if i % 2 else "Relu", [prev], [out], name=LONG.format(i=i)))
+        prev = out
+    nodes.append(helper.make_node("Identity", [prev], ["logits"], name="final_identity"))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("input_ids_embedding_output", TensorProto.FLOAT, [1, 4, 768])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4, 768])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(tmp / "long.onnx"))
+    onnx.save(convert_float_to_float16(model, keep_io_types=True), str(tmp / "long_fp16.onnx"))
+    r = run_cli("layerwise", str(tmp / "long.onnx"), str(tmp / "long_fp16.onnx"), "--out", str(tmp / "out"), "-q")
+    assert r.code == 0, r.out + r.err
+    return tmp / "out"
+
+
+def test_long_tensor_names_wrap_instead_of_widening_a_1400_px_window(browser: Any, long_names_run: Path):
+    """The tensor table overflowed a 1400 px window: a node name with no break opportunity set the width of its
+    column. Every table, its folded parts opened, fits the window's width."""
+    browser.set_window_size(1400, 900)
+    browser.get((long_names_run / "report.html").resolve().as_uri())
+    widths = browser.execute_script(
+        """
+        document.querySelectorAll('details').forEach(d => d.open = true);
+        const de = document.documentElement;
+        return {page: de.scrollWidth, window: de.clientWidth,
+                tables: Array.from(document.querySelectorAll('table')).map(t => [t.id || t.className,
+                                                                            Math.ceil(t.getBoundingClientRect().right)])};
+        """
+    )
+    assert widths["window"] > 1300 and widths["page"] <= widths["window"], widths
+    assert any(name.startswith("lw-table") for name, _ in widths["tables"]), widths
+    assert [t for t in widths["tables"] if t[1] > widths["window"]] == [], widths
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.execute_script("document.querySelector('table.tensors').scrollIntoView()")
+    browser.save_screenshot(str(ARTIFACTS / "report-long-names-1400.png"))
+    browser.set_window_size(1366, 900)

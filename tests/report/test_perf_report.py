@@ -96,7 +96,7 @@ def test_engines_show_precision_mix_reformats_findings_and_layer_bars(demo: dict
     segs = re.findall(r'<span class="(p-[a-z0-9]+)" style="width: ([\d.]+)%" title="([^"]+)">', mix)
     assert [(c, t) for c, _, t in segs] == [("p-fp32", "FP32: 2"), ("p-fp16", "FP16: 3"), ("p-int8", "INT8: 32")]
     assert sum(float(w) for _, w, _ in segs) == pytest.approx(100, abs=0.05)
-    assert "12 layer(s), 0.279 ms = 25.4% of the engine's time" in qat
+    assert "12 layers, 0.279 ms = 25.4% of the engine's time" in qat
     # findings, medium first, their layers linked to the layer rows
     kinds = re.findall(r'<tr class="sev-(\w+)"><td>\w+</td><td><code>(\w+)</code>', qat)
     assert kinds[:3] == [
@@ -123,7 +123,7 @@ def test_diff_bars_put_a_against_b_largest_delta_first_and_say_what_is_hidden(de
     assert len(engines[2]["diff"]["rows"]) == 58
     bars = re.findall(r"<tr>\s*<td class=\"name\">(.*?)</tr>", table(qat, "pf-e2-diff"), re.S)
     assert len(bars) == MAX_DIFF_BARS
-    assert f"{58 - MAX_DIFF_BARS} more group(s) with a smaller |Δ| are not shown (all 58" in qat
+    assert f"{58 - MAX_DIFF_BARS} more groups with a smaller |Δ| are not shown (all 58" in qat
     deltas = [float(d) for d in re.findall(r'<td class="num (?:slower|faster)">([+-][\d.]+)</td>', qat)]
     assert deltas == sorted(deltas, key=lambda d: -abs(d)) and deltas[0] == pytest.approx(0.202, abs=1e-3)
     first = bars[0]

@@ -79,7 +79,7 @@ def test_layerwise_on_the_worst_samples_of_the_e2e_run(demo_run, tmp_path: Path)
         str(tmp_path / "w"),
     )
     assert r.code in (0, 1), r.out + r.err
-    assert f"the {len(worst)} worst sample(s)" in r.err
+    assert f"the {len(worst)} worst samples" in r.err
     lw = json.loads((tmp_path / "w" / "results.json").read_text())["stages"][0]
     # every listed sample is fed, although the suite's layerwise stage says samples: 4 (issue 26: it cut them)
     assert len(worst) > 4 and lw["name"] == "layerwise" and lw["samples"] == len(worst)

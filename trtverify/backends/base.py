@@ -119,6 +119,17 @@ def check_feed(feed: Feed, declared: dict[str, TensorMeta], model: str) -> None:
         raise BackendError(f"{model}: feed {why}")
 
 
+def cannot_load(who: str, path: Path, exc: BaseException) -> BackendError:
+    """`WHO cannot load PATH: why`, the path said once: an error whose text starts with the path (a reader's
+    `PATH: not a readable ONNX model (...)`) gives only what follows it."""
+    why = str(exc)
+    for said in dict.fromkeys((str(path), str(Path(path).absolute()), Path(path).name)):
+        if why.startswith(f"{said}: "):
+            why = why[len(said) + 2 :]
+            break
+    return BackendError(f"{who} cannot load {path}: {why}")
+
+
 def cast_float(name: str, arr: np.ndarray, want: str, casts: dict[str, tuple[str, str]]) -> np.ndarray | None:
     """float -> float casts to the declared input type (the documented normalisation; FP16
     converters may change input types); recorded in `casts`. None when no float cast applies."""
@@ -130,4 +141,4 @@ def cast_float(name: str, arr: np.ndarray, want: str, casts: dict[str, tuple[str
     return None
 
 
-__all__ = ["Backend", "Capabilities", "Feed", "candidate_backend", "cast_float", "check_feed"]
+__all__ = ["Backend", "Capabilities", "Feed", "candidate_backend", "cannot_load", "cast_float", "check_feed"]

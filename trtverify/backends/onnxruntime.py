@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from trtverify.backends.base import Backend, Capabilities, Feed, cast_float, check_feed
+from trtverify.backends.base import Backend, Capabilities, Feed, cannot_load, cast_float, check_feed
 from trtverify.backends.ortprobe import LEVELS, ensure_loadable
 from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.graph.lightmodel import EXTERNAL_FOLDER, GraphBytes, LightModel
@@ -80,9 +80,9 @@ class OnnxRuntimeBackend(Backend):
                 check_graph(self.model_path)  # a clear error for a file that is missing, not ONNX, cyclic or short
                 light = LightModel(self.model_path)
             except UsageError as exc:  # unreadable or not ONNX: the model under test is broken
-                raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
+                raise cannot_load("ONNX Runtime", self.model_path, exc) from exc
             except ValueError as exc:  # external data outside the model's folder
-                raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
+                raise cannot_load("ONNX Runtime", self.model_path, exc) from exc
         self.source_graph = light
         kinds = self._emulated_kinds()
         if kinds and holds(light.model, kinds):

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from trtverify.backends.base import Backend, Capabilities, Feed, cast_float, check_feed
+from trtverify.backends.base import Backend, Capabilities, Feed, cannot_load, cast_float, check_feed
 from trtverify.backends.tensorrt_support import (
     calibration_feeds,
     captured_log,
@@ -142,7 +142,7 @@ class TensorRTBackend(Backend):
             try:
                 model = load_onnx(self.model_path, with_weights=False)
             except UsageError as exc:  # unreadable or not ONNX: the model under test is broken
-                raise BackendError(f"{self.name} cannot load {self.model_path}: {exc}") from exc
+                raise cannot_load(self.name, self.model_path, exc) from exc
             self._inputs, self._outputs = graph_io(model)
             self._onnx_names = [t for n in model.graph.node for t in n.output if t]
             self._qdq = holds_qdq(model)

@@ -15,6 +15,7 @@ from typing import Any
 
 from trtverify.buildlog.findings import Hit, Rule, _msg
 from trtverify.buildlog.lines import LogRecord
+from trtverify.util.words import count
 
 # --- dla_layers: "Layers running on DLA / GPU" listings --------------------------------------
 
@@ -71,7 +72,7 @@ def rule_dla_layers(records: list[LogRecord]) -> Iterator[Hit]:
     def emit() -> Iterator[Hit]:
         if cur is not None and cur["dla"]:
             d = {"dla": cur["dla"], "gpu": cur["gpu"]}
-            msg = f"{len(cur['dla'])} layers on DLA, {len(cur['gpu'])} on GPU"
+            msg = f"{count(len(cur['dla']), 'layer')} on DLA, {len(cur['gpu'])} on GPU"
             yield Hit("dla_layers", "fallback", "info", msg, cur["line"], tuple(cur["gpu"]), d)
 
     for r in records:

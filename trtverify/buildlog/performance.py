@@ -11,6 +11,7 @@ import re
 from trtverify.buildlog.findings import Hit
 from trtverify.toolout.perfsummary import perf_summaries
 from trtverify.toolout.tables import parse_layer_listings, parse_profile_tables
+from trtverify.util.words import count
 
 SUMMARY_LINE = re.compile(
     r"(?:Throughput: [-+0-9.eE]+ qps|\b(?:Latency|GPU Compute Time|Host Latency|Enqueue Time)\b.*\b(?:min|mean)\b|"
@@ -76,7 +77,7 @@ def hits(text: str) -> list[Hit]:
             "rows": [[r.name, r.avg_ms, r.percent] for r in table.rows[:MAX_ROWS]],
         }
         slowest = ", ".join(f"{r.name[:60]} {r.avg_ms:g} ms" for r in top[:3])
-        head = f"per-layer profile ({table.format}): {len(table.rows)} layers"
+        head = f"per-layer profile ({table.format}): {count(len(table.rows), 'layer')}"
         message = f"{head}, total {total:g} ms; slowest: {slowest}" if total is not None else f"{head}; {slowest}"
         start = _table_line(lines, table.line)
         end = table.line + len(table.rows) + (1 if table.total is not None else 0)  # the rows follow the header
@@ -87,6 +88,6 @@ def hits(text: str) -> list[Hit]:
             continue  # detailed and build-log listings are the parse's engine layer table (BuildLog.layers)
         first = min((layer.line for layer in listing.layers if layer.line), default=1)
         detail = {"format": listing.format, "layers": len(listing.layers), "bindings": listing.bindings[:50]}
-        message = f"engine layer listing ({listing.format}): {len(listing.layers)} layers"
+        message = f"engine layer listing ({listing.format}): {count(len(listing.layers), 'layer')}"
         out.append(Hit("layer_listing", "performance", "info", message, first, (), detail, key=f"layers:{first}"))
     return out

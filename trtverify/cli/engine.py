@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from trtverify.cli.options import Several
+from trtverify.util.words import count
 
 EXPORTS = click.Path(path_type=Path, exists=True)
 
@@ -30,7 +31,9 @@ def audit(paths: tuple[Path, ...], as_json: bool) -> None:
         return
     total = f"{a.total_ms:.3f} ms" if a.total_ms is not None else "no profile"
     mix = ", ".join(f"{k} {v}" for k, v in a.precisions.items())
-    click.echo(f"{a.layers} engine layers ({mix}); {a.reformat_layers} reformat layers; total {total}")
+    click.echo(
+        f"{count(a.layers, 'engine layer')} ({mix}); {count(a.reformat_layers, 'reformat layer')}; total {total}"
+    )
     if a.io_tensors:
         shown = [
             f"{t.name} ({', '.join(str(x) for x in (t.mode, t.dtype, t.dimensions) if x is not None)})"
@@ -68,6 +71,6 @@ def diff(a_paths: tuple[Path, ...], b_paths: tuple[Path, ...], as_json: bool) ->
         click.echo(to_json(d.dump()))
         return
     ta, tb = (f"{t:.3f} ms" if t is not None else "no timing" for t in (d.total_a_ms, d.total_b_ms))
-    click.echo(f"A {ta}, B {tb}, {len(d.rows)} layer groups")
+    click.echo(f"A {ta}, B {tb}, {count(len(d.rows), 'layer group')}")
     for f in d.findings:
         click.echo(f"  [{f.severity}] {f.kind}: {f.message}")

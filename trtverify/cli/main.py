@@ -16,17 +16,19 @@ from typing import Any
 import click
 
 from trtverify import __version__
-from trtverify.cli.options import JUNIT, OUT, QUIET, TAKEN, Several, several_hint, unclaimed_folder
-from trtverify.cli.run import execute, finish
+from trtverify.cli.options import ARGUMENTS, JUNIT, OUT, QUIET, TAKEN, Several, several_hint, unclaimed_folder
+from trtverify.cli.run import execute, finish, stopped_lines
 from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
+from trtverify.util.words import count, plural
 
 
 def _fail(exc: TrtVerifyError) -> None:
     from trtverify.util.errors import SuiteError
 
     click.echo(str(exc) if isinstance(exc, SuiteError) else f"error: {exc}", err=True)
-    if exc.exit_code == EXIT_USAGE and several_hint():  # e.g. `--dim batch=8 cand.onnx`: the option took the model
-        click.echo(several_hint().strip(), err=True)
+    hint = several_hint(str(exc)) if exc.exit_code == EXIT_USAGE else ""
+    if hint:  # e.g. `--dim batch=8 cand.onnx`: the option took the model, and the error names it
+        click.echo(hint.strip(), err=True)
     sys.exit(exc.exit_code)
 
 
@@ -121,14 +123,14 @@ def run(
         if out_dir is None or from_results is None:  # --out names the e2e run's folder: OUT/worst
             out = out / "worst"
         override = worst_feeds(loaded, _worst_positions(load_results(source), source))
-        chosen_by = f"--samples worst: the {len(override)} sample(s) listed in {source}"
+        chosen_by = f"--samples worst: the {count(len(override), 'sample')} listed in {source}"
     if shard is not None and out_dir is None:
         out = out / f"shard-{shard.index}-of-{shard.count}"
     if out != out_dir:  # a folder --out did not name: never another suite's results
         chosen = "its out: folder" if loaded.suite.out else "its default folder"
         unclaimed_folder(out, loaded.path, chosen=chosen, hint=f" (or set out: in {loaded.path})")
     if override is not None and not quiet:
-        click.echo(f"samples: the {len(override)} worst sample(s) listed in {source}", err=True)
+        click.echo(f"samples: the {len(override)} worst {plural('sample', len(override))} listed in {source}", err=True)
     execute(
         loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard, update_baseline, chosen_by
     )
@@ -360,6 +362,13 @@ def _stop(code: int) -> None:
     sys.exit(code)
 
 
+def _stopped(word: str, exc: BaseException | None) -> None:
+    """`interrupted`, then what the run kept and how to go on (cli/run.py stopped_lines), where a run had begun."""
+    click.echo(word, err=True)
+    for line in stopped_lines(exc):
+        click.echo(line, err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     import signal
 
@@ -372,26 +381,28 @@ def main(argv: list[str] | None = None) -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a host process ignores it
         signal.signal(signal.SIGINT, _on_sigint)
     TAKEN.clear()
+    ARGUMENTS.clear()
     try:
         cli.main(args=argv, prog_name="trtverify", standalone_mode=False)
     except TrtVerifyError as exc:
         _fail(exc)
     except click.exceptions.Abort as exc:  # click turns KeyboardInterrupt (SIGINT, and our SIGTERM) into Abort
         if isinstance(exc.__cause__, Terminated):
-            click.echo("terminated (SIGTERM)", err=True)
+            _stopped("terminated (SIGTERM)", exc.__cause__)
             _stop(143)
-        click.echo("interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted", err=True)
+        _stopped("interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted", exc.__cause__)
         _stop(130)
     except click.ClickException as exc:
-        if isinstance(exc, click.UsageError) and several_hint():
-            exc.message += several_hint()
+        if isinstance(exc, click.UsageError):
+            missing = isinstance(exc, click.MissingParameter) and isinstance(exc.param, click.Argument)
+            exc.message += several_hint(exc.format_message(), missing_argument=missing)
         exc.show()
         sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
-    except Terminated:
-        click.echo("terminated (SIGTERM)", err=True)
+    except Terminated as exc:
+        _stopped("terminated (SIGTERM)", exc)
         _stop(143)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+    except KeyboardInterrupt as exc:
+        _stopped("interrupted", exc)
         _stop(130)
     except SystemExit:
         raise

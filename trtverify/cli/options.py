@@ -16,9 +16,12 @@ from typing import Any
 
 import click
 
+from trtverify.util.words import count
+
 _NEGATIVE = re.compile(r"^-\d")
 # (flag, words) of each use of a Several option in this process's command line, for error hints
 TAKEN: list[tuple[str, list[str]]] = []
+ARGUMENTS: list[str] = []  # the argument names (SUITE, CANDIDATES) of the command those options belong to
 
 
 class Several(click.Option):
@@ -30,6 +33,7 @@ class Several(click.Option):
 
     def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
         super().add_to_parser(parser, ctx)
+        ARGUMENTS[:] = [p.human_readable_name.upper() for p in ctx.command.params if isinstance(p, click.Argument)]
         if not getattr(parser, "_trtverify_explicit", False):  # `--check=VALUE` is one value: note the '='
             match = parser._match_long_opt
 
@@ -62,12 +66,23 @@ class Several(click.Option):
         return take
 
 
-def several_hint() -> str:
-    """For a usage error: which options took several words (the likely cause of a missing argument)."""
+def several_hint(error: str = "", *, missing_argument: bool = False) -> str:
+    """For a usage error: which options took several words, where that explains the error: an argument is
+    missing (click says so), or an option took, after its first value, an existing file or folder (what the
+    command's arguments are) and the error names that word or one of the command's arguments (`give a CANDIDATE
+    model`). '' otherwise: a refusal that has nothing to do with the options (another run writes to --out,
+    an unknown stage) gets no hint."""
     took = [(flag, words) for flag, words in TAKEN if len(words) > 1]
+    if not missing_argument:
+        about_arguments = any(re.search(rf"\b{re.escape(a.rstrip('S'))}S?\b", error) for a in ARGUMENTS)
+        took = [
+            (flag, words)
+            for flag, words in took
+            if any(Path(w).exists() and (about_arguments or _names(error, w)) for w in words[1:])
+        ]
     if not took:
         return ""
-    parts = "; ".join(f"{flag} took {len(w)} values: {' '.join(w)}" for flag, w in took)
+    parts = "; ".join(f"{flag} took {count(len(w), 'value')}: {' '.join(w)}" for flag, w in took)
     return (
         f"\nnote: {parts}. An option's values run up to the next option: put the command's arguments "
         "before the options, or end the values with --"
@@ -92,6 +107,11 @@ class OnnxFile(click.Path):
         except UsageError as exc:
             self.fail(str(exc), param, ctx)
         return path
+
+
+def _names(text: str, word: str) -> bool:
+    """`text` names `word` (or, for a path, its file name) as a whole word, not inside another."""
+    return any(re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", text) for w in {word, Path(word).name} if w.strip("."))
 
 
 # options several commands share, defined once

@@ -4,8 +4,10 @@ here, so nothing imports the module that registers them (cli/main.py)."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import click
 from trtverify import __version__
 from trtverify.util import native
 from trtverify.util.errors import TrtVerifyError
+from trtverify.util.words import count
 
 
 class Progress:
@@ -47,7 +50,7 @@ class Progress:
                 sys.stderr.flush()
         elif (stage, what) not in self.seen:
             self.seen.add((stage, what))
-            click.echo(f"  {stage}: {what} on {total} sample(s)...", err=True)
+            click.echo(f"  {stage}: {what} on {count(total, 'sample')}...", err=True)
 
 
 def run_and_record(loaded: Any, out: Path, **kw: Any) -> Any:
@@ -59,7 +62,11 @@ def run_and_record(loaded: Any, out: Path, **kw: Any) -> Any:
     earlier = _earlier(Path(out))
     recorder = Recorder(loaded, Path(out), kw.get("shard"), earlier)
     done = earlier.stages[: native.resume().results["done"]] if earlier is not None else []  # type: ignore[index]
-    run_suite(loaded, Path(out), recorder, done=done, **kw)
+    try:
+        run_suite(loaded, Path(out), recorder, done=done, **kw)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: what was kept, for the message main() prints
+        exc.trtverify_stopped = Stopped(recorder.path, recorder.written, loaded.path, kw.get("shard"))  # type: ignore[attr-defined]
+        raise
     assert recorder.written is not None  # the runner tells its sink at least once, whatever happens
     return recorder.written
 
@@ -78,6 +85,50 @@ def _earlier(out: Path) -> Any:
     except TrtVerifyError:
         return None
     return earlier if earlier.started == written.get("started") else None
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Where a run stopped by a signal left its results: results.json, what it holds, the suite and shard run."""
+
+    results_path: Path
+    results: Any  # the Results last written (every stage: done, or "not run yet"), None if none was
+    suite: Path
+    shard: Any = None
+
+    def lines(self) -> list[str]:
+        """What was kept and how to go on, for the terminal."""
+        from trtverify.results.record import NOT_RUN
+
+        if self.results is None:
+            return ["nothing was written; run the same command again"]
+        done, not_run, names = [], [], []
+        for s in self.results.stages:
+            label = f"{s.name} at {s.shape}" if s.shape else s.name
+            if s.status == "skipped" and NOT_RUN in s.notes:
+                not_run.append(label)
+                names.append(s.name)
+            else:
+                done.append(f"{label} {s.status}")
+        held = [f"done: {', '.join(done)}" if done else "no stage finished"]
+        held += [f"not run: {', '.join(not_run)}"] if not_run else []
+        out = [f"{self.results_path} keeps what ran, marked incomplete ({'; '.join(held)})"]
+        again = "run the same command again (every stage runs anew, and replaces that results.json)"
+        if not (done and not_run):
+            return [*out, f"to go on: {again}"]
+        shard = f" --shard {self.shard}" if self.shard is not None else ""
+        rest = shlex.quote(f"{self.results_path.parent}-rest")
+        only = (
+            f"trtverify run {shlex.quote(str(self.suite))} --stage {' '.join(dict.fromkeys(names))}{shard} --out {rest}"
+        )
+        return [*out, f"to go on: {again}; or only what did not run, into another folder: {only}"]
+
+
+def stopped_lines(exc: BaseException | None) -> list[str]:
+    """For a run stopped by Ctrl-C or SIGTERM: the results.json kept, the stages done and not run, how to go on;
+    [] where the signal came before a run began."""
+    stopped = getattr(exc, "trtverify_stopped", None)
+    return stopped.lines() if isinstance(stopped, Stopped) else []
 
 
 def execute(

@@ -14,6 +14,7 @@ from trtverify.config.models import GeneratedInput
 from trtverify.graph.onnxinfo import TensorMeta, feed_mismatch, graph_io, load_io, shape_matches
 from trtverify.util.errors import Problem, SuiteError, UsageError
 from trtverify.util.hooks import load_hook
+from trtverify.util.words import count
 
 DEFAULT_GENERATED_SAMPLES = 4
 
@@ -191,7 +192,8 @@ def _from_file(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta] | None = 
             raise loaded_error(
                 loaded,
                 ("inputs", "samples"),
-                f"asks for {cfg.samples} samples of batch {batch} but {path.name} holds {total} rows ({n} samples)",
+                f"asks for {count(cfg.samples, 'sample')} of batch {batch} but {path.name} holds "
+                f"{count(total, 'row')} ({count(n, 'sample')})",
             )
         n = cfg.samples
     if n == 0:

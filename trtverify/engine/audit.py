@@ -31,6 +31,7 @@ from trtverify.toolout.tables import (
 )
 from trtverify.util.errors import UsageError
 from trtverify.util.record import Record
+from trtverify.util.words import count, plural
 
 TOP = 5
 MAX_LOG = 64 << 20
@@ -162,7 +163,8 @@ def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFindi
                 kind="below_requested_precision",
                 severity="medium",
                 layers=below,
-                message=f"{len(below)} layers with weights run in higher precision than INT8 in an INT8 engine",
+                message=f"{count(len(below), 'layer')} with weights {plural('runs|run', len(below))} in higher "
+                "precision than INT8 in an INT8 engine",
             )
         )
     misaligned: list[tuple[str, str]] = []

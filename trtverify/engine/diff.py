@@ -10,6 +10,7 @@ from pydantic import Field
 from trtverify.engine.audit import Audit, EngineFinding, audit_layers, engine_layers
 from trtverify.engine.exports import EngineLayer
 from trtverify.util.record import Record
+from trtverify.util.words import count
 
 RANKED = 5
 
@@ -146,7 +147,7 @@ def _structure(a: Audit, b: Audit, rows: list[DiffRow], timed: bool) -> list[Eng
         na, nb = len(fa.layers) if fa else 0, len(fb.layers) if fb else 0
         if na != nb:
             severity = "medium" if nb > na else "info"
-            message = f"{na} layers in A, {nb} in B"
+            message = f"{count(na, 'layer')} in A, {nb} in B"
             out.append(EngineFinding(kind=kind, severity=severity, layers=fb.layers if fb else [], message=message))
     if a.precisions != b.precisions:
         out.append(EngineFinding(kind="precision_mix", severity="info", layers=[],

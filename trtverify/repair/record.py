@@ -18,6 +18,7 @@ from trtverify.repair.search import Search
 from trtverify.stages.layerwise.reference import infer_with_feed
 from trtverify.util.errors import BackendError
 from trtverify.util.record import Record, omitted
+from trtverify.util.words import count
 
 LATENCY_RUNS = 20
 
@@ -141,7 +142,7 @@ def exports(
     if names and kinds:
         of_kinds = sum(1 for t in (op_types or {}).values() if t in kinds)
         out["modelopt_quantization_scope"] = (
-            f"--op_types_to_exclude_fp16 keeps every {', '.join(kinds)} node in FP32: {of_kinds} node(s), "
+            f"--op_types_to_exclude_fp16 keeps every {', '.join(kinds)} node in FP32: {count(of_kinds, 'node')}, "
             f"{of_kinds - len(names)} more than the {len(names)} of the keep-list (ModelOpt's quantizer excludes "
             "from FP16 by op type only); the repaired ONNX keeps exactly the keep-list"
         )

@@ -16,6 +16,7 @@ from trtverify.repair.evaluate import Reference, evaluate
 from trtverify.repair.record import RepairRecord, checked, cost, record, with_latency
 from trtverify.repair.search import Progress, search
 from trtverify.util.fsutil import atomic_write_text, to_json
+from trtverify.util.words import count
 
 
 def repair(
@@ -70,7 +71,7 @@ def _repair(
 
     # one reference pass for the search's rows and the held-out ones (their activation ranges stay unseen by the
     # search); on disk when all of it does not fit half the memory budget
-    progress(f"reference: {len(samples) + len(holdout)} row(s)")
+    progress(f"reference: {count(len(samples) + len(holdout), 'row')}")
     ref = Reference.run(reference, [*samples, *holdout], work, search_rows=len(samples))
     result = search(
         reference,
@@ -111,7 +112,7 @@ def _repair(
     _write(out, rec.model_copy(update={"pending": list(_LATER)}))
     verified = None
     if holdout:
-        progress(f"verifying the repaired model on {len(holdout)} held-out row(s)")
+        progress(f"verifying the repaired model on {count(len(holdout), 'held-out row')}")
         verified = evaluate(ref, repaired, holdout, checks, tensors, tuple(result.keep), first=len(samples))
         if extra is not None and verified.passed:  # the e2e gates are the validation set's: same on every row split
             verified.failed += extra(repaired)

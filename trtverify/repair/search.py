@@ -37,6 +37,7 @@ from trtverify.lint.linter import precision_parts
 from trtverify.lint.reference_constants import reference_constant_findings
 from trtverify.repair.evaluate import Evaluation, Reference, evaluate
 from trtverify.util.errors import UsageError
+from trtverify.util.words import count
 
 Progress = Callable[[str], None]
 
@@ -199,7 +200,9 @@ def search(
                 ev.failed += extra(lowering.save(model, graph.name))
                 ev.passed = not ev.failed
             steps.append(ev)
-            progress(f"evaluation {len(steps)}: keep {len(keep)} node(s): {'passes' if ev.passed else ev.failed[0]}")
+            progress(
+                f"evaluation {len(steps)}: keep {count(len(keep), 'node')}: {'passes' if ev.passed else ev.failed[0]}"
+            )
             return ev
 
         before = run([])
@@ -208,7 +211,7 @@ def search(
             _grow_and_shrink(ref, lowering, quantized, out, run, max_evaluations)
         except KeyboardInterrupt as exc:  # the best keep-list so far is reported (repair.json), then it goes on up
             out.interrupted = exc
-            out.stopped = f"interrupted after {len(steps)} evaluation(s)"
+            out.stopped = f"interrupted after {count(len(steps), 'evaluation')}"
         best = min(steps, key=_rank)
         out.keep, out.passed, out.after = list(best.keep), best.passed, best
         out.model = lowering.model(out.keep)
@@ -239,7 +242,7 @@ def _grow_and_shrink(
             if nxt is None:
                 rest = [n for n in lowering.labels if n in quantized and n not in keep]
                 if not rest:
-                    out.stopped = f"every one of the {len(quantized)} lowered node(s) is kept and it still fails"
+                    out.stopped = f"every one of the {count(len(quantized), 'lowered node')} is kept and it still fails"
                     break
                 # no single node shows added error (the failure is spread, or at the outputs alone): the rest
                 # in topological order, so the search ends on a keep-list that passes if any does
@@ -247,7 +250,9 @@ def _grow_and_shrink(
             keep.append(nxt)
             ev = run(keep)
         if not ev.passed and not out.stopped:
-            out.stopped = f"the budget of {max_evaluations} evaluations ran out (stages.repair.max_evaluations)"
+            out.stopped = (
+                f"the budget of {count(max_evaluations, 'evaluation')} ran out (stages.repair.max_evaluations)"
+            )
         if ev.passed:
             for node in reversed(list(keep)):
                 if len(steps) >= max_evaluations:

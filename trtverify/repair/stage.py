@@ -20,6 +20,7 @@ from trtverify.repair.run import repair
 from trtverify.stages.base import StageContext, StageResult, Status, status_of
 from trtverify.stages.e2e.stage import gate_checks, task_metrics
 from trtverify.util.record import optional
+from trtverify.util.words import count
 
 NAME = "repair"
 
@@ -151,7 +152,7 @@ def run(ctx: StageContext) -> RepairResult:
     if rec.verified is not None:  # the pass must hold on rows the search did not use
         checks.append(
             limit_check(
-                f"repaired {cfg.precision}: passes on {len(holdout)} held-out row(s)",
+                f"repaired {cfg.precision}: passes on {count(len(holdout), 'held-out row')}",
                 NAME,
                 "holdout_failures",
                 len(rec.verified.failed),
@@ -160,8 +161,7 @@ def run(ctx: StageContext) -> RepairResult:
                 detail={"failed": rec.verified.failed[:10]},
             )
         )
-    n = rec.evaluations
-    notes = [f"keep in FP32: {', '.join(rec.keep) or 'nothing'} ({n} evaluation{'s' if n != 1 else ''})"]
+    notes = [f"keep in FP32: {', '.join(rec.keep) or 'nothing'} ({count(rec.evaluations, 'evaluation')})"]
     if rec.stopped:
         notes.append(f"no keep-list passed: {rec.stopped}; the best one is reported")
     models = {"reference": "the reference", "before": "the lowered model", "after": "the repaired model"}

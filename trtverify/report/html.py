@@ -22,6 +22,7 @@ from trtverify.report.text import cause_text, divergence_text, high_lint, latenc
 from trtverify.results.models import Results
 from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row, SuspectHistogram
 from trtverify.util.fsutil import WriteError, atomic_write, atomic_write_text, user_cache_dir
+from trtverify.util.words import count, plural
 
 _HERE = Path(__file__).parent
 _TEMPLATES = _HERE / "templates"
@@ -281,6 +282,8 @@ def render(results: Results) -> str:
     env.filters["repair_chart"] = repair_chart
     env.filters["ms"] = lambda v: f"{v:.3f}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)
     env.filters["rate"] = lambda v: f"{v:,.0f}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)
+    env.filters["counted"] = count  # {{ n | counted("tensor") }}: 1 tensor, 2 tensors
+    env.filters["plural"] = plural  # {{ "check" | plural(n) }}
     env.filters["pct"] = lambda v: f"{v:.1%}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)
     stages = results.stages
     to_rows, to_layers = build_links(stages)

@@ -7,6 +7,7 @@ from trtverify.engine.audit import EngineFinding
 from trtverify.report.format import fmt
 from trtverify.report.perfview import reformat_share
 from trtverify.stages.perf import EngineEntry, PerfResult, PerfRow
+from trtverify.util.words import count
 
 INDENT = " " * 10
 MEDIUM = SEVERITY_RANK["medium"]
@@ -66,7 +67,7 @@ def engine_lines(e: EngineEntry) -> list[str]:
     if rf["ms"] is not None:
         reformat += f" = {rf['ms']:.3f} ms ({rf['share']:.1%})" if rf["share"] is not None else f" = {rf['ms']:.3f} ms"
     total = f"total {a.total_ms:.3f} ms" if a.total_ms is not None else "no profile"
-    line = f"{INDENT}engine {e.name}: {a.layers} layers ({mix}), {reformat}, {total}"
+    line = f"{INDENT}engine {e.name}: {count(a.layers, 'layer')} ({mix}), {reformat}, {total}"
     serious = _serious(a.findings)
     if serious:
         for sev in sorted({f.severity for f in serious}, key=SEVERITY_RANK.__getitem__):

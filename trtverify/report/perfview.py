@@ -13,6 +13,7 @@ from trtverify.engine.audit import Audit
 from trtverify.engine.diff import EngineDiff
 from trtverify.report.links import Link, PerfLinks, engine_layer_id
 from trtverify.stages.perf import EngineEntry, PerfResult, PerfRow
+from trtverify.util.words import count
 
 MAX_DIFF_BARS = 40  # diff groups shown as bars, largest |delta| first
 NOTICEABLE = 0.05  # a change against the baseline past this is coloured (slower red, faster green)
@@ -109,7 +110,7 @@ def stable_text(r: PerfRow) -> str:
     if s is None:
         return "–"
     cv = f"window CV {s.window_cv:.1%}" if s.window_cv is not None else "window CV –"
-    return f"{'yes' if s.stable else 'no'} ({s.runs} runs, {cv})"
+    return f"{'yes' if s.stable else 'no'} ({count(s.runs, 'run')}, {cv})"
 
 
 def baseline_view(r: PerfRow) -> dict[str, str]:

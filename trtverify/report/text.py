@@ -15,6 +15,7 @@ from trtverify.report.kinds import is_stage
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
+from trtverify.util.words import count, plural, shorten
 
 if TYPE_CHECKING:  # the other stages' modules are imported where their results are present (report/kinds.py)
     from trtverify.buildlog.diff import BuildDiff
@@ -27,7 +28,7 @@ MAX_FAILED = 20
 
 def divergence_text(fd: FirstDivergence) -> str:
     what = (
-        f"{fd.nonfinite_mismatch} non-finite values where the reference's are finite"
+        f"{fd.nonfinite_mismatch} non-finite {plural('value', fd.nonfinite_mismatch)} where the reference's are finite"
         if fd.nonfinite_mismatch
         else f"rel_l2 {fmt(fd.metrics.get('rel_l2'))}"
     )
@@ -39,7 +40,7 @@ def cause_text(rc: RootCause, method: str) -> str:
     if rc.nonfinite and rc.inputs_nonfinite:
         what = f"non-finite: its input {', '.join(rc.inputs_nonfinite)} overflows the candidate's type"
     elif rc.nonfinite:
-        what = f"non-finite in {rc.nonfinite} values where the reference's are finite"
+        what = f"non-finite in {count(rc.nonfinite, 'value')} where the reference's are finite"
     elif rc.shape_mismatch:
         what = f"on the reference's inputs it gives another shape ({rc.shape_mismatch})"
     else:
@@ -55,7 +56,8 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
         fd = cand.first_divergence
         rc = cand.root_causes[0] if cand.root_causes else None
         compared = sum(1 for row in cand.rows if row.not_comparable is None)
-        line = f"          {cand.name} ({cand.precision}, checks: {cand.checks_source}): {compared} tensors compared; "
+        head = f"          {cand.name} ({cand.precision}, checks: {cand.checks_source})"
+        line = f"{head}: {count(compared, 'tensor')} compared; "
         line += divergence_text(fd) if fd is not None else "no divergence"
         rewritten = len(cand.rows) - compared
         if rewritten:
@@ -125,7 +127,7 @@ def fail_line(c: CheckResult, stage: StageResult | None = None) -> str:
         who = f"{c.candidate}: " if c.candidate else ""
         sample = f" (worst sample {c.worst_sample})" if c.worst_sample is not None else ""
         failing = c.detail.get("tensors_failed")
-        more = f" [{failing} of {c.detail.get('tensors')} tensors fail]" if failing and failing > 1 else ""
+        more = f" [{failing} of {count(c.detail.get('tensors'), 'tensor')} fail]" if failing and failing > 1 else ""
         why = _row_error(stage, c) if c.value is None or c.value != c.value else None
         because = f" ({why})" if why else ""
         return f"FAIL {who}{c.metric} {c.op} {c.threshold:g} at {c.tensor}{sample}: {fmt(c.value)}{more}{because}"
@@ -160,7 +162,7 @@ def _errors_text(errors: list[str]) -> str:
     """The first error of a tensor's samples ('sample 0: shape mismatch: ...'), and how many samples share it."""
     first = errors[0].split(": ", 1)[1] if errors[0].startswith("sample ") and ": " in errors[0] else errors[0]
     same = sum(1 for e in errors if e.endswith(first))
-    return first + (f" (all {len(errors)} samples)" if same == len(errors) > 1 else "")
+    return first + (f" (all {count(len(errors), 'sample')})" if same == len(errors) > 1 else "")
 
 
 def where(c: CheckResult, stage: StageResult | None = None) -> str:
@@ -190,7 +192,8 @@ def where(c: CheckResult, stage: StageResult | None = None) -> str:
     if c.metric == "pairs" and c.stage == "layerwise" and isinstance(stage, LayerwiseResult):
         parts += [u for cand in stage.candidates or [] if cand.name == c.candidate for u in [unmatched_text(cand)] if u]
     if "window_cv" in d and "max_cv" in d:
-        parts.append(f"window_cv {fmt(d['window_cv'])} over max_cv {fmt(d['max_cv'])} after {fmt(d.get('runs'))} runs")
+        runs = f"{fmt(d.get('runs'))} {plural('run', d.get('runs'))}"
+        parts.append(f"window_cv {fmt(d['window_cv'])} over max_cv {fmt(d['max_cv'])} after {runs}")
     if "baseline_ms" in d:
         parts.append(f"{fmt(d.get('median_ms'))} ms against the baseline's {fmt(d['baseline_ms'])} ms")
     return "; ".join(parts)
@@ -221,7 +224,7 @@ def _first_nonfinite(s: LayerwiseResult, candidate: str | None) -> str:
             continue
         for row in cand.rows:  # in the reference's topological order
             if row.nonfinite_mismatch:
-                return f"first at {row.tensor} ({row.nonfinite_mismatch} values)"
+                return f"first at {row.tensor} ({count(row.nonfinite_mismatch, 'value')})"
     return ""
 
 
@@ -300,21 +303,21 @@ def _repair(s: RepairResult) -> list[str]:
     verdict = "passes" if s.after.passed else "fails: " + "; ".join(s.after.failed[:2])
     where = "every tensor" if s.tensors == "all" else "the model outputs"
     rows = s.rows or {}
-    searched = f" on the {rows['search']} row(s) searched" if rows.get("search") else ""
+    searched = f" on the {count(rows['search'], 'row')} searched" if rows.get("search") else ""
     out.append(
         f"          keep in FP32: {', '.join(s.keep) or 'nothing'} ({share}); repaired model {verdict}{searched}"
     )
     out.append(f"          passes means: the checks on {where}, and no tensor non-finite where the reference's is not")
     if s.verified is not None:
         held = "passes" if s.verified.passed else "fails: " + "; ".join(s.verified.failed[:2])
-        out.append(f"          held-out check ({rows.get('holdout', 0)} row(s) the search did not use): {held}")
+        out.append(f"          held-out check ({count(rows.get('holdout', 0), 'row')} the search did not use): {held}")
     else:
         out.append(
             "          held-out check: none (fewer than 4 rows, or --holdout 0): the pass is on the searched rows"
         )
     if s.stopped:
         out.append(f"          not repaired: {s.stopped}; what still fails: {'; '.join(s.after.failed[:3])}")
-    out.append(f"          {s.evaluations} evaluations; {latency_text(s.cost)}")
+    out.append(f"          {count(s.evaluations, 'evaluation')}; {latency_text(s.cost)}")
     out += _exports(s.exports or {})
     out.append(f"          repaired: {s.repaired_model}")
     return out
@@ -338,7 +341,7 @@ def stage_lines(s: StageResult) -> list[str]:
     failed = [c for c in s.checks if not c.passed]
     n = len(s.checks)
     name = f"{s.name} at {s.shape}" if s.shape else s.name
-    out = [f"[{s.status.upper():^7}] {name}: {n - len(failed)}/{n} checks passed ({s.duration_s:.2f} s)"]
+    out = [f"[{s.status.upper():^7}] {name}: {n - len(failed)}/{n} {plural('check', n)} passed ({s.duration_s:.2f} s)"]
     out += [f"          note: {note}" for note in s.notes]
     if isinstance(s, LayerwiseResult):
         out += _layerwise(s)
@@ -361,12 +364,12 @@ def stage_lines(s: StageResult) -> list[str]:
 
 def verdict(results: Results) -> str:
     part = f" shard {results.shard}" if results.shard is not None else ""
-    part += f" (merged from {results.merged.shards} shards)" if results.merged is not None else ""
+    part += f" (merged from {count(results.merged.shards, 'shard')})" if results.merged is not None else ""
     word = "PASSED" if results.passed else "FAILED"
     swept = [s for s in results.stages if s.shape]
     failed_at = list(dict.fromkeys(s.shape for s in swept if s.status in ("failed", "error") and s.shape))
     if failed_at:
-        part += f"; failed at {'; '.join(failed_at)} (of {len(dict.fromkeys(s.shape for s in swept))} shapes)"
+        part += f"; failed at {'; '.join(failed_at)} (of {count(len(dict.fromkeys(s.shape for s in swept)), 'shape')})"
     return f"{word}: suite '{results.suite.name}'{part} (exit {results.exit_code})"
 
 
@@ -376,9 +379,14 @@ def run_summary(results: Results, quiet: bool = False) -> list[str]:
     return [*out, *lint_lines(results), verdict(results)]
 
 
+def _one_line(message: str, limit: int) -> str:
+    """A finding's message on one terminal line: whitespace joined, cut after a sentence or a word (' ...')."""
+    return shorten(" ".join(message.split()), limit)
+
+
 def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes: BuildDiff | None) -> list[str]:
     out = [
-        f"{log}: {parsed.lines} lines, dialect {parsed.dialect or 'unknown'}, "
+        f"{log}: {count(parsed.lines, 'line')}, dialect {parsed.dialect or 'unknown'}, "
         f"{parsed.product} {parsed.version or '(the log does not state its version)'}"
     ]
     if parsed.options:
@@ -390,8 +398,8 @@ def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes:
         for f in found:
             lines = ",".join(str(n) for n in list(f.lines)[:6]) + ("..." if len(f.lines) > 6 else "")
             layers = f" [{', '.join(list(f.layers)[:4])}{'...' if len(f.layers) > 4 else ''}]" if f.layers else ""
-            count = f" x{f.count}" if f.count > 1 else ""
-            out.append(f"  {f.category}/{f.kind}{count} (line {lines}){layers}: {f.message[:160]}")
+            times = f" x{f.count}" if f.count > 1 else ""
+            out.append(f"  {f.category}/{f.kind}{times} (line {lines}){layers}: {_one_line(f.message, 160)}")
     if parsed.layers:
         by: dict[str, int] = {}
         for layer in parsed.layers:
@@ -409,5 +417,5 @@ def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes:
         )
         for f in changes.new_findings:
             line = f.lines[0] if f.lines else "?"
-            out.append(f"  new finding {f.category}/{f.kind} (line {line}): {f.message[:120]}")
+            out.append(f"  new finding {f.category}/{f.kind} (line {line}): {_one_line(f.message, 120)}")
     return out

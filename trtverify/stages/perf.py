@@ -34,6 +34,7 @@ from trtverify.perf.measure import Budget, LatencyStats, measure
 from trtverify.stages.base import StageContext, StageResult, status_of
 from trtverify.util.errors import BackendError, UsageError
 from trtverify.util.record import Record, optional
+from trtverify.util.words import count
 
 NAME = "perf"
 TENSORRT = ("tensorrt", "tensorrt-rtx")
@@ -133,7 +134,7 @@ def _measured_row(model: str, role: Role, backend: str, stats: LatencyStats, fp:
         median_ms=stats.median_ms,
         mean_ms=stats.mean_ms,
         p99_ms=stats.p99_ms,
-        median_from=f"measured: median of {stats.runs} runs after {stats.warmup} warm-up ({stats.stopped_by})",
+        median_from=f"measured: median of {count(stats.runs, 'run')} after {stats.warmup} warm-up ({stats.stopped_by})",
         throughput=stats.throughput,
         stats=stats,
         fingerprint=fp,
@@ -257,7 +258,7 @@ def _with_baseline(ctx: StageContext, rows: list[PerfRow], notes: list[str]) -> 
             if r.median_ms is not None
         }
         store.save(path, ctx.loaded.suite.name, entries)
-        notes.append(f"baseline rewritten: {path} ({len(entries)} rows)")
+        notes.append(f"baseline rewritten: {path} ({count(len(entries), 'row')})")
         return [r.model_copy(update={"baseline": BaselineCompare(state="updated", median_ms=r.median_ms)})
                 for r in rows], path  # fmt: skip
     stored = store.load(path)

@@ -41,6 +41,7 @@ from trtverify.tasks.batches import Batch, batches, default_workers, make_prepro
 from trtverify.tasks.datasets import open_dataset
 from trtverify.util.errors import UsageError
 from trtverify.util.fsutil import atomic_write
+from trtverify.util.words import count, plural
 
 NAME = "e2e"
 SHARD_DIR = "shard"
@@ -165,7 +166,9 @@ def run(ctx: StageContext) -> E2EResult:
     indices = data.positions(total, cfg.batch_size) if data is not None else range(total)
     sliced = {"shard_slice": [indices.start, indices.stop]} if data is not None else {}
     if data is not None and not indices:
-        note = f"shard {data.index}/{data.count}: no batches of the dataset's {total} samples fall to this shard"
+        note = (
+            f"shard {data.index}/{data.count}: no batches of the dataset's {count(total, 'sample')} fall to this shard"
+        )
         return E2EResult(status="skipped", sharded_away=True, notes=[note], **sliced)
     # The first model runs while the data is read and preprocessed, so its ONNX Runtime threads do
     # not spin-wait (spinning threads would take the cores the reading needs); the others run over
@@ -380,7 +383,7 @@ def merge_shards(loaded: LoadedSuite, shards: Sequence[tuple[Path, E2EResult]]) 
     if not models:
         raise UsageError("merge: no shard wrote e2e accumulator states")
     timings = sum_timings(stage.timings for _, stage in shards)
-    note = f"merged from {len(shards)} shard(s): {evaluated} of {len(task.reader)} samples"
+    note = f"merged from {count(len(shards), 'shard')}: {evaluated} of {count(len(task.reader), 'sample')}"
     # the class-data file's name the shards used (it tells the batch sizes of a sweep apart)
     class_file = next((s.class_data.path for _, s in shards if s.class_data is not None), CLASS_FILE)
     return finalize(
@@ -416,7 +419,8 @@ def worst_feeds(loaded: LoadedSuite, positions: Sequence[int]) -> list[dict[str,
     missing = [i for i in positions if not 0 <= i < len(reader)]
     if missing:  # the dataset changed since that run: feeding fewer samples than announced would hide it
         raise UsageError(
-            f"--samples worst: sample position(s) {', '.join(map(str, missing[:5]))} are not in the e2e dataset "
-            f"({len(reader)} samples): it changed since that run; run the e2e stage again"
+            f"--samples worst: sample {plural('position', len(missing))} {', '.join(map(str, missing[:5]))} "
+            f"{plural('is|are', len(missing))} not in the e2e dataset "
+            f"({count(len(reader), 'sample')}): it changed since that run; run the e2e stage again"
         )
     return [{name: pre(reader.image(i))[None]} for i in positions]
