@@ -67,20 +67,6 @@ class Constants:
             self._cache[tensor] = self._eval(tensor, 0)
         return self._cache[tensor]
 
-    def is_constant(self, tensor: str) -> bool:
-        """Whether `tensor` is computed from constants alone (whether or not its value can be evaluated here)."""
-        return tensor in self.g.constants or self._derived(tensor, 0)
-
-    def _derived(self, tensor: str, depth: int) -> bool:
-        if tensor in self.g.constants:
-            return True
-        p = self.g.producers.get(tensor)
-        if p is None or depth > MAX_DEPTH:
-            return False
-        node = self.g.nodes[p.index]
-        ins = [i for i in node.input if i]
-        return bool(ins) and node.op_type not in ("Shape", "Size") and all(self._derived(i, depth + 1) for i in ins)
-
     def _eval(self, tensor: str, depth: int) -> Const | None:
         g = self.g
         if tensor in g.constants:
@@ -124,6 +110,8 @@ class Constants:
             if to and x.values.dtype.kind in "iub":
                 return Const(x.values.astype(onnx.helper.tensor_dtype_to_np_dtype(to)))
             return None
+        if op == "QuantizeLinear":  # a weight quantised as an activation (a shared weight behind an Identity)
+            return self._quantize(node, x, depth)
         if op == "DequantizeLinear":
             scale = self._input(node, 1, depth)
             if scale is None or _attr(node, "block_size", 0):
@@ -138,7 +126,8 @@ class Constants:
                 s = s.reshape(shape)
                 z = z.reshape(shape) if z.size > 1 else z
             q = q - z
-            return Const((q * s).astype(np.float32), 2.0**-24, float(np.max(np.abs(s))) / 2)
+            # half a step, plus what the quantised value already carried (a weight quantised twice)
+            return Const((q * s).astype(np.float32), 2.0**-24 + x.rel, float(np.max(np.abs(s))) / 2 + x.abs)
         if op == "Transpose":
             perm = _attr(node, "perm")
             return Const(np.transpose(x.values, perm), x.rel, x.abs)
@@ -146,6 +135,23 @@ class Constants:
             shape = self._shape_of(node, op, x.values, depth)
             return Const(x.values.reshape(shape), x.rel, x.abs) if shape is not None else None
         return None
+
+    def _quantize(self, node: Any, x: Const, depth: int) -> Const | None:
+        scale = self._input(node, 1, depth)
+        zp = self._input(node, 2, depth)
+        if scale is None or _attr(node, "block_size", 0) or not x.is_float:
+            return None
+        dtype = zp.values.dtype if zp is not None else np.dtype(np.uint8)
+        if dtype.kind not in "iu":
+            return None  # FP8 and other float quantisation: not evaluated here
+        s, z = scale.values.astype(np.float64), zp.values.astype(np.float64) if zp is not None else np.zeros(1)
+        v = x.values.astype(np.float64)
+        if s.size > 1:
+            shape = [1] * v.ndim
+            shape[int(_attr(node, "axis", 1)) % v.ndim] = s.size
+            s, z = s.reshape(shape), z.reshape(shape) if z.size > 1 else z
+        info = np.iinfo(dtype)  # the error `x` carried goes with it, for the DequantizeLinear to add its own
+        return Const(np.clip(np.rint(v / s) + z, info.min, info.max).astype(dtype), x.rel, x.abs)
 
     def _shape_of(self, node: Any, op: str, arr: np.ndarray, depth: int) -> tuple[int, ...] | None:
         if op == "Flatten":

@@ -15,14 +15,16 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from trtverify.backends.base import BackendError
 from trtverify.compare.checks import CheckResult, limit_check
+from trtverify.compare.graphview import View, family, passes_on
 from trtverify.compare.semantic import Match, Resolved
-from trtverify.compare.structure import View, family, pair_by_structure, passes_on
+from trtverify.compare.structure import pair_by_structure
 from trtverify.config.backends import OnnxRuntimeOptions
 from trtverify.config.stages import LayerwiseStage
 from trtverify.graph.lightmodel import LightModel
@@ -96,22 +98,20 @@ def inferred_shapes(model: Any, feed: Mapping[str, np.ndarray]) -> dict[str, tup
 
 
 class CandidateShapes:
-    """The candidate's tensor shapes, read once: from a run of the first sample where the graph runs here, else
-    from shape inference."""
+    """The candidate's tensor shapes, read once, when first asked for: from a run of the first sample in ONNX
+    Runtime (`light`: the graph the backend runs; for a TensorRT candidate its ONNX file), else from shape
+    inference; with the values of the shape arithmetic `params` names."""
 
-    def __init__(self, light: LightModel | None, graph: GraphIndex, feed: dict[str, np.ndarray], options: Any):
+    def __init__(self, light: LightModel | Path, graph: GraphIndex, feed: dict[str, np.ndarray], options: Any):
         self.light, self.graph, self.feed, self.options = light, graph, feed, options
         self.shapes: dict[str, tuple[int, ...]] | None = None
         self.values: dict[str, np.ndarray] = {}
 
     def read(self, params: Sequence[str] = ()) -> dict[str, tuple[int, ...]]:
         if self.shapes is None:
-            live = self.graph.value_tensors()
-            shapes, self.values = observe(self.light, live, params, self.feed, self.options) if self.light else ({}, {})
-            if not shapes:
-                source = self.light.model if self.light is not None else None
-                shapes = inferred_shapes(source, self.feed) if source is not None else {}
-            self.shapes = shapes
+            light = self.light if isinstance(self.light, LightModel) else LightModel(self.light)
+            shapes, self.values = observe(light, self.graph.value_tensors(), params, self.feed, self.options)
+            self.shapes = shapes or inferred_shapes(light.model, self.feed)
         return self.shapes
 
 
@@ -125,21 +125,19 @@ def by_structure(
 ) -> Resolved:
     """`resolved` with the reference tensors names left unpaired paired by structure, where it finds them."""
     pairing = resolved.pairing
-    # folded-away tensors too: a Conv whose Relu a quantiser folded into the Q/DQ after it still writes its own value
+    # folded-away tensors too: a Conv whose Relu a quantiser folded into the Q/DQ after it still writes its own value,
+    # under the Relu's name (`distinct`: named like a reference tensor, holding another value)
     wanted = list(pairing.reference_only)
-    # candidate tensors no pair holds: only-here ones, and ones named like a reference tensor holding another value
-    # (a Conv's output under the name of the Relu a quantiser folded into the Q/DQ after it)
-    # (the DequantizeLinear outputs are free too: where a Relu was folded into its Q/DQ pair, one holds its value)
     exposed = {*pairing.candidate_only, *(resolved.distinct - {c for _, c in pairing.pairs})}
     if not wanted or not exposed:
         return resolved
     rv = View(ref.graph, set(ref.order) | set(ref.graph.inputs), ref.shape)
     cand_live = set(cand.value_tensors()) | set(cand.inputs)
     cv = View(cand, cand_live, {})
-    cv.shapes = shapes.read(cv.params())
+    cv.shapes = shapes.read(cv.unknown_inputs())
     cv.observed = shapes.values
     if ref.light is not None:
-        _, rv.observed = observe(ref.light, (), rv.params(), feed, options)
+        _, rv.observed = observe(ref.light, (), rv.unknown_inputs(), feed, options)
     seeds = dict(pairing.pairs)
     seeds.update({i: i for i in ref.graph.inputs if i in cand.inputs})
     found = pair_by_structure(rv, cv, seeds, wanted, exposed)
@@ -161,13 +159,15 @@ def by_structure(
     return replace(resolved, pairing=new, matches=matches, folded_away=folded)
 
 
-def _families(g: GraphIndex, tensors: Iterable[str]) -> Counter[str]:
-    """Tensors by the op family computing them; what lowering inserts (Q/DQ, casts) counts for none."""
+def _families(view: View, tensors: Iterable[str]) -> Counter[str]:
+    """Tensors by the op family computing them; what lowering inserts (Q/DQ, casts) counts for none, a Q/DQ pair
+    doing a folded Relu's clamp as that Relu."""
+    core = set(view.core)
     out: Counter[str] = Counter()
     for t in tensors:
-        p = g.producers.get(t)
-        if p is not None and not passes_on(g.nodes[p.index]):
-            out[family(p.op_type)] += 1
+        idx = view.producer(t)
+        if idx is not None and idx in core:
+            out[family(view.op(idx))] += 1
     return out
 
 
@@ -179,7 +179,10 @@ def coverage(
     min_paired = cfg.min_paired
     ignored = set(resolved.pairing.ignored)  # left out on purpose: counted on neither side
     tensors = [t for t in ref.order if t not in ignored]
-    refs, cands = _families(ref.graph, tensors), _families(cand, [c for c in cand_names if c not in ignored])
+    ref_view = View(ref.graph, set(ref.order) | set(ref.graph.inputs))
+    cand_view = View(cand, set(cand.value_tensors()) | set(cand.inputs))
+    refs = _families(ref_view, tensors)
+    cands = _families(cand_view, [c for c in cand_names if c not in ignored])
     counterpart = sum(min(n, cands.get(f, 0)) for f, n in refs.items())
     pairs = resolved.pairing.pairs
     by = Counter((resolved.matches[r].how if r in resolved.matches else None) or "name" for r, _ in pairs)

@@ -376,15 +376,17 @@ def _candidate(
         # the candidate's ONNX graph says what each name holds, also for engines built from it (TensorRT marks
         # ONNX tensor names); isolation needs more than the graph: a backend that runs it as written
         cand_graph = backend.graph().info if onnx_graph else GraphIndex.from_model(load_onnx(Path(spec.path)))
+        t0 = time.perf_counter()
         resolved = resolve(pair_names(ref.order, cand_names, cfg.rename, cfg.ignore), ref.graph, cand_graph, cfg.rename)
         # the candidate as given (not its emulated twin), read once by the backend, weights left in their files
         source = getattr(backend, "source_graph", None) if onnx_graph else None
         structure = source.info if source is not None else cand_graph  # the twin's extra casts are not the model's
-        shapes = CandidateShapes(backend.graph() if onnx_graph else None, structure, samples[0], ort_options)
+        shapes = CandidateShapes(backend.graph() if onnx_graph else Path(spec.path), structure, samples[0], ort_options)
         if cfg.pair_by_structure:
             resolved = by_structure(resolved, ref, structure, shapes, samples[0], ort_options)
         pairing = resolved.pairing
         paired, paired_check = coverage(name, ref, structure, cand_names, resolved, cfg)
+        timings[f"{name}.pairing_s"] = time.perf_counter() - t0
         precision = candidate_precision(spec, suite.backends, source)
         checks_for, checks_source = _checks_for(cfg, name, precision)
         series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings)
