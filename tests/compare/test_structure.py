@@ -125,3 +125,27 @@ def test_the_input_of_a_shift_invariant_op_is_not_paired_backward():
     one, two = np.array(1.0, np.float32), np.array(3.0, np.float32)
     assert _pairs(make("Add", "Softmax", one), make("Sub", "Softmax", two), {"x": "x", "y": "y"}) == {}
     assert _pairs(make("Add", "Tanh", one), make("Sub", "Tanh", two), {"x": "x", "y": "y"}) == {"h": "h"}
+
+
+def test_shape_arithmetic_is_compared_as_the_shapes_compute_it():
+    """TorchScript computes an attention's scale from Shape nodes (1 / sqrt(d)), dynamo stores it: equal where the
+    shapes make them equal, and a stored scale that is not the computed one pairs nothing computed from it."""
+    ref = graph(
+        [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Gather", ["shape", "one"], ["d"], axis=0),
+            helper.make_node("Cast", ["d"], ["df"], to=TensorProto.FLOAT),
+            helper.make_node("Sqrt", ["df"], ["root"]),
+            helper.make_node("Reciprocal", ["root"], ["scale"]),
+            helper.make_node("Mul", ["x", "scale"], ["s"]),
+            helper.make_node("Softmax", ["s"], ["y"]),
+        ],
+        [init("one", np.array(1, np.int64))],
+    )
+
+    def cand(scale: float) -> GraphIndex:
+        nodes = [helper.make_node("Mul", ["x", "c"], ["t"]), helper.make_node("Softmax", ["t"], ["y"])]
+        return graph(nodes, [init("c", np.array(scale, np.float16))])
+
+    assert _pairs(ref, cand(0.5), {"x": "x", "y": "y"}) == {"s": "t"}  # d = 4: 1 / sqrt(4), stored in FP16
+    assert _pairs(ref, cand(0.25), {"x": "x", "y": "y"}) == {}

@@ -9,6 +9,7 @@ half an ULP of its float type, half a quantisation step of a dequantised weight.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from trtverify.graph.onnxgraph import GraphIndex
 # relative rounding error of a value stored in each ONNX float type (half an ULP)
 _EPS = {1: 2.0**-24, 10: 2.0**-11, 16: 2.0**-8, 11: 2.0**-53}
 _SUBNORMAL = {10: 2.0**-25, 16: 2.0**-134}  # absolute rounding error near zero (FP16's subnormal step / 2)
-MAX_DEPTH = 8
+MAX_DEPTH = 64  # nodes between a constant and what reads it (shape arithmetic runs deep)
 # relative slack between two float32 computations of one constant by two exporters (a BatchNormalization folded
 # into a Conv by each): far below what tells two different weights apart
 SLACK = 1e-5
@@ -56,11 +57,18 @@ def _attr(node: Any, name: str, default: Any = None) -> Any:
 
 
 class Constants:
-    """The constant values of one graph, evaluated on first use and kept."""
+    """The constant values of one graph, evaluated on first use and kept; with the shapes of its tensors (`shapes`,
+    as a run gave them), its shape arithmetic too (a Reshape's target, an attention's scale computed from Shape)."""
 
-    def __init__(self, g: GraphIndex):
+    def __init__(self, g: GraphIndex, shapes: Mapping[str, tuple[int, ...]] | None = None):
         self.g = g
+        self.shapes: Mapping[str, tuple[int, ...]] = shapes or {}
         self._cache: dict[str, Const | None] = {}
+
+    def with_shapes(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        """Evaluate from these shapes on (what was evaluated without them is forgotten)."""
+        self.shapes = shapes
+        self._cache.clear()
 
     def get(self, tensor: str) -> Const | None:
         if tensor not in self._cache:
@@ -82,8 +90,9 @@ class Constants:
         node = g.nodes[p.index]
         op = node.op_type
         try:
-            return self._apply(node, op, depth)
-        except (ValueError, IndexError, TypeError):  # an unusual form (block quantisation, ...): not evaluated
+            with np.errstate(all="raise"):
+                return self._apply(node, op, depth)
+        except (ValueError, IndexError, TypeError, ArithmeticError):  # an unusual form, a division by 0: unknown
             return None
 
     def _input(self, node: Any, i: int, depth: int) -> Const | None:
@@ -95,6 +104,14 @@ class Constants:
         return self._cache[name]
 
     def _apply(self, node: Any, op: str, depth: int) -> Const | None:
+        if op in ("Shape", "Size") and node.input and node.input[0] in self.shapes:
+            dims = np.array(self.shapes[node.input[0]], dtype=np.int64)
+            if op == "Size":
+                return Const(np.array(np.prod(dims), dtype=np.int64))
+            start, end = int(_attr(node, "start", 0)), _attr(node, "end")
+            return Const(dims[start : None if end is None else int(end)])
+        if op == "Constant":
+            return _constant(node)
         x = self._input(node, 0, depth)
         if x is None:
             return None
@@ -134,7 +151,49 @@ class Constants:
         if op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):
             shape = self._shape_of(node, op, x.values, depth)
             return Const(x.values.reshape(shape), x.rel, x.abs) if shape is not None else None
-        return None
+        return self._arithmetic(node, op, x, depth)
+
+    def _arithmetic(self, node: Any, op: str, x: Const, depth: int) -> Const | None:
+        """The shape arithmetic exporters write (small tensors only): what a run would compute."""
+        ins = [x] + [self._input(node, i, depth) for i in range(1, len(node.input))]
+        if any(c is None for c in ins) or any(c.values.size > SMALL for c in ins if c is not None):
+            return None
+        v = [c.values for c in ins if c is not None]
+        rel = max(c.rel for c in ins if c is not None) * 2
+        if op in _UNARY:
+            out = _UNARY[op](v[0])
+        elif op in _BINARY and len(v) == 2:
+            if op == "Div" and v[0].dtype.kind in "iu" and v[1].dtype.kind in "iu":
+                out = np.trunc(v[0] / v[1]).astype(np.result_type(v[0], v[1]))  # ONNX's integer Div
+            else:
+                out = _BINARY[op](v[0], v[1])
+        elif op == "Mod" and len(v) == 2:
+            out = (np.fmod if int(_attr(node, "fmod", 0)) else np.mod)(v[0], v[1])
+        elif op == "Gather":
+            out = np.take(v[0], v[1].astype(np.int64), axis=int(_attr(node, "axis", 0)))
+        elif op == "Concat":
+            out = np.concatenate([a.reshape(-1) if a.ndim == 0 else a for a in v], axis=int(_attr(node, "axis", 0)))
+        elif op == "Slice" and len(v) >= 3:
+            axes = v[3].tolist() if len(v) > 3 else list(range(len(v[1])))
+            steps = v[4].tolist() if len(v) > 4 else [1] * len(axes)
+            index = [slice(None)] * v[0].ndim
+            for a, b, e, st in zip(axes, v[1].tolist(), v[2].tolist(), steps):
+                index[int(a)] = slice(int(b), int(e), int(st))
+            out = v[0][tuple(index)]
+        elif op == "Where" and len(v) == 3:
+            out = np.where(v[0], v[1], v[2])
+        elif op == "ConstantOfShape":
+            fill = _attr(node, "value")
+            from onnx import numpy_helper
+
+            value = numpy_helper.to_array(fill) if fill is not None else np.zeros(1, np.float32)
+            out = np.full(v[0].astype(np.int64).tolist(), value.reshape(-1)[0], dtype=value.dtype)
+        elif op == "Range" and len(v) == 3:
+            out = np.arange(v[0].item(), v[1].item(), v[2].item(), dtype=v[0].dtype)
+        else:
+            return None
+        out = np.asarray(out)
+        return Const(out, rel if out.dtype.kind == "f" else 0.0) if out.size <= SMALL else None
 
     def _quantize(self, node: Any, x: Const, depth: int) -> Const | None:
         scale = self._input(node, 1, depth)
@@ -178,6 +237,32 @@ class Constants:
         for a in sorted(int(a) % rank for a in axes):
             out.insert(a, 1)
         return tuple(out)
+
+
+SMALL = 1 << 16  # shape arithmetic: tensors of at most this many values
+_UNARY = {"Sqrt": np.sqrt, "Neg": np.negative, "Reciprocal": np.reciprocal, "Abs": np.abs, "Floor": np.floor,
+          "Ceil": np.ceil, "Not": np.logical_not}  # fmt: skip
+_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power,
+           "Equal": np.equal, "Less": np.less, "Greater": np.greater, "Max": np.maximum, "Min": np.minimum,
+           "And": np.logical_and, "Or": np.logical_or}  # fmt: skip
+
+
+def _constant(node: Any) -> Const | None:
+    """A Constant node's value, of whichever attribute holds it."""
+    from onnx import numpy_helper
+
+    for a in node.attribute:
+        if a.name == "value":
+            return Const(numpy_helper.to_array(a.t), _EPS.get(a.t.data_type, 0.0))
+        if a.name == "value_int":
+            return Const(np.array(a.i, dtype=np.int64))
+        if a.name == "value_ints":
+            return Const(np.array(list(a.ints), dtype=np.int64))
+        if a.name == "value_float":
+            return Const(np.array(a.f, dtype=np.float32), _EPS[1])
+        if a.name == "value_floats":
+            return Const(np.array(list(a.floats), dtype=np.float32), _EPS[1])
+    return None
 
 
 def equal(a: Const, b: Const) -> bool:

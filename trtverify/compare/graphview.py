@@ -126,7 +126,7 @@ class View:
     _params: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.consts = Constants(self.g)
+        self.consts = Constants(self.g, self.shapes)
         signless: set[str] = set()  # values known never to be negative
         for idx, node in enumerate(self.g.nodes):
             outs = [o for o in node.output if o]
@@ -179,6 +179,12 @@ class View:
     def of(self, tensor: str) -> str:
         return self.root.get(tensor, tensor)
 
+    def set_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """The tensors' shapes, once a run gave them: the shape arithmetic evaluates from them."""
+        self.shapes = shapes
+        self.consts.with_shapes(shapes)
+        self._params.clear()
+
     def kind(self, tensor: str) -> str:
         """'live' (a value from the inputs), 'const' (its value known), 'param' (shape arithmetic no run
         observed: equal to anything but a live value) or '' (absent)."""
@@ -197,7 +203,8 @@ class View:
 
     def unknown_inputs(self) -> list[str]:
         """Inputs of the computing nodes that are neither values from the inputs nor constants evaluated here
-        (shape arithmetic: a run says what they hold)."""
+        (shape arithmetic whose shapes are not known yet, or of ops not evaluated here: a run says what they
+        hold)."""
         out = []
         for idx in self.core:
             for t in self.ins(idx):

@@ -5,8 +5,9 @@ Structural pairing (`trtverify.compare.structure`) runs only where names left re
 and the candidate computes tensors names did not pair: two exports of one model by one exporter, or a
 converter's output, pair by name alone and cost nothing here. It needs every tensor's shape and the values
 of the shape arithmetic between them (the TorchScript exporter computes a Reshape's target or an attention's
-scale from Shape nodes): the reference's shapes come from its pass; the rest from one run of the first
-sample, taking every tensor's Shape and the shape arithmetic's values (kilobytes).
+scale from Shape nodes): the reference's shapes come from its pass, the candidate's from ONNX shape inference
+with the first sample's input shapes, or where inference cannot follow that arithmetic, from one run of the
+first sample taking every tensor's Shape (kilobytes); the arithmetic is then evaluated from the shapes.
 """
 
 from __future__ import annotations
@@ -98,9 +99,10 @@ def inferred_shapes(model: Any, feed: Mapping[str, np.ndarray]) -> dict[str, tup
 
 
 class CandidateShapes:
-    """The candidate's tensor shapes, read once, when first asked for: from a run of the first sample in ONNX
-    Runtime (`light`: the graph the backend runs; for a TensorRT candidate its ONNX file), else from shape
-    inference; with the values of the shape arithmetic `params` names."""
+    """The candidate's tensor shapes, read once, when first asked for: from ONNX shape inference with the first
+    sample's input shapes where it gives every one (tens of milliseconds), else from a run of the first sample
+    in ONNX Runtime (`light`: the graph the backend runs; for a TensorRT candidate its ONNX file), which also
+    gives the values of the shape arithmetic `params` names."""
 
     def __init__(self, light: LightModel | Path, graph: GraphIndex, feed: dict[str, np.ndarray], options: Any):
         self.light, self.graph, self.feed, self.options = light, graph, feed, options
@@ -110,8 +112,12 @@ class CandidateShapes:
     def read(self, params: Sequence[str] = ()) -> dict[str, tuple[int, ...]]:
         if self.shapes is None:
             light = self.light if isinstance(self.light, LightModel) else LightModel(self.light)
-            shapes, self.values = observe(light, self.graph.value_tensors(), params, self.feed, self.options)
-            self.shapes = shapes or inferred_shapes(light.model, self.feed)
+            live = self.graph.value_tensors()
+            shapes = inferred_shapes(light.model, self.feed)
+            if any(t not in shapes for t in live):  # shape arithmetic inference cannot follow (TorchScript's)
+                observed, self.values = observe(light, live, params, self.feed, self.options)
+                shapes.update(observed)
+            self.shapes = shapes
         return self.shapes
 
 
@@ -131,13 +137,13 @@ def by_structure(
     exposed = {*pairing.candidate_only, *(resolved.distinct - {c for _, c in pairing.pairs})}
     if not wanted or not exposed:
         return resolved
-    rv = View(ref.graph, set(ref.order) | set(ref.graph.inputs), ref.shape)
-    cand_live = set(cand.value_tensors()) | set(cand.inputs)
-    cv = View(cand, cand_live, {})
-    cv.shapes = shapes.read(cv.unknown_inputs())
+    rv = View(ref.graph, set(ref.order) | set(ref.graph.inputs), dict(ref.shape))  # shape arithmetic from shapes
+    cv = View(cand, set(cand.value_tensors()) | set(cand.inputs))
+    cv.set_shapes(shapes.read(cv.unknown_inputs()))  # one run: the shapes, and the shape arithmetic's values
     cv.observed = shapes.values
-    if ref.light is not None:
-        _, rv.observed = observe(ref.light, (), rv.unknown_inputs(), feed, options)
+    unknown = rv.unknown_inputs()  # what the reference's shapes could not tell (an op not evaluated here)
+    if unknown and ref.light is not None:
+        _, rv.observed = observe(ref.light, (), unknown, feed, options)
     seeds = dict(pairing.pairs)
     seeds.update({i: i for i in ref.graph.inputs if i in cand.inputs})
     found = pair_by_structure(rv, cv, seeds, wanted, exposed)
@@ -238,15 +244,16 @@ def suggestions(
 
 
 def unmatched(
-    resolved: Resolved, cand: GraphIndex, ref: ReferencePass, reason: str, shapes: CandidateShapes
+    resolved: Resolved, cand: GraphIndex, ref: ReferencePass, reason: str, shapes: CandidateShapes, runs: GraphIndex
 ) -> Unmatched:
-    """What each side alone has, why, and the renames worth suggesting."""
+    """What each side alone has, why (as `runs`, the graph the backend runs, makes each), and the renames worth
+    suggesting (as `cand`, the candidate as given, computes each)."""
     pairing = resolved.pairing
     kinds: dict[str, list[str]] = {"qdq": [], "cast": [], "renamed": [], "other": []}
     ref_nodes = {p.node for p in ref.graph.producers.values()}
     for t in pairing.candidate_only:
-        kind = cand.inserted_kind(t)
-        if kind == "other" and t in cand.producers and cand.producers[t].node in ref_nodes:
+        kind = runs.inserted_kind(t)
+        if kind == "other" and t in runs.producers and runs.producers[t].node in ref_nodes:
             kind = "renamed"  # a reference node whose output a converter renamed (e.g. before an inserted cast)
         kinds[kind].append(t)
     missing = [r for r in pairing.reference_only if r not in resolved.folded_away]

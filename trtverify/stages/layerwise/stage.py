@@ -436,7 +436,7 @@ def _candidate(
         not_isolated=not_isolated,
         rows=_with_lint(rows, lint),
         paired=paired,
-        unmatched=unmatched(resolved, structure, ref, reason, shapes),
+        unmatched=unmatched(resolved, structure, ref, reason, shapes, cand_graph),
         lint=lint,
         passed=all(ch.passed for ch in checks),
     )
