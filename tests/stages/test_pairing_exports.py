@@ -265,6 +265,25 @@ def test_identical_layers_pair_in_their_own_order(tmp_path: Path):
     assert all(row["metrics"]["rel_l2"] < 0.01 for row in cand["rows"])  # another layer's value: rel_l2 ~ 1
 
 
+def test_a_fault_in_the_candidate_is_found_where_it_is(models: Path):
+    """One weight of the dynamo export scaled by 1.5: its Conv no longer equals the reference's, but it is the
+    input of the same Relu on both sides, so it is still paired, and it is where the run fails and what it blames."""
+    from onnx import numpy_helper
+
+    m = onnx.load(str(models / "cnn_dy.onnx"))
+    weight = next(i for i in m.graph.initializer if i.name.startswith("layer2.conv1."))
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, weight.name))
+    onnx.save(m, str(models / "bad_dy.onnx"))
+    to_fp16(models / "bad_dy.onnx", models / "bad_dy_fp16.onnx")
+    stage = layerwise(models, "cnn_ts.onnx", "bad_dy_fp16.onnx", "cnn_x.npz")
+    cand = stage["candidates"][0]
+    assert stage["status"] == "failed" and cand["paired"]["paired"] == 17
+    assert cand["first_divergence"]["tensor"] == "/layer2/conv1/Conv_output_0"
+    assert cand["root_causes"][0]["node"] == "/layer2/conv1/Conv"
+    upstream = [r for r in cand["rows"] if r["topo_index"] < cand["first_divergence"]["topo_index"]]
+    assert upstream and all(r["passed"] for r in upstream)
+
+
 def test_a_model_with_other_weights_pairs_no_wrong_value(models: Path):
     """The same architecture with other weights: no weight matches, so nothing computed from one pairs; what
     pairs holds the same value, and the run fails for want of pairs instead of comparing wrong ones."""

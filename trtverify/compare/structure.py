@@ -242,8 +242,8 @@ class Matcher:
                         claims[ci].add(ri)
         added = False
         for ri, cis in matches.items():
-            ci = next(iter(cis))
-            if len(cis) == 1 and len(claims[ci]) == 1:
+            ci = next(iter(cis), None)
+            if ci is not None and len(cis) == 1 and len(claims[ci]) == 1:
                 added |= self._pair_outputs(ri, ci, f"{self.ref.op(ri)} with equal weights")
         return added
 
