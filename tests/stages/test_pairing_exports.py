@@ -284,6 +284,29 @@ def test_a_fault_in_the_candidate_is_found_where_it_is(models: Path):
     assert upstream and all(r["passed"] for r in upstream)
 
 
+def test_a_failure_of_structural_pairing_leaves_the_name_pairs_and_says_why(models: Path, monkeypatch):
+    """Structural pairing adds to a run: where it fails on a graph it did not foresee, the run goes on with the
+    pairs of names, and results.json, the check and the terminal line say why. (The failure is made by patching
+    the matcher: the one fake here, standing in for a bug no real model triggers today.)"""
+    from trtverify.compare import structure
+    from trtverify.report.text import stage_lines
+    from trtverify.results.models import document
+
+    def broken(self, wanted):
+        raise RuntimeError("an op in a form not foreseen")
+
+    monkeypatch.setattr(structure.Matcher, "run", broken)
+    stage = layerwise(models, "cnn_ts.onnx", "cnn_dy_fp16.onnx", "cnn_x.npz")
+    cand = stage["candidates"][0]
+    assert cand["paired"]["structure_error"] == "RuntimeError: an op in a form not foreseen"
+    assert [r["tensor"] for r in cand["rows"]] == ["logits"] and stage["status"] == "failed"
+    check = next(c for c in stage["checks"] if c["name"] == "c: tensors paired")
+    assert "structural pairing failed (RuntimeError: an op in a form not foreseen)" in check["detail"]["reason"]
+    results = document().model_validate(as_json_file(models / "out-cnn_ts-cnn_dy_fp16" / "results.json"))
+    line = next(x for x in stage_lines(results.stages[0]) if "reference tensors paired" in x)
+    assert "structural pairing failed: RuntimeError: an op in a form not foreseen" in line
+
+
 def test_a_model_with_other_weights_pairs_no_wrong_value(models: Path):
     """The same architecture with other weights: no weight matches, so nothing computed from one pairs; what
     pairs holds the same value, and the run fails for want of pairs instead of comparing wrong ones."""

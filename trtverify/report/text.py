@@ -237,6 +237,8 @@ def paired_text(cand: LayerwiseCandidate) -> str:
     if p is None:
         return ""
     notes = [f"{p.by['structure']} by structure"] if p.by.get("structure") else []
+    if p.structure_error:
+        notes.append(f"structural pairing failed: {p.structure_error}")
     if not p.passed:
         notes.append(f"too few: {p.with_counterpart} have a counterpart by op type, {p.required} must pair")
     more = f" ({'; '.join(notes)})" if notes else ""

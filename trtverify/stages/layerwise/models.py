@@ -146,6 +146,7 @@ class Coverage(Record):
     by: dict[str, int] = Field(
         description="pairs by how they were made: name (same name, same producer), or a PairNote `how`"
     )
+    structure_error: str | None = optional("why structural pairing stopped short (pairs by name only then)")
     passed: bool
 
 

@@ -121,6 +121,16 @@ class CandidateShapes:
         return self.shapes
 
 
+def try_structure(resolved: Resolved, *args: Any) -> tuple[Resolved, str | None]:
+    """`by_structure`, where a graph it cannot read (a bug here, an op in a form not foreseen) leaves the pairs of
+    names as they are and says why, instead of ending the stage: pairing by structure adds to a run, it is not
+    what the run is about."""
+    try:
+        return by_structure(resolved, *args), None
+    except Exception as exc:  # noqa: BLE001 - reported in results.json and the terminal
+        return resolved, f"{type(exc).__name__}: {exc}"
+
+
 def by_structure(
     resolved: Resolved,
     ref: ReferencePass,
@@ -178,7 +188,13 @@ def _families(view: View, tensors: Iterable[str]) -> Counter[str]:
 
 
 def coverage(
-    name: str, ref: ReferencePass, cand: GraphIndex, cand_names: Sequence[str], resolved: Resolved, cfg: LayerwiseStage
+    name: str,
+    ref: ReferencePass,
+    cand: GraphIndex,
+    cand_names: Sequence[str],
+    resolved: Resolved,
+    cfg: LayerwiseStage,
+    error: str | None = None,
 ) -> tuple[Coverage, CheckResult]:
     """How many reference tensors were paired, against how many have a counterpart in the candidate by op type;
     and the check `tensors paired` (at least `min_paired` of those with a counterpart)."""
@@ -201,12 +217,15 @@ def coverage(
         required=required,
         min_paired=min_paired,
         by=dict(by.most_common()),
+        structure_error=error,
         passed=passed,
     )
     detail: dict[str, Any] = {"reference_tensors": len(tensors), "with_counterpart": counterpart, "by": dict(by)}
     if not passed:
         fix = (
-            "names and structure paired no more (not two exports of one model? weights that differ?): compare "
+            f"structural pairing failed ({error}): pair tensors with stages.layerwise.rename"
+            if error
+            else "names and structure paired no more (not two exports of one model? weights that differ?): compare "
             "against a reference exported the way the candidate was, or pair tensors with stages.layerwise.rename"
             if cfg.pair_by_structure
             else "turn stages.layerwise.pair_by_structure on (it pairs two exports of one model by what computes "

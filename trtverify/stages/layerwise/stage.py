@@ -50,7 +50,7 @@ from trtverify.stages.layerwise.models import (
     Row,
     SuspectHistogram,
 )
-from trtverify.stages.layerwise.pairs import CandidateShapes, by_structure, coverage, unmatched
+from trtverify.stages.layerwise.pairs import CandidateShapes, coverage, try_structure, unmatched
 from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written, budget_bytes, reference_pass
 from trtverify.stages.layerwise.stream import Outputs, chunks_for, exposing, stream
 
@@ -382,10 +382,11 @@ def _candidate(
         source = getattr(backend, "source_graph", None) if onnx_graph else None
         structure = source.info if source is not None else cand_graph  # the twin's extra casts are not the model's
         shapes = CandidateShapes(backend.graph() if onnx_graph else Path(spec.path), structure, samples[0], ort_options)
+        failed = None
         if cfg.pair_by_structure:
-            resolved = by_structure(resolved, ref, structure, shapes, samples[0], ort_options)
+            resolved, failed = try_structure(resolved, ref, structure, shapes, samples[0], ort_options)
         pairing = resolved.pairing
-        paired, paired_check = coverage(name, ref, structure, cand_names, resolved, cfg)
+        paired, paired_check = coverage(name, ref, structure, cand_names, resolved, cfg, failed)
         timings[f"{name}.pairing_s"] = time.perf_counter() - t0
         precision = candidate_precision(spec, suite.backends, source)
         checks_for, checks_source = _checks_for(cfg, name, precision)
