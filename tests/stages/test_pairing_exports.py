@@ -296,9 +296,11 @@ def test_a_failure_of_structural_pairing_leaves_the_name_pairs_and_says_why(mode
         raise RuntimeError("an op in a form not foreseen")
 
     monkeypatch.setattr(structure.Matcher, "run", broken)
-    stage = layerwise(models, "cnn_ts.onnx", "cnn_dy_fp16.onnx", "cnn_x.npz")
+    stage = layerwise(models, "cnn_ts.onnx", "cnn_dy_fp16.onnx", "cnn_x.npz", html=True)
     cand = stage["candidates"][0]
     assert cand["paired"]["structure_error"] == "RuntimeError: an op in a form not foreseen"
+    html = (models / "out-cnn_ts-cnn_dy_fp16" / "report.html").read_text(encoding="utf-8")
+    assert "too few for a verdict on the layers" in html and "Structural pairing failed: RuntimeError" in html
     assert [r["tensor"] for r in cand["rows"]] == ["logits"] and stage["status"] == "failed"
     check = next(c for c in stage["checks"] if c["name"] == "c: tensors paired")
     assert "structural pairing failed (RuntimeError: an op in a form not foreseen)" in check["detail"]["reason"]
