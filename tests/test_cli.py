@@ -58,13 +58,14 @@ def test_layerwise_command_without_a_suite(tmp_path: Path):
         str(out),
     )
     assert r.code == 0, r.out + r.err
-    assert "fashion_cnn_fp16 (fp16, checks: default for fp16): 15 tensors compared; no divergence" in r.out
+    line = "fashion_cnn_fp16 (fp16, checks: default for fp16): 15 of 15 reference tensors paired and compared"
+    assert line + "; no divergence" in r.out
     res = json.loads((out / "results.json").read_text())
     stage = res["stages"][0]
     assert stage["name"] == "layerwise" and stage["samples"] == 3 and len(stage["candidates"][0]["rows"]) == 15
     # the written suite reruns the same comparison
     r2 = run_cli("run", str(out / "suite.yaml"), "--out", str(tmp_path / "again"))
-    assert r2.code == 0 and "15 tensors compared" in r2.out
+    assert r2.code == 0 and "15 of 15 reference tensors paired and compared" in r2.out
 
 
 def test_layerwise_command_generated_inputs_and_checks(tmp_path: Path):

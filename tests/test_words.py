@@ -68,7 +68,7 @@ def test_terminal_and_report_text_count_through_the_helper(path: Path):
 
 
 def test_one_tensor_reads_one_tensor(tmp_path: Path):
-    """A one-node model compares one tensor: `1 tensor compared` in the terminal, `1 tensor on 1 sample` in the
+    """A one-node model compares one tensor: `1 of 1 reference tensor paired` in the terminal, `1 tensor on 1 sample` in the
     report (they said `1 tensors compared` and `1 tensors on 1 sample(s)`)."""
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")],
@@ -82,7 +82,7 @@ def test_one_tensor_reads_one_tensor(tmp_path: Path):
     out = tmp_path / "o"
     r = run_cli("layerwise", str(model), str(model), "--inputs", str(tmp_path / "x.npz"), "--out", str(out))
     assert r.code == 0, r.err
-    assert "1 tensor compared" in r.out and "1 tensors" not in r.out, r.out
+    assert "1 of 1 reference tensor paired and compared" in r.out and "1 tensors" not in r.out, r.out
     assert "on 1 sample..." in r.err, r.err
     html = (out / "report.html").read_text()
     assert "1 tensor on 1 sample," in html and "1 tensors" not in html

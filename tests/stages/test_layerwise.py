@@ -218,12 +218,32 @@ def rename_outputs(src: Path, dst: Path, nodes_too: bool) -> None:
 
 def test_zero_pairs_fails(tmp_path: Path):
     rename_outputs(DEMO / "fashion_cnn_fp32.onnx", tmp_path / "renamed.onnx", nodes_too=True)
-    text = suite_text(str(DEMO / "fashion_cnn_fp32.onnx"), {"r": "renamed.onnx"}, CNN_INPUTS, "    ignore: [logits]\n")
+    extra = "    ignore: [logits]\n    pair_by_structure: false\n"
+    text = suite_text(str(DEMO / "fashion_cnn_fp32.onnx"), {"r": "renamed.onnx"}, CNN_INPUTS, extra)
     stage = run_layerwise(tmp_path, text)
     cand = stage["candidates"][0]
     assert stage["status"] == "failed" and cand["rows"] == []
     assert len(cand["unmatched"]["reference_only"]) == 14 and len(cand["unmatched"]["candidate_only"]["other"]) == 14
     assert next(c for c in stage["checks"] if c["name"] == "r: tensors compared")["passed"] is False
+    paired = next(c for c in stage["checks"] if c["name"] == "r: tensors paired")
+    assert paired["passed"] is False and paired["value"] == 0 and paired["threshold"] == 7  # half of 14
+    assert "pair_by_structure on" in paired["detail"]["reason"]
+
+
+def test_renamed_tensors_and_nodes_pair_by_structure(tmp_path: Path):
+    """Every tensor and node renamed: names pair nothing; structure pairs every tensor with its exact twin."""
+    rename_outputs(DEMO / "fashion_cnn_fp32.onnx", tmp_path / "renamed.onnx", nodes_too=True)
+    text = suite_text(str(DEMO / "fashion_cnn_fp32.onnx"), {"r": "renamed.onnx"}, CNN_INPUTS)
+    stage = run_layerwise(tmp_path, text)
+    cand = stage["candidates"][0]
+    assert stage["status"] == "passed" and len(cand["rows"]) == 15
+    assert cand["paired"] == {
+        "reference_tensors": 15, "paired": 15, "with_counterpart": 15, "required": 8, "min_paired": 0.5,
+        "by": {"structure": 14, "name": 1}, "passed": True,
+    }  # fmt: skip
+    structural = [r for r in cand["rows"] if r["tensor"] != "logits"]
+    assert all(r["pairing"]["how"] == "structure" and r["candidate_tensor"] == "x_" + r["tensor"] for r in structural)
+    assert all(r["metrics"]["max_abs"] == 0 for r in cand["rows"])
 
 
 def test_renamed_outputs_pair_through_their_node(tmp_path: Path):

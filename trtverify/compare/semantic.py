@@ -36,7 +36,7 @@ from typing import Literal
 from trtverify.compare.pairing import Pairing
 from trtverify.graph.onnxgraph import CAST_OPS, QDQ_OPS, GraphIndex, Producer
 
-How = Literal["rename", "inserted", "folded", "renamed_output", "output"]
+How = Literal["rename", "inserted", "folded", "renamed_output", "output", "structure"]
 
 # clamps a QuantizeLinear can do with its zero point and scale (what ONNX Runtime's quantizer removes)
 CLAMPS = frozenset({"Relu", "Clip"})

@@ -35,9 +35,7 @@ class FrameworkStage(Strict):
     )
     outputs: dict[str, OutputOverride] = Field(default_factory=dict, description="per-output checks replacing `checks`")
     rename: dict[str, str] = Field(default_factory=dict, description="PyTorch output name -> ONNX output name")
-    ignore: list[str] = Field(
-        default_factory=list, description="outputs to leave out (listed as ignored in the results)"
-    )
+    ignore: list[str] = Field(default_factory=list, description="outputs to leave out (listed as ignored)")
     samples: int | None = Field(default=None, ge=1, description="use only the first N input samples")
 
 
@@ -100,23 +98,25 @@ class TensorOverride(Strict):
 class LayerwiseStage(Strict):
     """Stage 2: every intermediate tensor of the reference vs each candidate; first divergence and root causes."""
 
-    candidates: list[Name] | None = Field(
-        default=None, description="names from models.candidates (default: all of them)"
-    )
+    candidates: list[Name] | None = Field(default=None, description="names from models.candidates (default: all)")
     checks: list[Check] | None = Field(
         default=None,
         min_length=1,
         description="applied to every compared tensor (default: by the candidate's precision: rel_l2 <= 0.01 and "
         "cosine >= 0.999 for FP32/TF32, 0.1 and 0.999 for FP16/BF16, 0.25 and 0.97 for INT8/FP8/INT4)",
     )
-    candidate_checks: dict[Name, list[Check]] = Field(
-        default_factory=dict, description="per-candidate checks replacing `checks`"
-    )
+    candidate_checks: dict[Name, list[Check]] = Field(default_factory=dict, description="per-candidate `checks`")
     tensors: dict[str, TensorOverride] = Field(
         default_factory=dict, description="per-tensor checks replacing the candidate's checks"
     )
     rename: dict[str, str] = Field(default_factory=dict, description="reference tensor name -> candidate tensor name")
     ignore: list[str] = Field(default_factory=list, description="tensors left out (listed as ignored)")
+    pair_by_structure: bool = Field(default=True, description="pair the tensors names leave unpaired by what "
+                                    "computes them (two exports of one model: same operations on paired inputs, "
+                                    "equal weights; docs/stages/layerwise.md#pairing)")  # fmt: skip
+    min_paired: float = Field(default=0.5, ge=0, le=1, description="the check `tensors paired`: at least this share "
+                              "of the reference's tensors that have a counterpart in the candidate by op type must "
+                              "pair, else the candidate fails (a verdict on few says little); 0: off")  # fmt: skip
     samples: int | None = Field(default=None, ge=1, description="use only the first N input samples (default: all)")
     root_causes: int = Field(default=5, ge=1, description="how many root-cause suspects to report")
     root_cause_method: Literal["auto", "isolate", "amplification"] = Field(

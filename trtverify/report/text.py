@@ -56,9 +56,12 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
         fd = cand.first_divergence
         rc = cand.root_causes[0] if cand.root_causes else None
         compared = sum(1 for row in cand.rows if row.not_comparable is None)
-        head = f"          {cand.name} ({cand.precision}, checks: {cand.checks_source})"
-        line = f"{head}: {count(compared, 'tensor')} compared; "
-        line += divergence_text(fd) if fd is not None else "no divergence"
+        line = f"          {cand.name} ({cand.precision}, checks: {cand.checks_source}): "
+        line += f"{paired_text(cand)}; " if cand.paired is not None else f"{count(compared, 'tensor')} compared; "
+        if fd is not None:
+            line += divergence_text(fd)
+        else:  # a verdict says what it rests on: none on the layers from too few of them
+            line += "no divergence" if cand.paired is None or cand.paired.passed else "too few paired for a verdict"
         rewritten = len(cand.rows) - compared
         if rewritten:
             line += f"; {rewritten} rewritten by the converter, not comparable"
@@ -189,7 +192,7 @@ def where(c: CheckResult, stage: StageResult | None = None) -> str:
         names = [*d.get("pytorch_only", []), *d.get("onnx_only", [])]
         if names:
             parts.append(f"{', '.join(names)}: pair them with stages.framework.rename or leave them out with ignore")
-    if c.metric == "pairs" and c.stage == "layerwise" and isinstance(stage, LayerwiseResult):
+    if c.metric in ("pairs", "paired") and c.stage == "layerwise" and isinstance(stage, LayerwiseResult):
         parts += [u for cand in stage.candidates or [] if cand.name == c.candidate for u in [unmatched_text(cand)] if u]
     if "window_cv" in d and "max_cv" in d:
         runs = f"{fmt(d.get('runs'))} {plural('run', d.get('runs'))}"
@@ -232,9 +235,24 @@ def _names(names: list[str], limit: int = 6) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def paired_text(cand: LayerwiseCandidate) -> str:
+    """'47 of 49 reference tensors paired and compared (45 by structure)': what the candidate's verdict rests on."""
+    p = cand.paired
+    if p is None:
+        return ""
+    notes = [f"{p.by['structure']} by structure"] if p.by.get("structure") else []
+    if p.structure_error:
+        notes.append(f"structural pairing failed: {p.structure_error}")
+    if not p.passed:
+        notes.append(f"too few: {p.with_counterpart} have a counterpart by op type, {p.required} must pair")
+    more = f" ({'; '.join(notes)})" if notes else ""
+    return f"{p.paired} of {count(p.reference_tensors, 'reference tensor')} paired and compared{more}"
+
+
 def unmatched_text(cand: LayerwiseCandidate) -> str:
-    """The layerwise candidate's unpaired tensors a rename could pair, by name, with the rename to write; ''
-    when there are none (tensors only the reference has because the candidate fused them, alone, are normal)."""
+    """The layerwise candidate's unpaired tensors a rename could pair, by name, with the renames worth writing
+    (equal shapes, same operation); '' when there are none (tensors only the reference has because the
+    candidate fused them, alone, are normal)."""
     u = cand.unmatched
     other = u.candidate_only.other + u.candidate_only.renamed
     parts = []
@@ -242,8 +260,9 @@ def unmatched_text(cand: LayerwiseCandidate) -> str:
         parts.append(f"rename sources the reference does not have: {_names(u.bad_renames)}")
     if u.reference_only and other:
         parts.append(f"only in the reference: {_names(u.reference_only)}; only in {cand.name}: {_names(other)}")
-        pairs = ", ".join(f"{r}: {c}" for r, c in zip(u.reference_only[:3], other[:3]))
-        parts.append(f"pair them with stages.layerwise.rename: {{{pairs}}}")
+        if u.suggested_renames:
+            pairs = ", ".join(f"{r}: {c}" for r, c in list(u.suggested_renames.items())[:3])
+            parts.append(f"pair them with stages.layerwise.rename: {{{pairs}}}")
     return "; ".join(parts)
 
 

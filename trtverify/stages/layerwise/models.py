@@ -15,9 +15,11 @@ from trtverify.util.record import Record, optional
 class PairNote(Record):
     """Why a reference tensor pairs with a candidate tensor other than its same-named, same-producer twin."""
 
-    how: Literal["rename", "inserted", "folded", "renamed_output", "output"] = Field(
+    how: Literal["rename", "inserted", "folded", "renamed_output", "output", "structure"] = Field(
         description="rename: the suite's rename; inserted: after Q/DQ or casts the candidate inserted; folded: the "
-        "node was folded into the candidate's node before it; renamed_output: same node, output renamed"
+        "node was folded into the candidate's node before it; renamed_output: same node, output renamed; output: a "
+        "graph output both declare; structure: names differ, the node computing it is the reference's (same "
+        "operation on paired inputs, equal weights; docs/stages/layerwise.md#pairing)"
     )
     why: str | None = Field(description="one sentence: what was paired and why")
     candidate_node: str | None = optional("the candidate node computing the value, where it is not the reference's")
@@ -120,6 +122,32 @@ class Unmatched(Record):
     candidate_only: CandidateOnly
     ignored: list[str]
     bad_renames: list[str] = Field(description="rename sources the reference does not have")
+    suggested_renames: dict[str, str] = Field(
+        default_factory=dict,
+        description="reference tensor -> candidate tensor a rename could pair: only-here tensors of equal shape "
+        "computed by the same operation, one of each kind on each side (none where that is not certain)",
+    )
+
+
+class Coverage(Record):
+    """How many of the reference's tensors the candidate's were paired with: what a layerwise verdict rests on."""
+
+    reference_tensors: int = Field(description="the reference's value tensors (shape arithmetic left out)")
+    paired: int = Field(description="reference tensors paired with a candidate tensor (compared)")
+    with_counterpart: int = Field(
+        description="reference tensors the candidate has a counterpart for by op type: per op type (fused and "
+        "quantised forms counted as theirs), the smaller of the reference's count and the candidate's exposed "
+        "tensors' count, summed; the Q/DQ and casts that lowering inserts count for neither side"
+    )
+    required: int = Field(
+        description="paired tensors the check `tensors paired` asks for: min_paired x with_counterpart"
+    )
+    min_paired: float = Field(description="stages.layerwise.min_paired")
+    by: dict[str, int] = Field(
+        description="pairs by how they were made: name (same name, same producer), or a PairNote `how`"
+    )
+    structure_error: str | None = optional("why structural pairing stopped short (pairs by name only then)")
+    passed: bool
 
 
 class LayerwiseCandidate(Record):
@@ -144,6 +172,7 @@ class LayerwiseCandidate(Record):
     histograms: list[SuspectHistogram]
     not_isolated: dict[str, str] = Field(description="tensor -> why its node could not be isolated")
     rows: list[Row]
+    paired: Coverage | None = optional("how many reference tensors were paired, and how (the check `tensors paired`)")
     unmatched: Unmatched
     lint: list[LintFinding] = Field(description="static precision lint of the candidate model")
     passed: bool

@@ -29,9 +29,11 @@ class ReferencePass:
     order: list[str]  # value tensors in topological order
     store: TensorStore
     dtype: dict[str, str] = field(default_factory=dict)
+    shape: dict[str, tuple[int, ...]] = field(default_factory=dict)  # of the first sample
     nbytes: dict[str, int] = field(default_factory=dict)
     max_abs: dict[str, float] = field(default_factory=dict)
     chunks: int = 0
+    light: Any = None  # the reference's LightModel (structural pairing runs it for its shape arithmetic)
 
     def input_tensors(self, tensor: str) -> list[str]:
         """The inputs of the node that produces `tensor`."""
@@ -127,7 +129,7 @@ def reference_pass(
         # keep references in memory when all samples fit half the budget; the other half is for the candidate
         store = TensorStore(None if total <= budget // 2 else workdir / "reference")
         chunks = chunks_for(order, estimate, budget)
-        ref = ReferencePass(light.info, order, store, chunks=len(chunks))
+        ref = ReferencePass(light.info, order, store, chunks=len(chunks), light=light)
         t0 = time.perf_counter()
 
         def progress(done: int, steps: int) -> None:
@@ -141,6 +143,7 @@ def reference_pass(
                 ref.store.put(si, name, arr)
                 if name not in ref.dtype:
                     ref.dtype[name] = str(arr.dtype)
+                    ref.shape[name] = tuple(arr.shape)
                     ref.nbytes[name] = int(arr.nbytes)
                 update_max_abs(ref.max_abs, name, arr)
     timed(timings, "reference_s", time.perf_counter() - t0)

@@ -41,15 +41,14 @@ from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions,
 from trtverify.stages.base import StageContext, status_of
 from trtverify.stages.layerwise.localize import Evidence, root_causes
 from trtverify.stages.layerwise.models import (
-    CandidateOnly,
     FirstDivergence,
     LayerwiseCandidate,
     LayerwiseReference,
     LayerwiseResult,
     PairNote,
     Row,
-    Unmatched,
 )
+from trtverify.stages.layerwise.pairs import CandidateShapes, coverage, try_structure, unmatched
 from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written, budget_bytes, reference_pass
 from trtverify.stages.layerwise.stream import Outputs, chunks_for, exposing, stream
 from trtverify.stages.layerwise.suspects import histograms, with_lint
@@ -117,18 +116,6 @@ def _lint_checks(name: str, fail_on: Sequence[str], findings: list[LintFinding])
         if sel not in hit:
             out.append(limit_check(f"{name}: lint {sel}", NAME, "lint_findings", 0, 0, "<=", candidate=name))
     return out
-
-
-def _candidate_only(pairing: Pairing, cand: GraphIndex | None, ref: ReferencePass) -> CandidateOnly:
-    """Why each tensor only the candidate has exists."""
-    kinds: dict[str, list[str]] = {"qdq": [], "cast": [], "renamed": [], "other": []}
-    ref_nodes = {p.node for p in ref.graph.producers.values()}
-    for t in pairing.candidate_only:
-        kind = cand.inserted_kind(t) if cand else "other"
-        if kind == "other" and cand and t in cand.producers and cand.producers[t].node in ref_nodes:
-            kind = "renamed"  # a reference node whose output a converter renamed (e.g. before an inserted cast)
-        kinds[kind].append(t)
-    return CandidateOnly(**kinds)
 
 
 def _compare(
@@ -325,6 +312,7 @@ def _candidate(
     suite = ctx.loaded.suite
     spec = suite.models.candidates[name]
     backend = candidate_backend(spec.backend, Path(spec.path), as_written(suite.backends), samples)
+    ort_options = as_written(suite.backends).onnxruntime
     with backend:
         cand_names = list(dict.fromkeys(list(backend.intermediates()) + [m.name for m in backend.outputs()]))
         rounded = getattr(backend, "emulated", None)
@@ -339,15 +327,24 @@ def _candidate(
         # the candidate's ONNX graph says what each name holds, also for engines built from it (TensorRT marks
         # ONNX tensor names); isolation needs more than the graph: a backend that runs it as written
         cand_graph = backend.graph().info if onnx_graph else GraphIndex.from_model(load_onnx(Path(spec.path)))
+        t0 = time.perf_counter()
         resolved = resolve(pair_names(ref.order, cand_names, cfg.rename, cfg.ignore), ref.graph, cand_graph, cfg.rename)
-        pairing = resolved.pairing
         # the candidate as given (not its emulated twin), read once by the backend, weights left in their files
         source = getattr(backend, "source_graph", None) if onnx_graph else None
+        structure = source.info if source is not None else cand_graph  # the twin's extra casts are not the model's
+        shapes = CandidateShapes(backend.graph() if onnx_graph else Path(spec.path), structure, samples[0], ort_options)
+        failed = None
+        if cfg.pair_by_structure:
+            resolved, failed = try_structure(resolved, ref, structure, shapes, samples[0], ort_options)
+        pairing = resolved.pairing
+        paired, paired_check = coverage(name, ref, structure, cand_names, resolved, cfg, failed)
+        timings[f"{name}.pairing_s"] = time.perf_counter() - t0
         precision = candidate_precision(spec, suite.backends, source)
         checks_for, checks_source = _checks_for(cfg, name, precision)
         series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings)
         backend.release()  # its weights are not needed while the isolation model runs
         rows, checks = _rows_and_checks(name, ref, resolved, series, checks_for)
+        checks.insert(1, paired_check)
         first = next((row for row in rows if not row.passed), None)
         first_divergence = (
             FirstDivergence(**{k: getattr(first, k) for k in FirstDivergence.model_fields}) if first else None
@@ -390,14 +387,8 @@ def _candidate(
         histograms=histograms(first_divergence, causes, series, rows),
         not_isolated=not_isolated,
         rows=with_lint(rows, lint),
-        unmatched=Unmatched(
-            reference_only=pairing.reference_only,
-            reference_only_reason=reason,
-            reference_only_why={t: w for t, w in resolved.folded_away.items() if t in pairing.reference_only},
-            candidate_only=_candidate_only(pairing, cand_graph, ref),
-            ignored=pairing.ignored,
-            bad_renames=pairing.bad_renames,
-        ),
+        paired=paired,
+        unmatched=unmatched(resolved, structure, ref, reason, shapes, cand_graph),
         lint=lint,
         passed=all(ch.passed for ch in checks),
     )
