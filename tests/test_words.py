@@ -68,8 +68,8 @@ def test_terminal_and_report_text_count_through_the_helper(path: Path):
 
 
 def test_one_tensor_reads_one_tensor(tmp_path: Path):
-    """A one-node model compares one tensor: `1 of 1 reference tensor paired` in the terminal, `1 tensor on 1 sample` in the
-    report (they said `1 tensors compared` and `1 tensors on 1 sample(s)`)."""
+    """A one-node model compares one tensor: `1 of 1 reference tensor paired` in the terminal, `1 tensor on 1
+    sample` in the report (they said `1 tensors compared` and `1 tensors on 1 sample(s)`)."""
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")],
         "g",
