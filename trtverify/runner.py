@@ -323,6 +323,7 @@ def run_stages(
     chosen_by: str | None = None,
     on_stage: Callable[..., None] = lambda done, pending, interrupted=False: None,
     done: Sequence[StageResult] = (),
+    model_inputs: list[TensorMeta] | None = None,
 ) -> list[StageResult]:
     """Run the planned stages in order, but for the first `len(done)`, whose results are `done`; `on_stage(done,
     pending)` after each one (and `on_stage(done, pending, True)` with the part a stage did when it was
@@ -330,7 +331,8 @@ def run_stages(
 
     `samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run, `chosen_by` says so):
     the stages feed every one of them, whatever their `samples: N` (`run_suite` runs a swept stage once then)."""
-    model_inputs = preflight(loaded)
+    if model_inputs is None:  # `preflight` not run by the caller yet
+        model_inputs = preflight(loaded)
     if samples_override is not None:
         samples = samples_override
         check_samples(samples, model_inputs, "the samples chosen with --samples")

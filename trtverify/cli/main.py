@@ -106,7 +106,7 @@ def run(
 
     shard = Shard.parse(shard_text) if shard_text is not None else None
     loaded = load_suite(suite)
-    preflight(loaded)  # every suite error (exit 2) before a folder is made or a line printed
+    model_inputs = preflight(loaded)  # every suite error (exit 2) before a folder is made or a line printed
     out = out_dir or suite_out(loaded)
     override, chosen_by = None, None
     if samples_mode == "worst":
@@ -132,7 +132,18 @@ def run(
     if override is not None and not quiet:
         click.echo(f"samples: the {len(override)} worst {plural('sample', len(override))} listed in {source}", err=True)
     execute(
-        loaded, out, stages, update_reference, reference_dir, quiet, override, junit, shard, update_baseline, chosen_by
+        loaded,
+        out,
+        stages,
+        update_reference,
+        reference_dir,
+        quiet,
+        override,
+        junit,
+        shard,
+        update_baseline,
+        chosen_by,
+        model_inputs,
     )
 
 

@@ -143,7 +143,10 @@ def execute(
     shard: Any = None,
     update_baseline: bool = False,
     chosen_by: str | None = None,
+    model_inputs: Any = None,
 ) -> None:
+    """Run `loaded` into `out` under its lock; `model_inputs`: what `runner.preflight` gave, where the command ran it
+    already."""
     from trtverify.report.html import write_report
     from trtverify.util.fsutil import folder_lock
 
@@ -163,6 +166,7 @@ def execute(
             progress=Progress(not quiet),
             samples_override=samples_override,
             chosen_by=chosen_by,
+            model_inputs=model_inputs,
         )
         write_report(results, out / "report.html")
         finish(results, out, quiet, junit)
