@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.backends.base import Backend, Capabilities, Feed, cannot_load, cast_float, check_feed
-from trtverify.backends.ortprobe import LEVELS, ensure_loadable
+from trtverify.backends.ortprobe import LEVELS, LOWER, ensure_loadable
 from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.graph.lightmodel import EXTERNAL_FOLDER, GraphBytes, LightModel
 from trtverify.graph.onnxemulate import BF16, FP16, emulate, holds, internal
@@ -28,10 +28,9 @@ def _cpu_only(providers: Sequence[str]) -> bool:
 def _workaround(level: str) -> str:
     if level == "disable":
         return "it crashed with graph optimisation off; report it to ONNX Runtime with the model"
-    lower = {"all": "extended", "extended": "basic", "basic": "disable"}[level]
     return (
         f"ONNX Runtime's graph optimiser may be the cause: try backends.onnxruntime.graph_optimization_level: "
-        f"{lower} (or lower) in the suite"
+        f"{LOWER[level][0]} (or lower) in the suite"
     )
 
 
@@ -139,7 +138,7 @@ class OnnxRuntimeBackend(Backend):
         if self.probe_first:  # a timed session: made in a child process first (ortprobe.py)
             ensure_loadable(model, level, self.options.providers, what)
         so.add_session_config_entry(EXTERNAL_FOLDER, str(model.folder))  # weights read where they are
-        with native.operation(
+        with native.Operation(
             f"creating an ONNX Runtime {ort.__version__} session for {what} at graph_optimization_level {level}",
             key=f"onnxruntime-session:{self.source}:{level}:{','.join(self.options.providers)}",
             hint=_workaround(level),

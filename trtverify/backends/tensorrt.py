@@ -361,7 +361,7 @@ class TensorRTBackend(Backend):
                 config = self._config(strong, profiles)
                 save_cache = str(self.options.timing_cache) if self.options.timing_cache else None
                 loader = self._pg.EngineBytesFromNetwork(self._network(), config=config, save_timing_cache=save_cache)
-                with native.operation(
+                with native.Operation(
                     f"building a {lib} {self.version} engine from {self.model_path.name}",
                     key=f"tensorrt-build:{self.model_path}",
                     model=str(self.model_path),

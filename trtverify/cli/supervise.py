@@ -73,7 +73,10 @@ def supervise(argv: list[str]) -> None:
             _exit(os.WEXITSTATUS(status))
         signum = os.WTERMSIG(status)
         record = native.read(shared)
-        _release_lock(record, child)
+        if record.get("lock"):  # the run lock a dead worker held (it holds that worker's pid)
+            from trtverify.util.fsutil import release_lock  # only now: the parent stays light
+
+            release_lock(Path(record["lock"]), child)
         if forwarding:  # stopped by a signal sent to the run, not crashed
             _exit(128 + forwarding[0])
         crash = native.Crash.from_record(signum, record)
@@ -113,18 +116,6 @@ def _die_with_parent() -> None:
         return
     if os.getppid() == 1:  # the parent died before prctl
         os._exit(143)
-
-
-def _release_lock(record: dict[str, Any], pid: int) -> None:
-    """Remove the run lock a dead worker held (it holds that worker's pid)."""
-    lock = record.get("lock")
-    if not lock:
-        return
-    try:
-        if Path(lock).read_text(encoding="ascii").strip() == str(pid):
-            Path(lock).unlink()
-    except OSError:
-        pass
 
 
 def _tell(crash: native.Crash, going_on: bool) -> None:

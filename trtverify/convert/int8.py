@@ -62,7 +62,7 @@ def quantize(
     import onnxruntime
 
     try:
-        with native.operation(
+        with native.Operation(
             f"quantizing {Path(reference).name} with ONNX Runtime {onnxruntime.__version__}'s quantize_static",
             key=f"onnxruntime-quantize:{reference}",
             model=str(reference),

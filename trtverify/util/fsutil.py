@@ -185,13 +185,18 @@ def writable_folder(folder: Path, what: str = "--out") -> Path:
 HELD_LOCKS: set[Path] = set()  # the run locks this process holds (released by a hard exit too: release_held_locks)
 
 
-def _release(lock: Path) -> None:
-    """Delete `lock` if this process holds it."""
+def release_lock(lock: Path, pid: int) -> None:
+    """Delete the run lock `lock` if process `pid` holds it (a supervising parent: its dead worker's)."""
     try:
-        if lock.read_text(encoding="ascii").strip() == str(os.getpid()):
+        if lock.read_text(encoding="ascii").strip() == str(pid):
             lock.unlink()
     except OSError:
         pass
+
+
+def _release(lock: Path) -> None:
+    """Delete `lock` if this process holds it."""
+    release_lock(lock, os.getpid())
     HELD_LOCKS.discard(lock)
 
 

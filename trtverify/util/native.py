@@ -9,8 +9,10 @@ parent reads that record and starts a fresh worker told of the crash (`Resume`):
 to results.json are kept, the operation that crashed raises `NativeCrash` (a BackendError: exit 1 for a model
 under test) instead of being tried again, and the run goes on.
 
-The record is a JSON document in an anonymous shared mapping, rewritten in place (a few microseconds); a
-process that is not supervised keeps it in memory only.
+The record lies in an anonymous shared mapping: the run's state as JSON, rewritten when it changes (a stage
+begins, results.json or the lock is written), and one slot per thread holding the operation it is in, written
+from bytes each `Operation` makes once (about a microsecond per call). A process that is not supervised writes
+nothing.
 """
 
 from __future__ import annotations
@@ -81,9 +83,6 @@ class Crash:
         text = f"native crash: the process died of {self.signal} ({self.meaning}){self.where()}; trtverify contained "
         text += "it and went on without it"
         return text + (f". Workaround: {self.hint}" if self.hint else "")
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
     @classmethod
     def from_record(cls, signum: int, record: dict[str, Any]) -> Crash:
@@ -187,10 +186,10 @@ class Operation:
     thread's slot (about a microsecond), so a timed inference loop is not slowed; it raises NativeCrash, without
     the call, where that key crashed a worker earlier in this run."""
 
-    __slots__ = ("what", "key", "hint", "model", "data")
+    __slots__ = ("key", "data")
 
     def __init__(self, what: str, *, key: str | None = None, hint: str | None = None, model: str | None = None):
-        self.what, self.key, self.hint, self.model = what, key, hint, model
+        self.key = key
         entry = {"what": what, "key": key, "hint": hint, "model": model}
         self.data = json.dumps(entry).encode("utf-8")[: _SLOT - _SLOT_HEAD.size]
 
@@ -259,10 +258,6 @@ def resume() -> Resume:
     return _STATE.resume
 
 
-def supervised() -> bool:
-    return _STATE.channel is not None
-
-
 def note(key: str, value: Any) -> None:
     """Record `value` under `key` ('lock': the run lock taken; 'results': the results.json last written)."""
     with _STATE.lock:
@@ -278,8 +273,3 @@ def stage(index: int, name: str, label: str | None) -> Iterator[None]:
         yield
     finally:
         note("stage", None)
-
-
-def operation(what: str, *, key: str | None = None, hint: str | None = None, model: str | None = None) -> Operation:
-    """An `Operation` for one call: `with native.operation(...):` around it (a loop makes its Operation once)."""
-    return Operation(what, key=key, hint=hint, model=model)
