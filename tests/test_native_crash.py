@@ -84,6 +84,12 @@ def _no_lock(out: Path) -> None:
     assert not list(out.rglob(".trtverify.lock"))
 
 
+def _results(out: Path) -> tuple[dict, dict[str, dict]]:
+    """OUT/results.json, and its stages by name."""
+    res = json.loads((out / "results.json").read_text())
+    return res, {s["name"]: s for s in res["stages"]}
+
+
 def test_repair_on_a_model_whose_lowered_forms_crash_onnx_runtime(encoder: Path, tmp_path: Path):
     """The issue's case: the search ends, then the latency session of the FP16 model crashes ONNX Runtime. Exit 1,
     repair.json with the keep-list, the crash named with its version, level and the level that loads."""
@@ -116,8 +122,7 @@ def test_a_suite_with_perf_on_a_candidate_that_crashes_keeps_the_other_stages(en
     out = tmp_path / "o"
     r = run_cli("run", str(suite), "--out", str(out))
     assert r.code == 1, r.out + r.err
-    res = json.loads((out / "results.json").read_text())
-    stages = {s["name"]: s for s in res["stages"]}
+    res, stages = _results(out)
     assert res["complete"] and stages["layerwise"]["status"] == "passed"
     perf = stages["perf"]
     assert perf["status"] == "failed" and [row["model"] for row in perf["rows"]] == ["reference"]
@@ -147,7 +152,7 @@ def test_a_crash_in_a_stage_is_that_model_s_error_and_the_run_goes_on(encoder: P
         "trtverify: the worker process died of SIGSEGV (a segmentation fault) while creating an ONNX Runtime" in r.err
     )
     assert "in stage framework; not trying that again, the run goes on in a fresh process" in r.err
-    stages = {s["name"]: s for s in json.loads((out / "results.json").read_text())["stages"]}
+    _, stages = _results(out)
     error = stages["framework"]["error"]
     assert stages["framework"]["status"] == "error" and error["exit_code"] == 1
     assert "native crash" in error["message"] and "enc_fp16.onnx at graph_optimization_level all" in error["message"]
@@ -211,7 +216,7 @@ def test_a_crash_the_worker_can_name_fails_that_model_only(tiny_suite: Path, tmp
     r = run_cli("run", str(_suite(tiny_suite, "crashing:in_forward")), "--out", str(out))
     assert r.code == 1, r.out + r.err
     assert r.err.count("layerwise: reference on") == 1  # layerwise is kept from the first worker, not run again
-    stages = {s["name"]: s for s in json.loads((out / "results.json").read_text())["stages"]}
+    _, stages = _results(out)
     assert stages["layerwise"]["status"] == "passed"
     perf = stages["perf"]
     failed = [c for c in perf["checks"] if not c["passed"]]
@@ -226,9 +231,8 @@ def test_a_crash_nothing_names_is_its_stage_s_error(tiny_suite: Path, tmp_path: 
     r = run_cli("run", str(_suite(tiny_suite, "crashing:in_factory")), "--out", str(out))
     assert r.code == 4, r.out + r.err
     assert "in stage perf; recording stage perf as crashed, the run goes on in a fresh process" in r.err
-    res = json.loads((out / "results.json").read_text())
+    res, stages = _results(out)
     assert res["complete"] and res["exit_code"] == 4
-    stages = {s["name"]: s for s in res["stages"]}
     assert stages["layerwise"]["status"] == "passed"
     error = stages["perf"]["error"]
     assert error["kind"] == "crash" and error["message"].startswith("native crash: the process died of SIGSEGV")
