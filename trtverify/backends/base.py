@@ -95,6 +95,10 @@ class Backend(ABC):
         """Names of the intermediate tensors `expose` can add (none unless `exposes_intermediates`)."""
         return []
 
+    def uncomputed(self) -> dict[str, str]:
+        """Tensors of the model nothing here computes (after a plugin node without a reference), each with why."""
+        return {}
+
     def expose(self, names: Sequence[str]) -> list[str]:
         """Ask for intermediate tensors too: later `infer` calls return them beside the outputs.
 

@@ -10,10 +10,12 @@ import numpy as np
 
 from trtverify.backends.base import Backend, Capabilities, Feed, cannot_load, cast_float, check_feed
 from trtverify.backends.ortprobe import LEVELS, LOWER, ensure_loadable
+from trtverify.backends.pluginrun import SegmentedSession, plan, plugin_nodes
 from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.graph.lightmodel import EXTERNAL_FOLDER, GraphBytes, LightModel
 from trtverify.graph.onnxemulate import BF16, FP16, emulate, holds, internal
 from trtverify.graph.onnxinfo import TensorMeta, check_graph, graph_io
+from trtverify.plugins.registry import Plugins
 from trtverify.util import native
 from trtverify.util.deps import require
 from trtverify.util.errors import BackendError, MissingDependency, UsageError
@@ -53,6 +55,9 @@ class OnnxRuntimeBackend(Backend):
         self._loaded = False
         self.source = self.model_path  # the file given
         self.emulated: int | None = None  # narrow tensors rounded by the emulation (None: runs as given)
+        self._plugins: Plugins | None = None
+        self._uncomputed: dict[str, str] | None = None
+        self._segment_kinds: frozenset[int] = frozenset()  # a graph with plugins: emulated segment by segment
         self.probe_first = False  # a timed session: create it in a child process first (a crash there is an error)
         self._running = native.Operation(  # made once: entered around every inference (about a microsecond)
             f"running {self.model_path.name} in ONNX Runtime",
@@ -86,7 +91,10 @@ class OnnxRuntimeBackend(Backend):
         kinds = self._emulated_kinds()
         if kinds and holds(light.model, kinds):
             model, self.emulated = emulate(light.model, kinds)
-            light = light.derived(model)
+            if plugin_nodes(light.model):  # types after a plugin are known once it ran: each segment emulated then
+                self._segment_kinds = kinds
+            else:
+                light = light.derived(model)
         self._light = light
         self._run = self._given if self._given is not None and self.emulated is None else light.runnable()
         self._inputs, self._outputs = graph_io(light.model)
@@ -113,9 +121,37 @@ class OnnxRuntimeBackend(Backend):
     def close(self) -> None:
         self._session = None
         self._light = self.source_graph = self._run = None
-        self.emulated, self._loaded = None, False
+        self.emulated, self._loaded, self._uncomputed = None, False, None
+
+    @property
+    def plugins(self) -> Plugins:
+        if self._plugins is None:
+            o = self.options
+            self._plugins = Plugins(dict(o.plugins), [Path(p) for p in o.plugin_path])
+        return self._plugins
+
+    def uncomputed(self) -> dict[str, str]:
+        """Tensors nothing computes here (downstream of a plugin node without a reference), each with why."""
+        if self._uncomputed is None:
+            model = self.graph().model
+            self._uncomputed = (
+                plan(model, self.plugins, bool(self.options.custom_op_libraries)).uncomputed
+                if plugin_nodes(model)
+                else {}
+            )
+        return self._uncomputed
 
     def _make_session(self, model: GraphBytes) -> Any:
+        """A session, or for a graph with plugin nodes, segments of it with the plugins computed between them."""
+        import onnx
+
+        graph = onnx.ModelProto.FromString(model.data)  # a weightless graph: kilobytes
+        if plugin_nodes(graph):
+            libraries = bool(self.options.custom_op_libraries)
+            return SegmentedSession(model, self.plugins, self._session_of, libraries, self._segment_kinds)
+        return self._session_of(model)
+
+    def _session_of(self, model: GraphBytes) -> Any:
         ort = require("onnxruntime", "the onnxruntime backend")
         so = ort.SessionOptions()
         # an emulated graph runs as written: an optimiser dropping a Cast pair would drop its rounding
@@ -124,6 +160,11 @@ class OnnxRuntimeBackend(Backend):
         so.intra_op_num_threads = self.options.intra_op_num_threads
         so.inter_op_num_threads = self.options.inter_op_num_threads
         so.log_severity_level = 3
+        for lib in self.options.custom_op_libraries:
+            try:
+                so.register_custom_ops_library(str(lib))
+            except Exception as exc:  # noqa: BLE001 - ORT raises its own types for a library it cannot load
+                raise BackendError(f"ONNX Runtime cannot load the custom-op library {lib}: {exc}") from exc
         if not self.options.allow_spinning:
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         available = ort.get_available_providers()
@@ -192,7 +233,8 @@ class OnnxRuntimeBackend(Backend):
     def intermediates(self) -> list[str]:
         """Node outputs that carry values derived from the inputs (shape-only tensors, and the tensors an emulation
         added, left out)."""
-        return [t for t in self.graph().info.value_tensors() if not internal(t)]
+        skip = self.uncomputed()
+        return [t for t in self.graph().info.value_tensors() if not internal(t) and t not in skip]
 
     def expose(self, names: Sequence[str]) -> list[str]:
         """Make `names` graph outputs too. Outputs are declared untyped: ONNX Runtime infers
@@ -201,7 +243,8 @@ class OnnxRuntimeBackend(Backend):
             self.load()
         info = self.graph().info
         known = set(info.producers) | set(info.inputs)
-        chosen = [n for n in dict.fromkeys(names) if n in known]
+        skip = self.uncomputed()
+        chosen = [n for n in dict.fromkeys(names) if n in known and n not in skip]
         self._run = self.graph().with_outputs(chosen)
         self._session = None
         self._session = self._make_session(self._run)

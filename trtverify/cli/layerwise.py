@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trtverify.cli.options import QUIET, OnnxFile, Several, unclaimed_folder
+from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, unclaimed_folder
 
 
 @click.command()
@@ -69,6 +69,7 @@ from trtverify.cli.options import QUIET, OnnxFile, Several, unclaimed_folder
     type=click.Path(path_type=Path, file_okay=False),
     help="Output folder [default: reports/layerwise-<reference name>].",
 )
+@PLUGIN
 @QUIET
 def layerwise(
     reference: Path,
@@ -84,6 +85,7 @@ def layerwise(
     memory_budget: float | None,
     root_causes: int | None,
     out_dir: Path | None,
+    plugins: tuple[str, ...],
     quiet: bool,
 ) -> None:
     """Compare every intermediate tensor of REFERENCE with each CANDIDATE, without a suite file.
@@ -114,5 +116,6 @@ def layerwise(
         fail_on_lint=list(fail_on_lint),
         memory_budget=memory_budget,
         root_causes=root_causes,
+        plugins=plugin_map(plugins),
     )
     execute(load_suite(path), out, ("layerwise",), False, None, quiet)

@@ -16,7 +16,18 @@ from typing import Any
 import click
 
 from trtverify import __version__
-from trtverify.cli.options import ARGUMENTS, JUNIT, OUT, QUIET, TAKEN, Several, several_hint, unclaimed_folder
+from trtverify.cli.options import (
+    ARGUMENTS,
+    JUNIT,
+    OUT,
+    PLUGIN,
+    QUIET,
+    TAKEN,
+    Several,
+    plugin_map,
+    several_hint,
+    unclaimed_folder,
+)
 from trtverify.cli.run import execute, finish, stopped_lines
 from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
 from trtverify.util.words import count, plural
@@ -77,6 +88,7 @@ def cli() -> None:
     help="results.json of that e2e run [default: OUT/results.json].",
 )
 @JUNIT
+@PLUGIN
 @click.option(
     "--shard",
     "shard_text",
@@ -97,15 +109,16 @@ def run(
     samples_mode: str,
     from_results: Path | None,
     junit: Path | None,
+    plugins: tuple[str, ...],
     shard_text: str | None,
 ) -> None:
     """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
-    from trtverify.config.loader import load_suite
+    from trtverify.config.loader import load_suite, with_plugins
     from trtverify.runner import preflight
     from trtverify.stages.base import Shard
 
     shard = Shard.parse(shard_text) if shard_text is not None else None
-    loaded = load_suite(suite)
+    loaded = with_plugins(load_suite(suite), plugin_map(plugins))
     model_inputs = preflight(loaded)  # every suite error (exit 2) before a folder is made or a line printed
     out = out_dir or suite_out(loaded)
     override, chosen_by = None, None

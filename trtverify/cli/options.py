@@ -128,6 +128,28 @@ JUNIT = click.option(
     help="Also write JUnit XML here: one test case per check.",
 )
 QUIET = click.option("-q", "--quiet", is_flag=True, help="Print only the verdict line.")
+PLUGIN = click.option(
+    "--plugin",
+    "plugins",
+    multiple=True,
+    metavar="OP=module:callable",
+    help="A reference for plugin nodes of op type OP: called with the node's inputs (numpy) and attributes, returns "
+    "its outputs; module found in the current folder (repeatable; docs/plugins.md).",
+)
+
+
+def plugin_map(values: tuple[str, ...]) -> dict[str, str]:
+    """--plugin values, checked (exit 2 for a malformed one or an op given twice)."""
+    from trtverify.plugins.registry import parse_option
+    from trtverify.util.errors import UsageError
+
+    out: dict[str, str] = {}
+    for v in values:
+        op, spec = parse_option(v)
+        if op in out and out[op] != spec:
+            raise UsageError(f"--plugin {op} given twice ({out[op]}, {spec}): give one reference per op type")
+        out[op] = spec
+    return out
 
 
 def unclaimed_folder(folder: Path, suite: Path, sha256: str | None = None, chosen: str = "", hint: str = "") -> Path:

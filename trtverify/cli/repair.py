@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from trtverify.cli.options import QUIET, OnnxFile, Several, unclaimed_folder
+from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, unclaimed_folder
 from trtverify.util.errors import UsageError
 
 
@@ -95,6 +95,7 @@ LOWERED = ["fp16", "bf16", "int8", "fp8", "int4"]
     type=click.Path(path_type=Path, file_okay=False),
     help="Output folder [default: reports/repair-<reference name>-<precision>].",
 )
+@PLUGIN
 @QUIET
 def repair(
     reference: Path,
@@ -110,6 +111,7 @@ def repair(
     tool: str,
     holdout: float,
     out_dir: Path | None,
+    plugins: tuple[str, ...],
     quiet: bool,
 ) -> None:
     """Find the smallest set of nodes to keep in FP32 so REFERENCE lowered to --precision passes, and verify it.
@@ -162,6 +164,7 @@ def repair(
         tensors=tensors,
         max_evaluations=max_evaluations,
         holdout=holdout,
+        plugins=plugin_map(plugins),
     )
     execute(load_suite(path), out, ("repair",), False, None, quiet)
 

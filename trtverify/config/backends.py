@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from trtverify.config.types import OutPath, Strict, resolve_path
+from trtverify.config.types import FilePath, OutPath, Strict, resolve_path
 
 Precision = Literal["fp16", "bf16", "int8", "fp8", "tf32"]
 LayerPrecision = Literal["fp32", "fp16", "bf16", "int8", "fp8"]
@@ -231,6 +232,21 @@ class OnnxRuntimeOptions(Strict):
         "roundings and overflows); native = ONNX Runtime as it is (the perf stage always times native). BF16 graphs "
         "are always emulated on the CPU (no BF16 kernels)",
     )
+    custom_op_libraries: list[FilePath] = Field(
+        default_factory=list,
+        description="ONNX Runtime custom-op libraries (.so/.dll) registered in every session, e.g. mmdeploy's "
+        "libmmdeploy_onnxruntime_ops.so: ONNX Runtime then runs the plugin ops they provide (docs/plugins.md)",
+    )
+    # set from the suite's `plugins:` and python_path when the suite is loaded (not keys of their own)
+    plugins: SkipJsonSchema[dict[str, str]] = Field(default_factory=dict, exclude=True)
+    plugin_path: SkipJsonSchema[list[str]] = Field(default_factory=list, exclude=True)
+
+    @field_validator("plugins", "plugin_path")
+    @classmethod
+    def _not_a_key(cls, v: object) -> object:
+        if v:
+            raise ValueError("not a key of backends.onnxruntime: name plugin references in the suite's plugins: key")
+        return v
 
 
 class TorchOptions(Strict):

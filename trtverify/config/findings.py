@@ -4,7 +4,10 @@ of build-log and lint findings."""
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable
 from typing import Literal
+
+from trtverify.util.errors import unknown
 
 Severity = Literal["high", "medium", "info"]
 SEVERITIES: tuple[Severity, ...] = ("high", "medium", "info")  # most severe first
@@ -132,3 +135,13 @@ def selects(name: str, kind: str, category: str) -> bool:
 
 def known(name: str) -> bool:
     return name in CATEGORIES or any(fnmatch.fnmatchcase(k, name) for k in KINDS)
+
+
+def gate_names(names: list[str], kinds: Iterable[str], what: str) -> list[str]:
+    """`names` of a `fail_on`: each a severity, a finding kind or a glob over kinds (ValueError naming the first
+    that is none of them)."""
+    kinds = list(kinds)
+    for name in names:
+        if name not in SEVERITIES and not any(fnmatch.fnmatchcase(k, name) for k in kinds):
+            raise ValueError(unknown(what, name, [*SEVERITIES, *kinds]))
+    return names

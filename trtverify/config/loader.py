@@ -172,4 +172,25 @@ def load_suite(path: str | Path, *, check_files: bool = True) -> LoadedSuite:
     problems = _semantic_problems(suite, doc)
     if problems:
         raise SuiteError(problems)
-    return LoadedSuite(suite, path, doc)
+    return LoadedSuite(_with_plugins(suite, path), path, doc)
+
+
+def _with_plugins(suite: Suite, path: Path, extra: dict[str, str] | None = None) -> Suite:
+    """The suite's plugin references (and `extra`, from the command line: found in the current folder) handed to
+    ONNX Runtime's options, which every ONNX Runtime backend is given."""
+    if not suite.plugins and not extra:
+        return suite
+    search = [str(p) for p in suite.python_path] or [str(path.resolve().parent)]
+    if extra:
+        search.append(str(Path.cwd()))
+    plugins = {**suite.plugins, **(extra or {})}
+    ort = suite.backends.onnxruntime.model_copy(update={"plugins": plugins, "plugin_path": search})
+    backends = suite.backends.model_copy(update={"onnxruntime": ort})
+    return suite.model_copy(update={"backends": backends, "plugins": plugins})
+
+
+def with_plugins(loaded: LoadedSuite, extra: dict[str, str]) -> LoadedSuite:
+    """`loaded` with `--plugin` references over its own `plugins:`."""
+    if not extra:
+        return loaded
+    return LoadedSuite(_with_plugins(loaded.suite, loaded.path, extra), loaded.path, loaded.doc)

@@ -207,6 +207,19 @@ class Inputs(Strict):
         return self
 
 
+def _plugin_spec(spec: str) -> str:
+    from trtverify.plugins.registry import check_spec
+
+    problem = check_spec("op", spec)
+    if problem:
+        raise ValueError(problem)
+    return spec
+
+
+PluginOp = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")]
+PluginSpec = Annotated[str, AfterValidator(_plugin_spec)]
+
+
 class Suite(Strict):
     """A suite file: the models, their inputs, and the stages that check them."""
 
@@ -214,6 +227,12 @@ class Suite(Strict):
     description: str | None = Field(default=None, description="free text")
     python_path: list[DirPath] = Field(
         default_factory=list, description="folders searched for module:callable hooks (default: the suite's folder)"
+    )
+    plugins: dict[PluginOp, PluginSpec] = Field(
+        default_factory=dict,
+        description="references of plugin nodes, by op_type: 'module:callable' (called with the node's inputs as "
+        "numpy arrays and its attributes as keyword arguments; returns its outputs), or 'onnxruntime' (a library in "
+        "backends.onnxruntime.custom_op_libraries runs it); over the built-in references (docs/plugins.md)",
     )
     reference_dir: OutPath = Field(
         default=Path("reference_outputs"),

@@ -62,9 +62,12 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
             line += divergence_text(fd)
         else:  # a verdict says what it rests on: none on the layers from too few of them
             line += "no divergence" if cand.paired is None or cand.paired.passed else "too few paired for a verdict"
-        rewritten = len(cand.rows) - compared
+        after = sum((cand.after_plugins or {}).values())
+        rewritten = len(cand.rows) - compared - after
         if rewritten:
             line += f"; {rewritten} rewritten by the converter, not comparable"
+        for why, n in (cand.after_plugins or {}).items():
+            line += f"; {count(n, 'tensor')} {why}, not compared"
         out.append(line)
         if cand.precision_mix and len(cand.precision_mix) > 1:
             mix = ", ".join(f"{k} {v}" for k, v in cand.precision_mix.items())

@@ -24,7 +24,7 @@ from trtverify.backends.base import Backend, candidate_backend
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.compare.checks import CheckResult, failed_check, limit_check
 from trtverify.config.findings import selects
-from trtverify.config.stages import PerfEngine, PerfStage
+from trtverify.config.perfstage import PerfEngine, PerfStage
 from trtverify.engine.audit import Audit, audit_layers, engine_layers
 from trtverify.engine.diff import EngineDiff, diff_read
 from trtverify.engine.metadata import batch_of, device_fingerprint, profile_performance

@@ -118,6 +118,13 @@ def _generated_inputs(reference: Path, dims: Sequence[str], seed: int) -> dict[s
     return out
 
 
+def _add_plugins(suite: dict[str, Any], plugins: dict[str, str] | None) -> None:
+    """--plugin references, found in the folder the command ran in (so is a rerun of the suite written)."""
+    if plugins:
+        suite["python_path"] = [str(Path.cwd())]
+        suite["plugins"] = dict(plugins)
+
+
 def layerwise_suite(
     out: Path,
     reference: Path,
@@ -133,6 +140,7 @@ def layerwise_suite(
     memory_budget: float | None,
     root_causes: int | None,
     fail_on_lint: Sequence[str] = (),
+    plugins: dict[str, str] | None = None,
 ) -> Path:
     """Write `out/suite.yaml` for a layerwise comparison and return its path."""
     reference = reference.resolve()
@@ -167,6 +175,7 @@ def layerwise_suite(
         "inputs": inputs,
         "stages": {"layerwise": stage},
     }
+    _add_plugins(suite, plugins)
     if precisions:
         if backend == "onnxruntime":
             raise UsageError("--precision is a TensorRT builder flag: use it with --backend tensorrt")
@@ -198,6 +207,7 @@ def repair_suite(
     tensors: str,
     max_evaluations: int,
     holdout: float = 0.25,
+    plugins: dict[str, str] | None = None,
 ) -> Path:
     """Write `out/suite.yaml` for `trtverify repair` (stage repair) and return its path."""
     reference = reference.resolve()
@@ -229,6 +239,7 @@ def repair_suite(
         "inputs": inputs,
         "stages": {"repair": stage},
     }
+    _add_plugins(suite, plugins)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "suite.yaml"
     repaired = (out / f"repair-{precision}" / f"{reference.stem}_{precision}_repaired.onnx").resolve()

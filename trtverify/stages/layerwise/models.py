@@ -33,7 +33,8 @@ class Row(Record):
     candidate_tensor: str | None = optional("the candidate's tensor, when it is named differently")
     pairing: PairNote | None = optional("how the pair was made, where it is not by name and producer alone")
     not_comparable: str | None = optional(
-        "why the candidate has no value equal to this tensor (rewritten); left out of every check"
+        "why it is not compared: the candidate rewrote it, or it is after a plugin node without a reference "
+        "('after plugin X (no reference)'); left out of every check"
     )
     node: str | None = Field(description="the reference node that produces it")
     op_type: str | None
@@ -174,6 +175,10 @@ class LayerwiseCandidate(Record):
     rows: list[Row]
     paired: Coverage | None = optional("how many reference tensors were paired, and how (the check `tensors paired`)")
     unmatched: Unmatched
+    after_plugins: dict[str, int] | None = optional(
+        "tensors not computed, by the plugin without a reference they wait on ('after plugin X (no reference)'): "
+        "rows of their own, left out of every check"
+    )
     lint: list[LintFinding] = Field(description="static precision lint of the candidate model")
     passed: bool
 

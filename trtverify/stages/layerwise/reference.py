@@ -34,6 +34,7 @@ class ReferencePass:
     max_abs: dict[str, float] = field(default_factory=dict)
     chunks: int = 0
     light: Any = None  # the reference's LightModel (structural pairing runs it for its shape arithmetic)
+    uncomputed: dict[str, str] = field(default_factory=dict)  # value tensors after a plugin without a reference
 
     def input_tensors(self, tensor: str) -> list[str]:
         """The inputs of the node that produces `tensor`."""
@@ -122,14 +123,15 @@ def reference_pass(
     backend = OnnxRuntimeBackend(Path(suite.models.reference), as_written(suite.backends).onnxruntime)
     with backend:
         light = backend.graph()
-        order = light.info.value_tensors()
+        skip = backend.uncomputed()  # after a plugin node without a reference: rows of their own, never compared
+        order = [t for t in light.info.value_tensors() if t not in skip]
         estimate = estimate_sizes(light.model, samples[0], order)
         budget = budget_bytes(cfg)
         total = sum(estimate.values()) * len(samples)
         # keep references in memory when all samples fit half the budget; the other half is for the candidate
         store = TensorStore(None if total <= budget // 2 else workdir / "reference")
         chunks = chunks_for(order, estimate, budget)
-        ref = ReferencePass(light.info, order, store, chunks=len(chunks), light=light)
+        ref = ReferencePass(light.info, order, store, chunks=len(chunks), light=light, uncomputed=dict(skip))
         t0 = time.perf_counter()
 
         def progress(done: int, steps: int) -> None:

@@ -39,6 +39,7 @@ from trtverify.graph.onnxinfo import load_onnx
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
 from trtverify.stages.base import StageContext, status_of
+from trtverify.stages.layerwise import plugins as around_plugins
 from trtverify.stages.layerwise.localize import Evidence, root_causes
 from trtverify.stages.layerwise.models import (
     FirstDivergence,
@@ -196,11 +197,13 @@ def _rows_and_checks(
     resolved: Resolved,
     series: dict[str, TensorSeries],
     checks_for: Callable[[str], Sequence[Check]],
+    missing: dict[str, str],
+    allowed: Sequence[str],
 ) -> tuple[list[Row], list[CheckResult]]:
     """One row per tensor pair (reference topological order), and the candidate's stage checks:
-    one per check definition, aggregated over tensors."""
+    one per check definition, aggregated over tensors. `missing`: tensors after a plugin without a reference."""
     pairing = resolved.pairing
-    rows: list[Row] = _not_comparable_rows(ref, resolved)
+    rows: list[Row] = _not_comparable_rows(ref, resolved) + around_plugins.rows(ref, missing)
     aggregated: dict[tuple[str, str, float], dict[str, object]] = {}
     nonfinite = 0
     for r, c in pairing.pairs:
@@ -256,21 +259,10 @@ def _rows_and_checks(
     where = {"candidate": name}
     n = len(pairing.pairs)
     outputs = [r for r, _ in pairing.pairs if r in ref.graph.outputs]
-    missing = [o for o in ref.graph.outputs if o not in outputs]
-    out_detail = {"compared": outputs, "not_compared": missing}
     checks = [
         limit_check(f"{name}: tensors compared", NAME, "pairs", n, 1, ">=", **where),
-        # the outputs are the contract: a run that compared none of them says nothing about the model
-        limit_check(
-            f"{name}: graph outputs compared",
-            NAME,
-            "outputs_compared",
-            len(outputs),
-            1,
-            ">=",
-            detail=out_detail,
-            **where,
-        ),
+        # the outputs are the contract: a run that compared none of them, or left one uncomputed, fails
+        around_plugins.outputs_check(name, ref.graph.outputs, outputs, missing, allowed),
         limit_check(f"{name}: nonfinite_mismatch <= 0", NAME, "nonfinite_mismatch", nonfinite, 0, "<=", **where),
     ]
     for (metric, op, thr), agg in aggregated.items():
@@ -343,7 +335,8 @@ def _candidate(
         checks_for, checks_source = _checks_for(cfg, name, precision)
         series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings)
         backend.release()  # its weights are not needed while the isolation model runs
-        rows, checks = _rows_and_checks(name, ref, resolved, series, checks_for)
+        missing = around_plugins.uncomputed(ref, backend.uncomputed())
+        rows, checks = _rows_and_checks(name, ref, resolved, series, checks_for, missing, cfg.allow_uncompared)
         checks.insert(1, paired_check)
         first = next((row for row in rows if not row.passed), None)
         first_divergence = (
@@ -388,7 +381,8 @@ def _candidate(
         not_isolated=not_isolated,
         rows=with_lint(rows, lint),
         paired=paired,
-        unmatched=unmatched(resolved, structure, ref, reason, shapes, cand_graph),
+        unmatched=around_plugins.without(unmatched(resolved, structure, ref, reason, shapes, cand_graph), missing),
+        after_plugins=around_plugins.counts(missing),
         lint=lint,
         passed=all(ch.passed for ch in checks),
     )
