@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ class OnnxRuntimeBackend(Backend):
         self.emulated: int | None = None  # narrow tensors rounded by the emulation (None: runs as given)
         self._plugins: Plugins | None = None
         self._uncomputed: dict[str, str] | None = None
+        self._has_plugins = False
         self._segment_kinds: frozenset[int] = frozenset()  # a graph with plugins: emulated segment by segment
         self.probe_first = False  # a timed session: create it in a child process first (a crash there is an error)
         self._running = native.Operation(  # made once: entered around every inference (about a microsecond)
@@ -88,10 +90,11 @@ class OnnxRuntimeBackend(Backend):
             except ValueError as exc:  # external data outside the model's folder
                 raise cannot_load("ONNX Runtime", self.model_path, exc) from exc
         self.source_graph = light
+        self._has_plugins = bool(plugin_nodes(light.model))
         kinds = self._emulated_kinds()
         if kinds and holds(light.model, kinds):
             model, self.emulated = emulate(light.model, kinds)
-            if plugin_nodes(light.model):  # types after a plugin are known once it ran: each segment emulated then
+            if self._has_plugins:  # types after a plugin are known once it ran: each segment emulated then
                 self._segment_kinds = kinds
             else:
                 light = light.derived(model)
@@ -134,24 +137,20 @@ class OnnxRuntimeBackend(Backend):
         """Tensors nothing computes here (downstream of a plugin node without a reference), each with why."""
         if self._uncomputed is None:
             model = self.graph().model
-            self._uncomputed = (
-                plan(model, self.plugins, bool(self.options.custom_op_libraries)).uncomputed
-                if plugin_nodes(model)
-                else {}
-            )
+            libraries = bool(self.options.custom_op_libraries)
+            self._uncomputed = plan(model, self.plugins, libraries).uncomputed if self._has_plugins else {}
         return self._uncomputed
 
     def _make_session(self, model: GraphBytes) -> Any:
         """A session, or for a graph with plugin nodes, segments of it with the plugins computed between them."""
-        import onnx
-
-        graph = onnx.ModelProto.FromString(model.data)  # a weightless graph: kilobytes
-        if plugin_nodes(graph):
+        if self._has_plugins:  # every session of this backend runs its graph, or the graph with outputs added
             libraries = bool(self.options.custom_op_libraries)
-            return SegmentedSession(model, self.plugins, self._session_of, libraries, self._segment_kinds)
+            # segments run one after another: a segment's threads spinning after its run take the next one's cores
+            segment = functools.partial(self._session_of, spin=False)
+            return SegmentedSession(model, self.plugins, segment, libraries, self._segment_kinds)
         return self._session_of(model)
 
-    def _session_of(self, model: GraphBytes) -> Any:
+    def _session_of(self, model: GraphBytes, spin: bool = True) -> Any:
         ort = require("onnxruntime", "the onnxruntime backend")
         so = ort.SessionOptions()
         # an emulated graph runs as written: an optimiser dropping a Cast pair would drop its rounding
@@ -165,7 +164,7 @@ class OnnxRuntimeBackend(Backend):
                 so.register_custom_ops_library(str(lib))
             except Exception as exc:  # noqa: BLE001 - ORT raises its own types for a library it cannot load
                 raise BackendError(f"ONNX Runtime cannot load the custom-op library {lib}: {exc}") from exc
-        if not self.options.allow_spinning:
+        if not (self.options.allow_spinning and spin):
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         available = ort.get_available_providers()
         missing = [p for p in self.options.providers if p not in available]
