@@ -155,3 +155,16 @@ def test_suite_plugins_key_is_checked_with_file_and_line(tmp_path: Path, models:
     )
     r = run_cli("validate", str(suite))
     assert r.code == 2 and "suite.yaml:3" in r.err and "neither 'module:callable'" in r.err
+
+
+def test_repair_runs_the_users_plugin_and_refuses_to_search_without_it(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    ref = models[0]
+    ok = run_cli("repair", str(ref), "--precision", "fp16", "--plugin", "ScaleShift_TRT=hooks:scale_shift",
+                 "--out", str(tmp_path / "ok"), cwd=ref.parent)  # fmt: skip
+    assert ok.code == 0, ok.out + ok.err
+    repair = json.loads((tmp_path / "ok" / "repair-fp16" / "repair.json").read_text())
+    assert repair["before"]["passed"] is True
+    blind = run_cli("repair", str(ref), "--precision", "fp16", "--out", str(tmp_path / "blind"))
+    assert blind.code == 2 and "nothing computes the output(s) y (after plugin ScaleShift_TRT" in blind.out

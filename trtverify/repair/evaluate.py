@@ -16,11 +16,12 @@ from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.compare.metrics import CompareError, compare
 from trtverify.compare.pairing import pair_names
 from trtverify.compare.semantic import resolve
-from trtverify.config.backends import Backends
+from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.config.checks import Check, better_of
 from trtverify.graph.lightmodel import GraphBytes
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.stages.layerwise.reference import as_written, update_max_abs
+from trtverify.util.errors import UsageError
 from trtverify.util.tensorstore import TensorStore
 
 AS_WRITTEN = as_written(Backends()).onnxruntime  # graphs run as written, as in the layerwise stage
@@ -41,6 +42,7 @@ class Reference:
     store: TensorStore
     max_abs: dict[str, float]
     samples: int = 0
+    options: OnnxRuntimeOptions = AS_WRITTEN  # how the reference and every candidate run (the suite's plugins too)
 
     @classmethod
     def run(
@@ -50,14 +52,24 @@ class Reference:
         workdir: Path | None = None,
         budget: int = MEMORY_BUDGET,
         search_rows: int | None = None,
+        options: OnnxRuntimeOptions | None = None,
     ) -> Reference:
         """`search_rows`: the activation ranges (`max_abs`) come from the first rows only (the search's; the rest
         are held out for the verification)."""
         max_abs: dict[str, float] = {}
         store: TensorStore | None = None
-        with OnnxRuntimeBackend(path, AS_WRITTEN) as backend:
+        ort = AS_WRITTEN if options is None else as_written(Backends(onnxruntime=options)).onnxruntime
+        with OnnxRuntimeBackend(path, ort) as backend:
             info = backend.graph().info
-            order = info.value_tensors()
+            skip = backend.uncomputed()  # after a plugin without a reference: nothing to compare
+            blind = [o for o in info.outputs if o in skip]
+            if blind:  # the search is judged on the outputs: one nothing computes would pass every keep-list
+                raise UsageError(
+                    f"{path.name}: nothing computes the output(s) {', '.join(blind)} ({skip[blind[0]]}): give the "
+                    "plugin a reference (--plugin OP=module:callable, the suite's plugins:, or "
+                    "backends.onnxruntime.custom_op_libraries; docs/plugins.md)"
+                )
+            order = [t for t in info.value_tensors() if t not in skip]
             backend.expose(order)
             for si, feed in enumerate(samples):
                 out = backend.infer(feed)
@@ -70,7 +82,7 @@ class Reference:
                     if search_rows is None or si < search_rows:
                         update_max_abs(max_abs, name, arr)
                 del out
-        return cls(info, order, list(info.outputs), store or TensorStore(), max_abs, len(samples))
+        return cls(info, order, list(info.outputs), store or TensorStore(), max_abs, len(samples), ort)
 
 
 @dataclass
@@ -103,9 +115,9 @@ def evaluate(
     overflows: dict[str, list[str]] = {}
     worst: dict[str, dict[str, float]] = {}
     bad: dict[str, int] = {}
-    with OnnxRuntimeBackend(candidate, AS_WRITTEN) as backend:
+    with OnnxRuntimeBackend(candidate, ref.options) as backend:
         cand: Any = backend.graph().info
-        names = cand.value_tensors()
+        names = backend.intermediates()
         resolved = resolve(pair_names(ref.order, names), ref.graph, cand)
         pairs = resolved.pairing.pairs
         casts = _narrowing_casts(cand)

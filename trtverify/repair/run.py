@@ -72,7 +72,7 @@ def _repair(
     # one reference pass for the search's rows and the held-out ones (their activation ranges stay unseen by the
     # search); on disk when all of it does not fit half the memory budget
     progress(f"reference: {count(len(samples) + len(holdout), 'row')}")
-    ref = Reference.run(reference, [*samples, *holdout], work, search_rows=len(samples))
+    ref = Reference.run(reference, [*samples, *holdout], work, search_rows=len(samples), options=onnxruntime)
     result = search(
         reference,
         precision,
