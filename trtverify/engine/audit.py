@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from trtverify.engine.exports import (
     peek_json,
     read_engine,
 )
+from trtverify.engine.plugins import PluginLayer, plugin_layers
 from trtverify.engine.tables import console_layers
 from trtverify.toolout.perfsummary import PerfSummary, parse_perf_summary
 from trtverify.toolout.tables import (
@@ -73,6 +75,10 @@ class Audit(Record):
         "Format and Datatype) or 'TensorRT <= 10' (Bindings, Format/Datatype); null: neither list in the file",
     )
     io_tensors: list[IOTensor] = Field(default_factory=list, description="the engine's inputs and outputs")
+    plugins: list[PluginLayer] = Field(
+        default_factory=list,
+        description="the plugin layers, each with its time, its share and the reformat/copy layers next to it",
+    )
     files: dict[str, Any] = Field(description="what was read")
 
 
@@ -109,7 +115,9 @@ def _channels(layer: EngineLayer) -> tuple[int | None, int | None]:
     return as_int(cin), as_int(out)
 
 
-def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFinding]:
+def findings(
+    layers: list[EngineLayer], total: float | None, plugins: list[PluginLayer] | None = None
+) -> list[EngineFinding]:
     out = []
     reformats = [layer for layer in layers if layer.reformat]
     if reformats and total:
@@ -189,16 +197,39 @@ def findings(layers: list[EngineLayer], total: float | None) -> list[EngineFindi
     if regions:
         out.append(EngineFinding(kind="myelin_regions", severity="info", layers=regions,
                                  message=f"{len(regions)} Myelin (ForeignNode) regions"))  # fmt: skip
-    plugins = [layer.name for layer in layers if "Plugin" in layer.type]
     if plugins:
-        out.append(EngineFinding(kind="plugins", severity="info", layers=plugins,
-                                 message=f"{len(plugins)} plugin layers: each is a fusion boundary"))  # fmt: skip
+        out.append(plugin_finding(plugins, total))
     if total:
         top = sorted((layer for layer in layers if layer.avg_ms), key=lambda x: -(x.avg_ms or 0))[:TOP]
         listing = ", ".join(f"{layer.name} {layer.avg_ms:.3f} ms" for layer in top)
         out.append(EngineFinding(kind="top_layers", severity="info", layers=[layer.name for layer in top],
                                  message=f"the {len(top)} slowest layers: {listing}"))  # fmt: skip
     return out
+
+
+def plugin_finding(plugins: list[PluginLayer], total: float | None) -> EngineFinding:
+    """What the plugin layers and the reformat/copy layers next to them cost (medium: those copies take more than
+    REFORMAT_SHARE of the engine's time)."""
+    near = list(dict.fromkeys(n.name for p in plugins for n in p.next_to))
+    ms = {n.name: n.avg_ms for p in plugins for n in p.next_to}
+    names = ", ".join(p.name for p in plugins[:3]) + (", ..." if len(plugins) > 3 else "")
+    what = f"{count(len(plugins), 'plugin layer')} ({names})"
+    them = plural("it|them", len(plugins))
+    copies = count(len(near), "reformat/copy layer")
+    tail = "; TensorRT fuses nothing across a plugin"
+    timed = [p.avg_ms for p in plugins if p.avg_ms is not None]
+    if not total or not timed:
+        message = f"{what}, {copies} next to {them}; no profile, so no times{tail}"
+        return EngineFinding(kind="plugins", severity="info", layers=[p.name for p in plugins] + near,
+                             message=message)  # fmt: skip
+    own = sum(timed)
+    copy_ms = sum(v or 0.0 for v in ms.values())
+    beside = f"the {copies} next to {them} {copy_ms:.3f} ms ({copy_ms / total:.1%})"
+    beside = beside if near else f"no reformat/copy layer next to {them}"
+    message = f"{what} {plural('takes|take', len(plugins))} {own:.3f} ms, {own / total:.1%} of the engine's time; "
+    message += beside + tail
+    severity = "medium" if copy_ms / total > REFORMAT_SHARE else "info"
+    return EngineFinding(kind="plugins", severity=severity, layers=[p.name for p in plugins] + near, message=message)
 
 
 def _read_log(log: Path) -> str:
@@ -264,14 +295,21 @@ def engine_layers(paths: list[Path]) -> tuple[list[EngineLayer], dict[str, Any],
     return layers, files, performance
 
 
-def audit(paths: list[Path]) -> Audit:
-    """Audit one engine from its trtexec exports and/or console log(s) (see `engine_layers`)."""
-    return audit_layers(*engine_layers(paths))
+def audit(paths: list[Path], plugins: Sequence[str] = ()) -> Audit:
+    """Audit one engine from its trtexec exports and/or console log(s) (see `engine_layers`); `plugins`: `--plugin`
+    patterns naming plugin layers an export lists by name only (trtverify.engine.plugins)."""
+    return audit_layers(*engine_layers(paths), plugins=plugins)
 
 
-def audit_layers(layers: list[EngineLayer], files: dict[str, Any], performance: PerfSummary | None = None) -> Audit:
+def audit_layers(
+    layers: list[EngineLayer],
+    files: dict[str, Any],
+    performance: PerfSummary | None = None,
+    plugins: Sequence[str] = (),
+) -> Audit:
     """The audit of layers already read (engine diff audits both builds from what it read)."""
     rows, total = _rows(layers)
+    found = plugin_layers(layers, total, plugins)
     precisions = Counter(layer.precision or "unknown" for layer in layers)
     files = dict(files)
     io: list[IOTensor] = files.pop("io_tensors", None) or []
@@ -283,7 +321,8 @@ def audit_layers(layers: list[EngineLayer], files: dict[str, Any], performance: 
         total_ms=total,
         precisions=dict(sorted(precisions.items())),
         rows=rows,
-        findings=findings(layers, total),
+        findings=findings(layers, total, found),
         performance=performance,
+        plugins=found,
         files=files,
     )

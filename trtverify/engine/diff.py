@@ -3,12 +3,14 @@ implement (union of layers sharing a node, across both builds), so differently f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import Field
 
 from trtverify.engine.audit import Audit, EngineFinding, audit_layers, engine_layers
 from trtverify.engine.exports import EngineLayer
+from trtverify.engine.fusion import FusionCut, cuts, describe
 from trtverify.util.record import Record
 from trtverify.util.words import count
 
@@ -30,6 +32,9 @@ class EngineDiff(Record):
     total_a_ms: float | None = Field(description="sum of A's layer times; null: A's files hold no timing")
     total_b_ms: float | None = Field(description="sum of B's layer times; null: B's files hold no timing")
     rows: list[DiffRow] = Field(description="every layer of A and of B in exactly one row; largest |delta| first")
+    fusion_cuts: list[FusionCut] = Field(
+        default_factory=list, description="layers or Myelin regions of one build cut by a plugin of the other"
+    )
     findings: list[EngineFinding]
 
 
@@ -44,10 +49,11 @@ def _group_keys(layers: list[EngineLayer]) -> list[set[str]]:
     return keys
 
 
-def diff(a_paths: list[Path], b_paths: list[Path]) -> EngineDiff:
-    """Two builds read from their files (exports, or a console log's listing and profile table)."""
+def diff(a_paths: list[Path], b_paths: list[Path], plugins: Sequence[str] = ()) -> EngineDiff:
+    """Two builds read from their files (exports, or a console log's listing and profile table); `plugins`:
+    `--plugin` patterns (trtverify.engine.plugins)."""
     a, b = engine_layers(a_paths), engine_layers(b_paths)
-    return diff_read(a[0], b[0], audit_layers(*a), audit_layers(*b))
+    return diff_read(a[0], b[0], audit_layers(*a, plugins=plugins), audit_layers(*b, plugins=plugins))
 
 
 def diff_read(a_layers: list[EngineLayer], b_layers: list[EngineLayer], a_audit: Audit, b_audit: Audit) -> EngineDiff:
@@ -94,8 +100,32 @@ def diff_read(a_layers: list[EngineLayer], b_layers: list[EngineLayer], a_audit:
     rows.sort(key=lambda r: -abs(r.delta_ms))
     total_a = _total(a_layers)
     total_b = _total(b_layers)
-    found = _findings(a_audit, b_audit, rows, total_a, total_b)
-    return EngineDiff(total_a_ms=total_a, total_b_ms=total_b, rows=rows, findings=found)
+    cut = cuts(a_layers, b_layers, {p.name for p in a_audit.plugins}, {p.name for p in b_audit.plugins})
+    found = _findings(a_audit, b_audit, rows, total_a, total_b) + _plugin_findings(a_audit, b_audit, cut)
+    return EngineDiff(total_a_ms=total_a, total_b_ms=total_b, rows=rows, fusion_cuts=cut, findings=found)
+
+
+def _plugin_findings(a: Audit, b: Audit, cut: list[FusionCut]) -> list[EngineFinding]:
+    """Plugin layers only one build has (or not the same in both), and each fusion a plugin cut."""
+    out = []
+    na, nb = [p.name for p in a.plugins], [p.name for p in b.plugins]
+    if na != nb:
+        parts = []
+        for build, audit in (("A", a), ("B", b)):
+            for p in audit.plugins:
+                if p.name not in (nb if build == "A" else na):
+                    ms = f"{p.avg_ms:.3f} ms" if p.avg_ms is not None else "no timing"
+                    near = f", {p.next_to_ms:.3f} ms" if p.next_to_ms is not None else ""
+                    parts.append(f"{p.name} only in {build} ({ms}; {count(len(p.next_to), 'reformat/copy layer')} "
+                                 f"next to it{near})")  # fmt: skip
+        message = f"plugin layers {len(na)} -> {len(nb)}" + (": " + "; ".join(parts) if parts else "")
+        out.append(EngineFinding(kind="plugins", severity="info", layers=list(dict.fromkeys(na + nb)),
+                                 message=message))  # fmt: skip
+    for c in cut:
+        slower = c.delta_ms is not None and c.delta_ms > 0
+        out.append(EngineFinding(kind="fusion_cut", severity="medium" if slower else "info",
+                                 layers=c.plugins + c.fused + c.pieces, message=describe(c)))  # fmt: skip
+    return out
 
 
 def _total(layers: list[EngineLayer]) -> float | None:

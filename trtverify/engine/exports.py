@@ -5,8 +5,9 @@ Precision of a layer: its weights' type where it has weights (a Conv with INT8 w
 whatever it writes), else the narrowest type among its outputs' formats ("Row major linear FP32",
 "Thirty-two wide channel vectorized row major Int8 format", ...). ONNX nodes of a layer: the layer's
 `Metadata` where newer TensorRT writes it (`[ONNX Layer: Conv_9]`), else the parts of its fused name
-(`conv1.weight + QuantizeLinear_7 + Conv_9`); a reformat layer (`Reformatting CopyNode for Input Tensor 0
-to Conv_5 + Add_6`) belongs to the layer it feeds or drains.
+(`conv1.weight + QuantizeLinear_7 + Conv_9`; a TensorRT 8 pointwise layer `PWN(PWN(a), b)` gives a and b); a
+reformat layer (`Reformatting CopyNode for Input Tensor 0 to Conv_5 + Add_6`) belongs to the layer it feeds or
+drains.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ TYPES = (("int4", "INT4"), ("fp8", "FP8"), ("e4m3", "FP8"), ("int8", "INT8"), ("
 NARROW_FIRST = ("INT4", "FP8", "INT8", "BF16", "FP16", "FP32", "INT32", "INT64", "BOOL")
 REFORMAT_OF = re.compile(r"^Reformatting CopyNode for (?:Input|Output) Tensor \d+ to (.+)$")
 ONNX_META = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
+PWN_SPLIT = re.compile(r"[(),]")
 MAX_BYTES = 64 << 20
 TIMES_NAMES = ("timing.json", "times.json", "timings.json")  # trtexec --exportTimes files, as usually named
 
@@ -83,7 +85,13 @@ def nodes_of(name: str, layer: dict[str, Any] | None = None) -> list[str]:
         return list(dict.fromkeys(ONNX_META.findall(meta)))
     if name.startswith("{ForeignNode[") and name.endswith("]}"):
         return [p for p in name[len("{ForeignNode[") : -2].split("...") if p]  # a Myelin region's first and last node
-    return [p.strip() for p in name.split(" + ") if p.strip()]
+    out = []
+    for part in (p.strip() for p in name.split(" + ")):
+        if part.startswith("PWN("):  # TensorRT 8's fused pointwise layer: PWN(PWN(/act/Sigmoid), /act/Mul)
+            out += [q.strip() for q in PWN_SPLIT.split(part.replace("PWN(", "(")) if q.strip()]
+        elif part:
+            out.append(part)
+    return out
 
 
 def is_profile(data: Any) -> bool:
@@ -115,7 +123,8 @@ def read_layer_info(path: Path, data: Any = None) -> list[EngineLayer]:
         name = str(layer.get("Name", ""))
         ltype = str(layer.get("LayerType", "unknown"))
         m = REFORMAT_OF.match(name)
-        reformat = ltype == "Reformat"  # NoOp "Reformatting CopyNode" layers cost nothing
+        # NoOp "Reformatting CopyNode" layers cost nothing; a names-only export says no type: its name tells
+        reformat = ltype == "Reformat" or (ltype == "unknown" and m is not None)
         try:
             nodes = nodes_of(m.group(1), layer) if m else nodes_of(name, layer)
             precision = _precision(layer)
