@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from trtverify.config.models import Suite
+from trtverify.config.postprocess import postprocess_problems
 from trtverify.config.registry import TASKS
 from trtverify.config.yamlload import LocatedDocument, PathKey, dotted, load_yaml
 from trtverify.util.errors import Problem, SuiteError, unknown
@@ -135,6 +136,8 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         if source not in task.datasets:
             reads = " or ".join(f"dataset.{d}" for d in task.datasets)
             add(("stages", "e2e", "dataset", source), f"task '{e2e.task}' reads {reads}, not dataset.{source}")
+        for key, message in postprocess_problems(e2e.postprocess, e2e.task):
+            add(("stages", "e2e", "postprocess", *key), message)
         known = list(e2e.gate_metrics())
         for i, g in enumerate(e2e.gates):
             if g.metric not in known:

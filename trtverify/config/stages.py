@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from trtverify.config.checks import Check
 from trtverify.config.findings import LINT_KINDS, Severity, gate_names
 from trtverify.config.perfstage import PerfStage
+from trtverify.config.postprocess import Postprocess
 from trtverify.config.registry import TASKS
 from trtverify.config.types import DirPath, FilePath, HookSpec, Name, Strict, suffix
 
@@ -275,22 +276,6 @@ class Preprocess(Strict):
     std: list[float] | None = Field(default=None, description="divided per channel, after the mean")
     layout: Literal["NCHW", "NHWC"] = Field(default="NCHW", description="layout of the model input")
     dtype: Literal["float32", "float16"] = Field(default="float32", description="type of the model input")
-
-
-class Postprocess(Strict):
-    """Model outputs -> the task's predictions."""
-
-    hook: HookSpec | None = Field(
-        default=None,
-        description="'module:callable'(outputs: dict, image_sizes: list[(h, w)], input_size: (h, w)) -> "
-        "classification: scores [B, C]; detection: list of [K, 6] arrays (x1, y1, x2, y2, score, class) in image "
-        "pixels; segmentation: list of [H, W] class-index masks at the image's size",
-    )
-    output: str | None = Field(
-        default=None,
-        description="model output to read (default: the first); detection: raw [B, K, 6] rows in input pixels; "
-        "segmentation: logits [B, C, H, W] (or class indices [B, H, W])",
-    )
 
 
 class E2EStage(Strict):

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import Field
 
+from trtverify.config.stages import E2EStage
 from trtverify.tasks.base import (
     State,
     Task,
@@ -46,7 +48,6 @@ from trtverify.tasks.base import (
     dominant_class,
     input_size,
     largest_drops,
-    select_output,
 )
 from trtverify.tasks.batches import Batch
 from trtverify.tasks.coco import (
@@ -60,6 +61,8 @@ from trtverify.tasks.coco import (
     is_int,
     mean_valid,
 )
+from trtverify.tasks.datasets import Reader
+from trtverify.tasks.detlayouts import DetectionLayout
 from trtverify.util.errors import UsageError
 from trtverify.util.record import Record, optional
 
@@ -364,23 +367,19 @@ class DetectionTask(Task):
             state, self.reader.truth, iou=self.cfg.iou, score_threshold=self.cfg.score_threshold
         )
 
+    def __init__(self, cfg: E2EStage, reader: Reader, search_path: Sequence[Path] = ()) -> None:
+        super().__init__(cfg, reader, search_path)
+        self.layout = None if self.hook is not None else DetectionLayout(cfg.postprocess, reader.truth.cat_ids)
+
     def postprocess(self, outputs: dict[str, np.ndarray], batch: Batch, model: str) -> list[np.ndarray]:
         size = input_size(batch, self.cfg.preprocess.layout)
-        if self.hook is not None:
+        if self.layout is None:
             dets = call_hook(self.hook, outputs, image_sizes=batch.sizes, input_size=size)
-        else:
-            raw = select_output(outputs, self.cfg.postprocess.output, model)
-            if raw.ndim != 3 or raw.shape[-1] != 6:
-                raise UsageError(
-                    f"{model}: detection output of shape {list(raw.shape)} is not the raw layout [B, K, 6] "
-                    "(x1, y1, x2, y2, score, class); name the right output or give a postprocess.hook"
-                )
-            dets = []
-            for b, (h, w) in enumerate(batch.sizes):
-                d = raw[b].astype(np.float64).copy()
+        else:  # the built-in layouts give input pixels: to each image's size
+            dets = self.layout.decode(outputs, size, model)
+            for d, (h, w) in zip(dets, batch.sizes):
                 d[:, [0, 2]] *= w / size[1]
                 d[:, [1, 3]] *= h / size[0]
-                dets.append(d)
         if len(dets) != len(batch.index):
             raise UsageError(
                 f"{model}: postprocessing returned {len(dets)} detection arrays for a batch of {len(batch.index)}"
