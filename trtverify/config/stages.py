@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from trtverify.config.checks import Check
 from trtverify.config.findings import LINT_KINDS, SEVERITIES, Severity
+from trtverify.config.layerwise import LayerwiseDetections, TensorOverride
 from trtverify.config.registry import TASKS
 from trtverify.config.types import DirPath, FilePath, HookSpec, Name, PathOrDir, Strict, suffix
 from trtverify.util.errors import unknown
@@ -91,10 +92,6 @@ class LayerwiseLint(Strict):
         return gate_names(v, LINT_KINDS, "lint severity or kind")
 
 
-class TensorOverride(Strict):
-    checks: list[Check] = Field(min_length=1, description="checks for this tensor, replacing the candidate's")
-
-
 class LayerwiseStage(Strict):
     """Stage 2: every intermediate tensor of the reference vs each candidate; first divergence and root causes."""
 
@@ -134,6 +131,8 @@ class LayerwiseStage(Strict):
         default=2048, gt=0, description="bound on intermediate tensors held in memory at once"
     )
     lint: LayerwiseLint = Field(default_factory=LayerwiseLint, description="the precision lint as a gate")
+    detections: LayerwiseDetections = Field(default_factory=LayerwiseDetections, description="detection outputs "
+                                            "compared box to box, and their checks")  # fmt: skip
 
 
 class RepairStage(Strict):
