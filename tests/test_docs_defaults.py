@@ -98,3 +98,29 @@ def test_statements_are_found():
         ("fp32", 0.01, 0.999),
         ("tf32", 0.01, 0.999),
     ]
+
+
+def test_the_detection_defaults_table_is_the_codes():
+    """docs/stages/layerwise.md#detection-defaults-per-precision and the suite schema's description state the
+    detection checks' defaults the code uses (`DETECTION_CHECKS`)."""
+    from trtverify.config.layerwise import DETECTION_CHECKS, LayerwiseDetections
+
+    text = (ROOT / "docs" / "stages" / "layerwise.md").read_text(encoding="utf-8")
+    table = re.search(r"^\| precision \| matched_by_score >= \|.*?\n((?:\|.*\n)+)", text, re.M)
+    assert table, "docs/stages/layerwise.md: the detection defaults table is gone"
+    rows: dict[str, tuple[float, ...]] = {}
+    for line in table.group(1).splitlines()[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        for precision in cells[0].split(", "):
+            rows[precision] = tuple(float(c) for c in cells[1:4])
+    assert rows == DETECTION_CHECKS
+    description = _flat(LayerwiseDetections.model_fields["checks"].description or "")
+    found = {}
+    for m in re.finditer(
+        rf"(?:matched_by_score >= )?(?P<a>{NUM}),? (?:mean_iou_by_score >= )?(?P<b>{NUM}),? and "
+        rf"(?:max_score_change <= )?(?P<c>{NUM}) for {PRECS}",
+        description,
+    ):
+        for p in _precisions(m["precs"]):
+            found[p] = (float(m["a"]), float(m["b"]), float(m["c"]))
+    assert found == DETECTION_CHECKS, description

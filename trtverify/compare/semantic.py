@@ -150,6 +150,9 @@ def _pair(
 ) -> Match | None:
     """The match of a name pair (r, c), or None when the candidate rewrote r beyond recognition."""
     rp = ref.producers.get(r)
+    cp = cand.producers.get(c)
+    if rp is not None and cp is not None and rp.op_type in PASS_THROUGH and cp.op_type == rp.op_type:
+        return Match(r, c)  # the model's own Cast (Identity, Q/DQ), which the reference computes too: not inserted
     core, passed = _through(cand, c)
     if rp is None or core is None:
         return Match(r, c)  # graph inputs

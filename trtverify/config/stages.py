@@ -8,6 +8,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from trtverify.config.checks import Check
 from trtverify.config.findings import LINT_KINDS, Severity, gate_names
+from trtverify.config.layerwise import LayerwiseDetections, TensorOverride
 from trtverify.config.perfstage import PerfStage
 from trtverify.config.postprocess import Postprocess
 from trtverify.config.registry import TASKS
@@ -80,10 +81,6 @@ class LayerwiseLint(Strict):
         return gate_names(v, LINT_KINDS, "lint severity or kind")
 
 
-class TensorOverride(Strict):
-    checks: list[Check] = Field(min_length=1, description="checks for this tensor, replacing the candidate's")
-
-
 class LayerwiseStage(Strict):
     """Stage 2: every intermediate tensor of the reference vs each candidate; first divergence and root causes."""
 
@@ -128,6 +125,8 @@ class LayerwiseStage(Strict):
         default=2048, gt=0, description="bound on intermediate tensors held in memory at once"
     )
     lint: LayerwiseLint = Field(default_factory=LayerwiseLint, description="the precision lint as a gate")
+    detections: LayerwiseDetections = Field(default_factory=LayerwiseDetections, description="detection outputs "
+                                            "compared box to box, and their checks")  # fmt: skip
 
 
 class RepairStage(Strict):

@@ -10,6 +10,7 @@ from trtverify.compare.checks import CheckResult
 from trtverify.config.checks import METRICS
 from trtverify.config.findings import SEVERITIES
 from trtverify.lint.findings import LintFinding
+from trtverify.report.dettext import detection_lines
 from trtverify.report.format import fmt
 from trtverify.report.kinds import is_stage
 from trtverify.results.models import Results
@@ -60,6 +61,8 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
         line += f"{paired_text(cand)}; " if cand.paired is not None else f"{count(compared, 'tensor')} compared; "
         if fd is not None:
             line += divergence_text(fd)
+        elif any(not d.passed for d in cand.detections or []):
+            line += "no tensor diverges; the detections differ"
         else:  # a verdict says what it rests on: none on the layers from too few of them
             line += "no divergence" if cand.paired is None or cand.paired.passed else "too few paired for a verdict"
         after = sum((cand.after_plugins or {}).values())
@@ -69,6 +72,7 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
         for why, n in (cand.after_plugins or {}).items():
             line += f"; {count(n, 'tensor')} {why}, not compared"
         out.append(line)
+        out += detection_lines(cand)
         if cand.precision_mix and len(cand.precision_mix) > 1:
             mix = ", ".join(f"{k} {v}" for k, v in cand.precision_mix.items())
             out.append(f"          {cand.name}: compute nodes by precision: {mix}")

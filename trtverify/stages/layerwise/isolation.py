@@ -99,7 +99,7 @@ def build_isolation_model(
             src = cand.nodes[idx]
             n = onnx.NodeProto()
             n.CopyFrom(src)
-            n.name = prefix + (src.name or src.op_type)
+            n.name = prefix + cand.label(idx)  # unnamed nodes: op type and index, unique in the group
             n.ClearField("input")
             n.ClearField("output")
             n.input.extend([(prefix + i) if i in internal else i for i in src.input])

@@ -9,6 +9,7 @@ from pydantic import Field
 from trtverify.compare.checks import Histogram
 from trtverify.lint.findings import LintFinding
 from trtverify.stages.base import StageResult
+from trtverify.stages.layerwise.detmodels import DetectionRow
 from trtverify.util.record import Record, optional
 
 
@@ -173,6 +174,13 @@ class LayerwiseCandidate(Record):
     histograms: list[SuspectHistogram]
     not_isolated: dict[str, str] = Field(description="tensor -> why its node could not be isolated")
     rows: list[Row]
+    detections: list[DetectionRow] | None = optional(
+        "detection outputs compared box to box (docs/stages/layerwise.md#detections), instead of their tensors' rows"
+    )
+    detection_checks_source: str | None = optional(
+        "where the detection checks come from: stages.layerwise.detections.checks / .candidate_checks, or "
+        "'default for PRECISION'"
+    )
     paired: Coverage | None = optional("how many reference tensors were paired, and how (the check `tensors paired`)")
     unmatched: Unmatched
     after_plugins: dict[str, int] | None = optional(

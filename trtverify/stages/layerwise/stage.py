@@ -18,7 +18,7 @@ import fnmatch
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,7 @@ from trtverify.graph.onnxinfo import load_onnx
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
 from trtverify.stages.base import StageContext, status_of
+from trtverify.stages.layerwise import detections
 from trtverify.stages.layerwise import plugins as around_plugins
 from trtverify.stages.layerwise.localize import Evidence, root_causes
 from trtverify.stages.layerwise.models import (
@@ -128,10 +129,12 @@ def _compare(
     pairing: Pairing,
     checks_for: Callable[[str], Sequence[Check]],
     timings: dict[str, float],
+    dets: detections.Plan,
 ) -> tuple[dict[str, TensorSeries], dict[str, np.dtype], int]:
     """Every paired tensor of every sample against the reference's; (series by reference tensor,
-    candidate dtypes seen, chunks)."""
-    series = {r: TensorSeries(r, c, histogram=True) for r, c in pairing.pairs}
+    candidate dtypes seen, chunks). The values detection rows need are kept for them (`dets`)."""
+    covered = dets.covered
+    series = {r: TensorSeries(r, c, histogram=True) for r, c in pairing.pairs if r not in covered}
     cand_dtypes: dict[str, np.dtype] = {}
     cfg = ctx.loaded.suite.stages.layerwise
     assert cfg is not None
@@ -154,6 +157,8 @@ def _compare(
 
             def add(cname: str, si: int = si, out: Outputs = out) -> None:
                 rname = cand_to_ref[cname]  # each tensor's series is its own: the step's tensors side by side
+                if dets.keep(si, cname, out[cname]) or rname in covered:
+                    return
                 series[rname].add(ref.store.get(si, rname), out[cname], extras[cname])
 
             each(add, present)
@@ -199,14 +204,19 @@ def _rows_and_checks(
     checks_for: Callable[[str], Sequence[Check]],
     missing: dict[str, str],
     allowed: Sequence[str],
+    covered: Collection[str] = (),
 ) -> tuple[list[Row], list[CheckResult]]:
-    """One row per tensor pair (reference topological order), and the candidate's stage checks:
-    one per check definition, aggregated over tensors. `missing`: tensors after a plugin without a reference."""
+    """One row per tensor pair (reference topological order), and the candidate's stage checks: one per check
+    definition, aggregated over tensors. `missing`: tensors after a plugin without a reference; `covered`:
+    tensors compared as detections (no row here)."""
     pairing = resolved.pairing
-    rows: list[Row] = _not_comparable_rows(ref, resolved) + around_plugins.rows(ref, missing)
+    rows: list[Row] = [row for row in _not_comparable_rows(ref, resolved) if row.tensor not in covered]
+    rows += around_plugins.rows(ref, missing)
     aggregated: dict[tuple[str, str, float], dict[str, object]] = {}
     nonfinite = 0
     for r, c in pairing.pairs:
+        if r in covered:
+            continue
         s = series[r]
         p = ref.graph.producers.get(r)
         evaluated = evaluate(s, checks_for(c), stage=NAME, candidate=name)
@@ -333,17 +343,24 @@ def _candidate(
         timings[f"{name}.pairing_s"] = time.perf_counter() - t0
         precision = candidate_precision(spec, suite.backends, source)
         checks_for, checks_source = _checks_for(cfg, name, precision)
-        series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings)
+        dets = detections.plan(ref, pairing.pairs, cfg.detections)
+        series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings, dets)
         backend.release()  # its weights are not needed while the isolation model runs
         missing = around_plugins.uncomputed(ref, backend.uncomputed())
-        rows, checks = _rows_and_checks(name, ref, resolved, series, checks_for, missing, cfg.allow_uncompared)
+        rows, checks = _rows_and_checks(
+            name, ref, resolved, series, checks_for, missing, cfg.allow_uncompared, dets.covered
+        )
         checks.insert(1, paired_check)
+        det_checks, det_source = detections.checks_of(cfg.detections, name, loosest(precision))
+        det_rows, det_results = detections.compare(name, ref, dets, len(samples), cfg.detections, det_checks)
+        checks += det_results
         first = next((row for row in rows if not row.passed), None)
         first_divergence = (
             FirstDivergence(**{k: getattr(first, k) for k in FirstDivergence.model_fields}) if first else None
         )
         errors = {row.tensor: row.metrics.get("rel_l2", float("nan")) for row in rows if row.not_comparable is None}
-        ev = Evidence(ref, samples, pairing.pairs, rows, errors, observed, checks_for, resolved.distinct)
+        pairs = [(r, c) for r, c in pairing.pairs if r not in dets.covered]  # detections have no elementwise error
+        ev = Evidence(ref, samples, pairs, rows, errors, observed, checks_for, resolved.distinct)
         method, causes, not_isolated = root_causes(
             ctx, cfg.root_cause_method, backend, spec, ev, workdir, timings, name
         )
@@ -380,6 +397,8 @@ def _candidate(
         histograms=histograms(first_divergence, causes, series, rows),
         not_isolated=not_isolated,
         rows=with_lint(rows, lint),
+        detections=det_rows or None,
+        detection_checks_source=det_source if det_rows else None,
         paired=paired,
         unmatched=around_plugins.without(unmatched(resolved, structure, ref, reason, shapes, cand_graph), missing),
         after_plugins=around_plugins.counts(missing),
