@@ -24,7 +24,9 @@ from trtverify.compare.checks import CheckResult, TensorSummary, evaluate, limit
 from trtverify.compare.pairing import Pairing, PairingRecord, pair_names
 from trtverify.data.reference import hash_samples
 from trtverify.lint.linter import baked_shapes
+from trtverify.stages import framework_detections
 from trtverify.stages.base import StageContext, StageResult, status_of
+from trtverify.stages.layerwise.detmodels import DetectionRow
 from trtverify.util.errors import MissingDependency
 from trtverify.util.fsutil import sha256_file
 from trtverify.util.record import Record, optional
@@ -56,7 +58,10 @@ class FrameworkResult(StageResult):
     samples: int | None = optional("samples compared")
     reference: FrameworkReference | None = optional()
     pairing: PairingRecord | None = optional("how PyTorch outputs paired with ONNX outputs")
-    outputs: list[FrameworkOutput] | None = optional("one row per compared output")
+    outputs: list[FrameworkOutput] | None = optional("one row per output compared element by element")
+    detections: list[DetectionRow] | None = optional(
+        "detection outputs (NMS plugins' four outputs, [B, K, 6] rows) compared box to box by class and IoU"
+    )
 
 
 def _module_file(spec: str, search_path: list[Path]) -> Path | None:
@@ -226,7 +231,12 @@ def run(ctx: StageContext) -> FrameworkResult:
         return cfg.outputs[output].checks if output in cfg.outputs else cfg.checks
 
     t0 = time.perf_counter()
-    series = run_comparisons(ref_outs, cand_outs, pairing.pairs, checks_for)
+    first = cand_outs[0] if cand_outs else {}
+    found = framework_detections.groups(onnx_backend.graph().info, first, pairing.pairs, set(cfg.outputs))
+    as_boxes = {t for g in found for t in g.onnx.tensors}
+    elementwise = [(r, c) for r, c in pairing.pairs if c not in as_boxes]
+    series = run_comparisons(ref_outs, cand_outs, elementwise, checks_for)
+    det_rows, det_checks = framework_detections.compare(found, ref_outs, cand_outs)
     timings["compare_s"] = time.perf_counter() - t0
 
     checks: list[CheckResult] = [
@@ -250,6 +260,7 @@ def run(ctx: StageContext) -> FrameworkResult:
         evaluated = evaluate(s, checks_for(s.candidate), stage=NAME)
         checks.extend(evaluated.checks)
         rows.append(FrameworkOutput(**dict(s.summary()), passed=all(c.passed for c in evaluated.checks)))
+    checks += det_checks
     if any("shape mismatch" in e for s in series for e in s.errors):
         notes += _baked_notes(Path(suite.models.reference))
     if onnx_backend.casts:
@@ -263,4 +274,5 @@ def run(ctx: StageContext) -> FrameworkResult:
         reference=reference,
         pairing=pairing.record(),
         outputs=rows,
+        detections=det_rows or None,
     )
