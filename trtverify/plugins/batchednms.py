@@ -113,12 +113,12 @@ def gather_boxes(boxes: np.ndarray, sel: Selected, clip: bool) -> np.ndarray:
 def trt_iou(normalized: bool, caffe: bool, threshold: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """TensorRT's allClassNMS test: IoU > threshold; Caffe's +1 on the intersection only for unnormalised boxes
     under caffeSemantics, +1 on every box size whenever the boxes are not normalised."""
-    inter = 1.0 if (not normalized and caffe) else 0.0
+    plus_one = not normalized and caffe
     area = 0.0 if normalized else 1.0
     limit = np.float32(threshold)
 
     def suppress(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return iou_ssd(a, b, inter_offset=inter, area_offset=area) > limit
+        return iou_ssd(a, b, caffe=plus_one, area_offset=area) > limit
 
     return suppress
 

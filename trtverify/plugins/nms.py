@@ -48,11 +48,12 @@ def corners_sorted(b: np.ndarray) -> np.ndarray:
     return np.concatenate([lo, hi], axis=-1)
 
 
-def _overlap(a: np.ndarray, b: np.ndarray, area_offset: float) -> np.ndarray:
+def _overlap(a: np.ndarray, b: np.ndarray, area_offset: float, caffe: bool = False) -> np.ndarray:
     """inter / union, [m, n], float32, for corner boxes; boxes of negative width or height have size 0.
 
     A pair that does not overlap (intersection width or height <= 0) gives 0, or NaN when both boxes are empty:
-    either compares false with a positive threshold, as the plugins' explicit zero does.
+    either compares false with a positive threshold, as the plugins' explicit zero does. With `caffe` (ordered boxes
+    only) the intersection's sides get +1, and a disjoint pair intersects in TensorRT's [0, 0, 0, 0] box: 1 x 1.
     """
     zero = np.float32(0)
     off = np.float32(area_offset)
@@ -63,7 +64,11 @@ def _overlap(a: np.ndarray, b: np.ndarray, area_offset: float) -> np.ndarray:
 
     iw = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
     ih = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
-    inter = np.maximum(iw, zero) * np.maximum(ih, zero)
+    if caffe:
+        one = np.float32(1)
+        inter = np.where((iw < 0) | (ih < 0), one, (iw + one) * (ih + one))
+    else:
+        inter = np.maximum(iw, zero) * np.maximum(ih, zero)
     union = size(a)[:, None] + size(b)[None, :] - inter
     with np.errstate(divide="ignore", invalid="ignore"):
         return inter / union
@@ -74,38 +79,20 @@ def iou_efficient(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _overlap(corners_sorted(a.astype(np.float32)), corners_sorted(b.astype(np.float32)), 0.0)
 
 
-def iou_ssd(
-    a: np.ndarray, b: np.ndarray, *, inter_offset: float, area_offset: float, reorder: bool = True
-) -> np.ndarray:
+def iou_ssd(a: np.ndarray, b: np.ndarray, *, caffe: bool, area_offset: float, reorder: bool = True) -> np.ndarray:
     """The SSD-family IoU of BatchedNMS_TRT (reorder=True) and mmdeploy's TRTBatchedNMS (reorder=False), [m, n].
 
-    `inter_offset` is added to the intersection's width and height (1 under Caffe semantics on unnormalised boxes),
-    `area_offset` to each box's width and height (TensorRT: 1 whenever the boxes are not normalised). Disjoint boxes
-    intersect in the box [0, 0, 0, 0], whose size with an offset of 1 is 1, as in the plugin.
+    `caffe` adds 1 to the intersection's width and height (TensorRT's Caffe semantics on unnormalised boxes; disjoint
+    boxes then intersect in 1 x 1), `area_offset` is added to each box's width and height (TensorRT: 1 whenever the
+    boxes are not normalised).
     """
     a = a.astype(np.float32)
     b = b.astype(np.float32)
     if reorder:
         a, b = corners_sorted(a), corners_sorted(b)
-    if inter_offset == 0:
-        return _overlap(a, b, area_offset)
-    ax1, ay1, ax2, ay2 = (a[:, None, i] for i in range(4))
-    bx1, by1, bx2, by2 = (b[None, :, i] for i in range(4))
-    disjoint = (bx1 > ax2) | (bx2 < ax1) | (by1 > ay2) | (by2 < ay1)
-    zero = np.float32(0)
-    iw = np.where(disjoint, zero, np.minimum(ax2, bx2) - np.maximum(ax1, bx1)) + np.float32(inter_offset)
-    ih = np.where(disjoint, zero, np.minimum(ay2, by2) - np.maximum(ay1, by1)) + np.float32(inter_offset)
-
-    def size(x1: np.ndarray, y1: np.ndarray, x2: np.ndarray, y2: np.ndarray) -> np.ndarray:
-        off = np.float32(area_offset)
-        return np.where((x2 < x1) | (y2 < y1), zero, (x2 - x1 + off) * (y2 - y1 + off))
-
-    overlap = (iw > 0) & (ih > 0)
-    inter = iw * ih
-    union = size(ax1, ay1, ax2, ay2) + size(bx1, by1, bx2, by2) - inter
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        iou = inter / union
-    return np.where(overlap, iou, zero).astype(np.float32)
+    elif caffe:
+        raise ValueError("Caffe semantics are only defined on reordered boxes")
+    return _overlap(a, b, area_offset, caffe)
 
 
 def greedy_nms(

@@ -39,7 +39,7 @@ def trt_batched_nms(boxes: Any, scores: Any, **attributes: Any) -> tuple[np.ndar
     limit = np.float32(get_float(OP, attributes, "iou_threshold"))
 
     def suppress(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return iou_ssd(a, b, inter_offset=0.0, area_offset=0.0, reorder=False) > limit
+        return iou_ssd(a, b, caffe=False, area_offset=0.0, reorder=False) > limit
 
     pipeline = Pipeline(
         background=get_int(OP, attributes, "background_label_id", 0),
