@@ -69,3 +69,20 @@ def test_unknown_attributes_are_ignored(op):
     plain = plain if isinstance(plain, tuple) else (plain,)
     extra = extra if isinstance(extra, tuple) else (extra,)
     assert len(plain) == len(extra) and all(np.array_equal(a, b) for a, b in zip(plain, extra))
+
+
+@pytest.mark.parametrize("op", sorted(CALLS))
+def test_no_boxes_or_no_rois(op):
+    inputs, attrs = CALLS[op]
+    if op == "ROIAlign_TRT":
+        empty = (inputs[0], np.zeros((0, 4), np.float32), np.zeros(0, np.int32))
+    else:
+        empty = (inputs[0][:, :0], inputs[1][:, :0])
+    out = load(BUILTIN[op])(*empty, **attrs)
+    out = out if isinstance(out, tuple) else (out,)
+    if op == "ROIAlign_TRT":
+        assert out[0].shape == (0, 1, 1, 1)
+    elif op == "TRTBatchedNMS":
+        assert (out[1] == -1).all() and not out[0].any()
+    else:
+        assert not out[0].any() and out[1].shape[1] == 2

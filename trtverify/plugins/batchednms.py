@@ -67,7 +67,7 @@ def run_pipeline(boxes: np.ndarray, scores: np.ndarray, p: Pipeline) -> Selected
     anchor = np.full((batch, p.keep_top_k), -1, dtype=np.int64)
     klass = np.full((batch, p.keep_top_k), -1, dtype=np.int64)
     out = np.zeros((batch, p.keep_top_k), dtype=np.float32)
-    if p.keep_top_k > p.top_k:
+    if p.keep_top_k > p.top_k or count == 0:
         return Selected(anchor, klass, out)
     threshold = np.float32(p.score_threshold)
     not_background = np.arange(classes) != p.background
