@@ -3,7 +3,8 @@
 A plugin reference is a callable that receives the node's inputs as numpy arrays (positionally, in the node's input
 order; an omitted optional input is None) and the node's attributes as keyword arguments, and returns its output(s)
 in the node's output order (one array, or a tuple of arrays). TensorRT's ONNX parser finds a plugin by op_type,
-whatever the node's domain, and so does trtverify.
+whatever the node's domain, and so does trtverify. What each built-in one computes: docs/plugins.md, "Built-in
+references".
 
 Precedence: the suite's `plugins:` (or `--plugin OP=module:callable`), then BUILTIN, then ONNX Runtime (an op that a
 library in `backends.onnxruntime.custom_op_libraries` provides). `plugins: {OP: onnxruntime}` hands an op that has a
@@ -23,7 +24,13 @@ from trtverify.util.errors import BackendError, UsageError
 from trtverify.util.hooks import is_hook_spec, load_hook
 
 # op_type -> 'module:callable' (imported on first use)
-BUILTIN: dict[str, str] = {}
+BUILTIN: dict[str, str] = {
+    "EfficientNMS_TRT": "trtverify.plugins.efficientnms:efficient_nms",
+    "BatchedNMS_TRT": "trtverify.plugins.batchednms:batched_nms",
+    "BatchedNMSDynamic_TRT": "trtverify.plugins.batchednms:batched_nms_dynamic",
+    "TRTBatchedNMS": "trtverify.plugins.trtbatchednms:trt_batched_nms",
+    "ROIAlign_TRT": "trtverify.plugins.roialign:roi_align",
+}
 
 ONNXRUNTIME = "onnxruntime"  # a `plugins:` value: ONNX Runtime runs the op (a custom-op library provides it)
 
