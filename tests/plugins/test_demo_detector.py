@@ -1,0 +1,77 @@
+"""The issue's cases on the shapes detector exported as TensorRT users export it (demo/plugins): ending in
+EfficientNMS_TRT (built-in reference), and with a user's plugin mid-graph. Every stage that runs ONNX models runs
+around the plugins: layerwise compares every convolution and the NMS outputs, e2e reads the plugin's four outputs
+(its mAP equal to pycocotools' on plainly decoded detections of the raw head: tests/stages/test_e2e_detection_layouts.py
+checks that figure), framework compares PyTorch's detections with the export's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from tests.stages.test_e2e_detection_layouts import NMS, RAW, plain_nms, pycocotools_map, raw_heads, val, write_suite
+
+PLUGINS = ROOT / "demo" / "plugins"
+__all__ = ["raw_heads", "val"]  # fixtures, imported to be used here
+
+
+def _stage(out: Path, name: str) -> dict:
+    return next(s for s in json.loads((out / "results.json").read_text())["stages"] if s["name"] == name)
+
+
+def test_layerwise_on_a_detector_ending_in_efficientnms_compares_every_conv_and_the_detections(tmp_path: Path):
+    ref, cand = PLUGINS / "shapes_yolo_nms.onnx", PLUGINS / "shapes_yolo_nms_fp16.onnx"
+    r = run_cli("layerwise", str(ref), str(cand), "--out", str(tmp_path))
+    assert r.code == 0, r.out + r.err
+    c = _stage(tmp_path, "layerwise")["candidates"][0]
+    convs = {n.output[0] for n in onnx.load(str(ref)).graph.node if n.op_type == "Conv"}
+    compared = {row["tensor"] for row in c["rows"] if not row.get("not_comparable")}
+    assert convs and convs <= compared
+    assert not c.get("after_plugins")
+    (det,) = c["detections"]
+    assert det["layout"] == "nms4" and det["op_type"] == "EfficientNMS_TRT" and det["reference_boxes"] > 0
+    assert det["tensors"] == ["num_dets", "det_boxes", "det_scores", "det_classes"] and det["passed"]
+
+
+def test_a_user_plugin_without_a_hook_is_named_and_with_one_everything_is_compared(tmp_path: Path):
+    ref, cand = PLUGINS / "shapes_plugin_nms.onnx", PLUGINS / "shapes_plugin_nms_fp16.onnx"
+    r = run_cli("layerwise", str(ref), str(cand), "--out", str(tmp_path / "bare"))
+    assert r.code == 1
+    assert "after plugin ShapesBoxDecode" in r.out and "graph outputs compared" in r.out
+    r = run_cli("layerwise", str(ref), str(cand), "--plugin", "ShapesBoxDecode=shapes_plugins:decode",
+                "--out", str(tmp_path / "hooked"), cwd=PLUGINS)  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    c = _stage(tmp_path / "hooked", "layerwise")["candidates"][0]
+    assert not c.get("after_plugins") and all(not row.get("not_comparable") for row in c["rows"])
+    decode = [n.output[0] for n in onnx.load(str(ref)).graph.node if n.op_type == "ShapesBoxDecode"]
+    assert decode[0] in {row["tensor"] for row in c["rows"]}  # the plugin's own output is compared too
+
+
+def test_e2e_reads_the_nms_plugins_outputs_computed_by_the_built_in_reference(tmp_path: Path, val, raw_heads):
+    """The built-in EfficientNMS_TRT reference, fed by the export, gives the detections the raw head's plain
+    per-class NMS gives (same thresholds): the same mAP, by pycocotools."""
+    doc, _ = val
+    suite = write_suite(tmp_path, PLUGINS / "shapes_yolo_nms.onnx", PLUGINS / "shapes_yolo_nms_fp16.onnx",
+                        {"layout": "nms"})  # fmt: skip
+    r = run_cli("run", str(suite), "--out", str(tmp_path / "o"))
+    assert r.code == 0, r.out + r.err
+    stage = _stage(tmp_path / "o", "e2e")
+    expected = pycocotools_map(doc, [plain_nms(h) for h in raw_heads])
+    assert stage["reference"]["map"] == pytest.approx(expected, abs=1e-9)
+    assert RAW.is_file() and NMS["max_detections"] == 100
+
+
+def test_framework_compares_pytorchs_detections_with_the_exports(tmp_path: Path):
+    pytest.importorskip("torch")
+    r = run_cli("run", str(ROOT / "suites" / "plugins_detection.yaml"), "--stage", "framework", "--update-reference",
+                "--reference-dir", str(tmp_path / "store"), "--out", str(tmp_path / "o"))  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    stage = _stage(tmp_path / "o", "framework")
+    assert stage["reference"]["source"] == "pytorch"
+    (det,) = stage["detections"]
+    assert det["layout"] == "nms4" and det["reference_boxes"] == det["matched"] > 0
+    assert det["metrics"]["mean_iou"] > 0.9999
