@@ -4,11 +4,12 @@ node against the same model without it, alternating, same inputs.
   python bench/plugin_cost.py [--repeat 5] [--cases cnn,encoder,detector]
 
 cnn, encoder: bench/.cache's models (bench/make_models.py) and their FP16 candidates; the plugin model is the
-same file with one mid-graph node (the middle Relu of the CNN, the middle Gelu/Erf-free op of the encoder: its
-middle Add) turned into a plugin node of another domain (`trt.plugins::<op>_TRT`), computed by a `--plugin` hook that
-does what the op did (numpy). Same tensors, same numbers: the difference is the split (two ONNX Runtime sessions per
+same file with one mid-graph node (the CNN's middle Relu, the encoder's middle Add) turned into a plugin node of
+another domain (`trt.plugins::<op>_TRT`), computed by a `--plugin` hook that does what the op did (numpy). Same
+tensors, same numbers: the difference is the split (two ONNX Runtime sessions per
 exposed chunk, the plugin in numpy between them). detector: demo/plugins' shapes detector ending in EfficientNMS_TRT
-(built-in reference) against its raw head (where demo/plugins exists). Median wall time per variant and the ratio.
+(built-in reference; its outputs compared as detections) against the same export without it (the raw head, FP16 made
+with the same converter). Median wall time per variant and the ratio.
 Results: bench/results/plugin_cost.{json,md}.
 """
 
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "bench" / ".cache"
 TRTVERIFY = str(Path(sys.executable).with_name("trtverify"))
 
-HOOKS = '''
+HOOKS = """
 import numpy as np
 
 
@@ -39,7 +40,7 @@ def relu(x):
 
 def add(a, b):
     return (a + b).astype(np.result_type(a, b))
-'''
+"""
 
 
 def _pluginise(src: Path, dst: Path, op: str) -> str:
@@ -89,18 +90,35 @@ def cases(names: list[str], tmp: Path) -> dict[str, dict[str, list[str]]]:
         base = [TRTVERIFY, "layerwise", "--inputs", feed, "-q"]
         out[model] = {
             "without plugin": [*base, str(ref), str(cand), "--out", str(tmp / f"{model}-plain")],
-            "with plugin": [*base, str(pref), str(pcand), "--plugin", f"{op}_TRT=hooks:{hook}", "--out",
-                            str(tmp / f"{model}-plugin")],  # fmt: skip
+            "with plugin": [
+                *base,
+                str(pref),
+                str(pcand),
+                "--plugin",
+                f"{op}_TRT=hooks:{hook}",
+                "--out",
+                str(tmp / f"{model}-plugin"),
+            ],  # fmt: skip
         }
     demo = ROOT / "demo" / "plugins"
-    if "detector" in names and (demo / "shapes_nms.onnx").is_file():
-        images = str(_inputs(demo / "shapes_yolo_raw.onnx", tmp))
+    if "detector" in names:
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        raw = demo / "shapes_yolo_raw.onnx"
+        raw16 = tmp / "shapes_yolo_raw_fp16.onnx"  # as the demo's FP16 candidates were made (float32 I/O)
+        onnx.save(convert_float_to_float16(onnx.load(str(raw)), keep_io_types=True), str(raw16))
+        images = str(_inputs(raw, tmp))
         base = [TRTVERIFY, "layerwise", "--inputs", images, "-q"]
         out["detector"] = {
-            "without plugin": [*base, str(demo / "shapes_yolo_raw.onnx"), str(demo / "shapes_yolo_raw_fp16.onnx"),
-                               "--out", str(tmp / "det-plain")],  # fmt: skip
-            "with plugin": [*base, str(demo / "shapes_nms.onnx"), str(demo / "shapes_nms_fp16.onnx"), "--out",
-                            str(tmp / "det-plugin")],  # fmt: skip
+            "without plugin": [*base, str(raw), str(raw16), "--out", str(tmp / "det-plain")],
+            "with plugin": [
+                *base,
+                str(demo / "shapes_yolo_nms.onnx"),
+                str(demo / "shapes_yolo_nms_fp16.onnx"),
+                "--out",
+                str(tmp / "det-plugin"),
+            ],  # fmt: skip
         }
     return out
 

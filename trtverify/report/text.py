@@ -371,6 +371,12 @@ def stage_lines(s: StageResult) -> list[str]:
     out += [f"          note: {note}" for note in s.notes]
     if isinstance(s, LayerwiseResult):
         out += _layerwise(s)
+    if is_stage(s, "framework"):
+        from trtverify.report.dettext import detection_text
+
+        for d in getattr(s, "detections", None) or []:  # PyTorch's boxes (reference) against ONNX Runtime's
+            verdict = "" if d.passed else f"; fails {', '.join(d.failed or [])}"
+            out.append(f"          boxes in {', '.join(d.tensors)} ({d.layout}): {detection_text(d)}{verdict}")
     if is_stage(s, "e2e"):
         out += _e2e(s)  # type: ignore[arg-type]
     if is_stage(s, "repair"):
