@@ -75,3 +75,23 @@ def test_framework_compares_pytorchs_detections_with_the_exports(tmp_path: Path)
     (det,) = stage["detections"]
     assert det["layout"] == "nms4" and det["reference_boxes"] == det["matched"] > 0
     assert det["metrics"]["mean_iou"] > 0.9999
+
+
+def test_int8_of_a_detector_ending_in_a_plugin_is_quantized_up_to_it(tmp_path: Path):
+    """ONNX Runtime's quantize_static runs the graph to calibrate and refuses a plugin node: trtverify quantizes the
+    part before the plugin and puts the plugin back. The candidate it makes is compared like any other."""
+    import numpy as np
+
+    ref = PLUGINS / "shapes_yolo_nms.onnx"
+    np.savez(tmp_path / "calib.npz", images=np.random.default_rng(0).random((8, 3, 128, 128), dtype=np.float32))
+    out = tmp_path / "int8.onnx"
+    calib = str(tmp_path / "calib.npz")
+    r = run_cli("convert", str(ref), "--precision", "int8", "--calibration", calib, "-o", str(out))
+    assert r.code == 0, r.out + r.err
+    ops = [n.op_type for n in onnx.load(str(out)).graph.node]
+    assert ops.count("QuantizeLinear") >= 10 and ops.count("EfficientNMS_TRT") == 1
+    assert ops.index("EfficientNMS_TRT") > max(i for i, op in enumerate(ops) if op == "QuantizeLinear")
+    r = run_cli("layerwise", str(ref), str(out), "--out", str(tmp_path / "lw"))
+    assert r.code == 0, r.out + r.err
+    (det,) = _stage(tmp_path / "lw", "layerwise")["candidates"][0]["detections"]
+    assert det["reference_boxes"] > 0 and det["passed"]

@@ -11,11 +11,12 @@ import numpy as np
 
 from trtverify.backends.base import Backend, Capabilities, Feed, cannot_load, cast_float, check_feed
 from trtverify.backends.ortprobe import LEVELS, LOWER, ensure_loadable
-from trtverify.backends.pluginrun import SegmentedSession, plan, plugin_nodes
+from trtverify.backends.pluginrun import SegmentedSession, plan
 from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.graph.lightmodel import EXTERNAL_FOLDER, GraphBytes, LightModel
 from trtverify.graph.onnxemulate import BF16, FP16, emulate, holds, internal
 from trtverify.graph.onnxinfo import TensorMeta, check_graph, graph_io
+from trtverify.plugins.onnxops import plugin_nodes
 from trtverify.plugins.registry import Plugins
 from trtverify.util import native
 from trtverify.util.deps import require

@@ -12,7 +12,6 @@ they are (a weightless graph), like every other variant of the model.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,32 +21,11 @@ import numpy as np
 from trtverify.graph.lightmodel import GraphBytes
 from trtverify.graph.onnxemulate import emulate, holds
 from trtverify.graph.onnxgraph import GraphIndex, subgraphs, values_of
+from trtverify.plugins.onnxops import is_plugin, label
 from trtverify.plugins.registry import ONNXRUNTIME, Plugins
 from trtverify.util.errors import BackendError
 
 MakeSession = Callable[[GraphBytes], Any]
-
-
-@functools.cache
-def _known_ops() -> frozenset[tuple[str, str]]:
-    """(domain, op_type) of every op ONNX Runtime has a schema for ('' for the ONNX domain)."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as C
-
-    return frozenset((s.domain, s.name) for s in C.get_all_operator_schema())
-
-
-def is_plugin(node: Any) -> bool:
-    """A node ONNX Runtime has no op for: to TensorRT's parser, a plugin (found by op_type)."""
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    return (domain, node.op_type) not in _known_ops()
-
-
-def plugin_nodes(model: Any) -> list[Any]:
-    return [n for n in model.graph.node if is_plugin(n)]
-
-
-def label(node: Any) -> str:
-    return f"{node.op_type} '{node.name}'" if node.name else node.op_type
 
 
 def _reads(node: Any) -> list[str]:

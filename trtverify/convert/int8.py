@@ -37,7 +37,38 @@ def quantize(
     per_channel: bool = True,
     exclude: Iterable[str] = (),
 ) -> Path:
-    """Static INT8 Q/DQ quantisation of `reference` calibrated on `calibration` (feeds), written to `out`."""
+    """Static INT8 Q/DQ quantisation of `reference` calibrated on `calibration` (feeds), written to `out`. A graph with
+    plugin nodes is quantized up to them (convert/around_plugins.py)."""
+    import tempfile
+
+    import onnx
+
+    from trtverify.convert.around_plugins import split, stitch
+
+    model = onnx.load(str(reference))
+    parts = split(model)
+    if parts is not None:
+        head, rest, _ = parts
+        with tempfile.TemporaryDirectory(prefix="trtverify-int8-") as tmp:
+            onnx.save(head, str(Path(tmp) / "head.onnx"))
+            q = _quantize(Path(tmp) / "head.onnx", Path(tmp) / "head_int8.onnx", calibration, symmetric=symmetric,
+                          per_channel=per_channel, exclude=exclude, name=Path(reference).name)  # fmt: skip
+            stitch(q, model, rest, out)
+        return out
+    del model
+    return _quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude)
+
+
+def _quantize(
+    reference: Path,
+    out: Path,
+    calibration: Sequence[dict[str, np.ndarray]],
+    *,
+    symmetric: bool,
+    per_channel: bool,
+    exclude: Iterable[str],
+    name: str | None = None,
+) -> Path:
     from trtverify.util.deps import quiet_onnxruntime
 
     quiet_onnxruntime()
@@ -63,7 +94,7 @@ def quantize(
 
     try:
         with native.Operation(
-            f"quantizing {Path(reference).name} with ONNX Runtime {onnxruntime.__version__}'s quantize_static",
+            f"quantizing {name or Path(reference).name} with ONNX Runtime {onnxruntime.__version__}'s quantize_static",
             key=f"onnxruntime-quantize:{reference}",
             model=str(reference),
         ):
