@@ -75,6 +75,8 @@ def test_framework_compares_pytorchs_detections_with_the_exports(tmp_path: Path)
     (det,) = stage["detections"]
     assert det["layout"] == "nms4" and det["reference_boxes"] == det["matched"] > 0
     assert det["metrics"]["mean_iou"] > 0.9999
+    assert "boxes in num_dets, det_boxes, det_scores, det_classes (nms4)" in r.out
+    assert "<h4>Detections</h4>" in (tmp_path / "o" / "report.html").read_text()
 
 
 def test_int8_of_a_detector_ending_in_a_plugin_is_quantized_up_to_it(tmp_path: Path):
