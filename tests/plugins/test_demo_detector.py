@@ -97,3 +97,16 @@ def test_int8_of_a_detector_ending_in_a_plugin_is_quantized_up_to_it(tmp_path: P
     assert r.code == 0, r.out + r.err
     (det,) = _stage(tmp_path / "lw", "layerwise")["candidates"][0]["detections"]
     assert det["reference_boxes"] > 0 and det["passed"]
+
+
+def test_perf_times_a_plugin_model_and_says_its_plugin_ran_as_a_reference(tmp_path: Path):
+    suite = tmp_path / "perf.yaml"
+    suite.write_text(
+        f"name: perfp\nreference_dir: {tmp_path / 'store'}\nmodels:\n  reference: {PLUGINS / 'shapes_yolo_nms.onnx'}\n"
+        "inputs:\n  generate: {images: {shape: [1, 3, 128, 128], range: [0, 1]}}\nstages:\n  perf: {budget_s: 2}\n"
+    )
+    r = run_cli("run", str(suite), "--out", str(tmp_path / "o"))
+    assert r.code == 0, r.out + r.err
+    assert "reference: its time includes 1 plugin node (EfficientNMS_TRT '/EfficientNMS_TRT')" in r.out
+    (row,) = _stage(tmp_path / "o", "perf")["rows"]
+    assert row["median_ms"] > 0

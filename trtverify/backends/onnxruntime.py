@@ -16,7 +16,7 @@ from trtverify.config.backends import Backends, OnnxRuntimeOptions
 from trtverify.graph.lightmodel import EXTERNAL_FOLDER, GraphBytes, LightModel
 from trtverify.graph.onnxemulate import BF16, FP16, emulate, holds, internal
 from trtverify.graph.onnxinfo import TensorMeta, check_graph, graph_io
-from trtverify.plugins.onnxops import plugin_nodes
+from trtverify.plugins.onnxops import label, plugin_nodes
 from trtverify.plugins.registry import Plugins
 from trtverify.util import native
 from trtverify.util.deps import require
@@ -60,6 +60,7 @@ class OnnxRuntimeBackend(Backend):
         self._plugins: Plugins | None = None
         self._uncomputed: dict[str, str] | None = None
         self._has_plugins = False
+        self.plugin_labels: list[str] = []  # plugin nodes of the graph (ops ONNX Runtime does not have)
         self._segment_kinds: frozenset[int] = frozenset()  # a graph with plugins: emulated segment by segment
         self.probe_first = False  # a timed session: create it in a child process first (a crash there is an error)
         self._running = native.Operation(  # made once: entered around every inference (about a microsecond)
@@ -91,7 +92,8 @@ class OnnxRuntimeBackend(Backend):
             except ValueError as exc:  # external data outside the model's folder
                 raise cannot_load("ONNX Runtime", self.model_path, exc) from exc
         self.source_graph = light
-        self._has_plugins = bool(plugin_nodes(light.model))
+        self.plugin_labels = [label(n) for n in plugin_nodes(light.model)]
+        self._has_plugins = bool(self.plugin_labels)
         kinds = self._emulated_kinds()
         if kinds and holds(light.model, kinds):
             model, self.emulated = emulate(light.model, kinds)

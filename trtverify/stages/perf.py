@@ -159,6 +159,12 @@ def _measure_backend(ctx: StageContext, backend: Backend, feeds: dict[int, dict[
                 )
                 return out
             backend.prepare()
+            plugins = getattr(backend, "plugin_labels", None)
+            if plugins:
+                notes.append(
+                    f"{what}: its time includes {count(len(plugins), 'plugin node')} ({', '.join(plugins[:3])}) "
+                    "computed by a reference here (numpy, a hook or a custom-op library), not by the TensorRT plugin"
+                )
             for batch, feed in feeds.items():
                 ctx.progress(NAME, 0, 0, f"timing {what} at batch {batch}")
                 out.append(measure(lambda f=feed: backend.infer(f), batch, budget))
