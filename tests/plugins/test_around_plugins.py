@@ -168,3 +168,22 @@ def test_repair_runs_the_users_plugin_and_refuses_to_search_without_it(
     assert repair["before"]["passed"] is True
     blind = run_cli("repair", str(ref), "--precision", "fp16", "--out", str(tmp_path / "blind"))
     assert blind.code == 2 and "nothing computes the output(s) y (after plugin ScaleShift_TRT" in blind.out
+
+
+def test_run_takes_plugin_options_over_the_suites_found_in_the_current_folder(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    ref, fp16 = models
+    suite = tmp_path / "suites" / "suite.yaml"
+    suite.parent.mkdir()
+    suite.write_text(
+        f"name: cli\nplugins: {{ScaleShift_TRT: hooks:wrong_count}}\nmodels:\n  reference: {ref}\n"
+        f"  candidates: {{fp16: {fp16}}}\ninputs:\n  generate: {{x: {{shape: [1, 3, 16, 16], range: [0, 1]}}}}\n"
+        "stages:\n  layerwise: {}\n"
+    )
+    r = run_cli("run", str(suite), "--plugin", "ScaleShift_TRT=hooks:scale_shift", "--out", str(tmp_path / "o"),
+                cwd=ref.parent)  # fmt: skip
+    assert r.code == 0, r.out + r.err  # the suite's own reference (wrong) is replaced, and hooks.py found here
+    r = run_cli("run", str(suite), "--plugin", "ScaleShift_TRT=hooks:scale_shift", "--out", str(tmp_path / "p"),
+                cwd=tmp_path)  # fmt: skip
+    assert r.code == 2 and "module 'hooks' not found" in r.out + r.err

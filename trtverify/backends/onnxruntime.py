@@ -220,6 +220,8 @@ class OnnxRuntimeBackend(Backend):
         with self._running:
             try:
                 values = self._session.run(names, cast)
+            except (UsageError, BackendError):  # a plugin's reference: not found (exit 2), or it failed (named)
+                raise
             except Exception as exc:
                 raise BackendError(f"ONNX Runtime failed running {self.model_path.name}: {exc}") from exc
         return dict(zip(names, values))
