@@ -110,3 +110,13 @@ def test_perf_times_a_plugin_model_and_says_its_plugin_ran_as_a_reference(tmp_pa
     assert "reference: its time includes 1 plugin node (EfficientNMS_TRT '/EfficientNMS_TRT')" in r.out
     (row,) = _stage(tmp_path / "o", "perf")["rows"]
     assert row["median_ms"] > 0
+
+
+def test_init_writes_a_plugins_section_naming_what_needs_a_reference(tmp_path: Path):
+    r = run_cli("init", str(PLUGINS / "shapes_plugin_nms.onnx"), "-o", str(tmp_path / "s.yaml"))
+    assert r.code == 0, r.out + r.err
+    text = (tmp_path / "s.yaml").read_text()
+    assert "\nplugins:\n  ShapesBoxDecode: my_plugins:shapesboxdecode" in text
+    assert "  # EfficientNMS_TRT: built-in reference" in text
+    r = run_cli("init", str(RAW), "-o", str(tmp_path / "raw.yaml"))  # no plugin node: no section
+    assert r.code == 0 and "plugins" not in (tmp_path / "raw.yaml").read_text()

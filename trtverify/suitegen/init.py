@@ -87,6 +87,28 @@ def _candidate_names(paths: Sequence[Path]) -> list[str]:
     return names
 
 
+def _plugin_lines(model: Path) -> list[str]:
+    """A `plugins:` section for the model's plugin nodes (docs/plugins.md): commented where trtverify has a
+    reference, to fill in where it has none."""
+    from trtverify.graph.onnxwire import weightless
+    from trtverify.plugins.onnxops import plugin_nodes
+    from trtverify.plugins.registry import BUILTIN
+
+    ops = list(dict.fromkeys(n.op_type for n in plugin_nodes(weightless(model)[0])))
+    if not ops:
+        return []
+    out = ["", "# plugin nodes (ops ONNX Runtime does not have; docs/plugins.md): each needs a reference"]
+    missing = [op for op in ops if op not in BUILTIN]
+    out.append("plugins:" if missing else "# plugins:")
+    for op in ops:
+        if op in BUILTIN:
+            out.append(f"  # {op}: built-in reference ({BUILTIN[op].split(':')[0]})")
+        else:
+            out.append(f"  {op}: my_plugins:{op.lower()}   # no built-in reference: your numpy function (inputs, "
+                       "**attributes) -> outputs")  # fmt: skip
+    return out
+
+
 def suite_text(
     model: Path,
     suite_path: Path,
@@ -113,6 +135,7 @@ def suite_text(
         "# python_path: [.]                  # where 'module:callable' hooks are imported from (default: this folder)",
         f"# out: reports/{name}".ljust(35) + " # where `run` writes, relative to this file (default: reports/<name> of "
         "the current folder)",
+        *_plugin_lines(model),
         "",
         "models:",
         f"  reference: {_q(_rel(model, folder))}   # the FP32 ONNX model everything is compared with",
