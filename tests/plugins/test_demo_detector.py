@@ -119,4 +119,4 @@ def test_init_writes_a_plugins_section_naming_what_needs_a_reference(tmp_path: P
     assert "\nplugins:\n  ShapesBoxDecode: my_plugins:shapesboxdecode" in text
     assert "  # EfficientNMS_TRT: built-in reference" in text
     r = run_cli("init", str(RAW), "-o", str(tmp_path / "raw.yaml"))  # no plugin node: no section
-    assert r.code == 0 and "plugins" not in (tmp_path / "raw.yaml").read_text()
+    assert r.code == 0 and "plugins:" not in (tmp_path / "raw.yaml").read_text()
