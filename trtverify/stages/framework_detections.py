@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trtverify.compare.checks import CheckResult, failed_check
+from trtverify.compare.checks import CheckResult
 from trtverify.compare.detections import DetectionError, DetectionStats
 from trtverify.compare.detlayout import Layout, TensorInfo, images, recognise
 from trtverify.config.layerwise import detection_checks
 from trtverify.graph.onnxgraph import GraphIndex
-from trtverify.stages.layerwise.detmodels import DetectionRow, WorstImage
+from trtverify.stages.layerwise.detections import judge
+from trtverify.stages.layerwise.detmodels import DetectionRow
 
 NAME = "framework"
 IOU = 0.5
@@ -63,50 +64,7 @@ def compare(
                 stats.add(si, images(g.torch, t_out), images(g.onnx, o_out))
             except (DetectionError, KeyError) as exc:
                 errors.append(f"sample {si}: {exc}")
-        metrics = stats.metrics()
-        label = ", ".join(g.onnx.tensors)
-        detail: dict[str, object] = {"tensors": g.onnx.tensors, "layout": g.onnx.kind}
-        failed = []
-        if errors:
-            results.append(failed_check(f"boxes in {label}: comparable", NAME, "comparable",
-                                        {**detail, "errors": errors[:5]}, tensor=g.onnx.tensors[0]))  # fmt: skip
-            failed.append("comparable")
-        for ch in checks:
-            value = metrics[ch.metric] if stats.images else None
-            ok = value is not None and ch.passes(value)
-            why = {} if ok else {"reason": f"{stats.matched} of {stats.reference_boxes} PyTorch boxes matched "
-                                 f"({stats.candidate_boxes} from ONNX Runtime, {stats.images} images)"}  # fmt: skip
-            results.append(CheckResult(name=f"boxes in {label}: {ch.condition}", stage=NAME, metric=ch.metric,
-                                       value=value, threshold=ch.threshold, op=ch.op,  # type: ignore[arg-type]
-                                       passed=ok, detail={**detail, **why}, tensor=g.onnx.tensors[0]))  # fmt: skip
-            if not ok:
-                failed.append(ch.condition)
-        worst = stats.worst
-        torch_names = g.torch.tensors
-        rows.append(
-            DetectionRow(
-                tensors=g.onnx.tensors,
-                candidate_tensors=torch_names if torch_names != g.onnx.tensors else None,
-                layout=g.onnx.kind,  # type: ignore[arg-type]
-                roles={r: t for r, t in g.onnx.roles.items() if t is not None},
-                recognised=g.onnx.source,
-                node=None,
-                op_type=None,
-                topo_index=-1,
-                iou=IOU,
-                samples=len(onnx_outs) - len(errors),
-                images=stats.images,
-                reference_boxes=stats.reference_boxes,
-                candidate_boxes=stats.candidate_boxes,
-                matched=stats.matched,
-                class_changes=stats.class_changes,
-                nonfinite=stats.nonfinite,
-                unmatched_score_max=stats.unmatched_score_max,
-                worst_image=WorstImage(sample=worst[1], image=worst[2], matched_fraction=worst[0]) if worst else None,
-                metrics=metrics,
-                errors=errors[:3] or None,
-                passed=not failed,
-                failed=failed or None,
-            )
-        )
+        row, judged = judge(g.onnx, g.torch, stats, errors, checks, iou=IOU, samples=len(onnx_outs), stage=NAME)
+        rows.append(row)
+        results += judged
     return rows, results

@@ -153,64 +153,87 @@ def compare(
             except DetectionError as exc:
                 errors.append(f"sample {si}: {exc}")
         g.values.clear()
-        metrics = stats.metrics()
-        label = ", ".join(g.layout.tensors)
-        where = {"candidate": name, "tensor": g.layout.tensors[0]}
-        detail: dict[str, object] = {"tensors": g.layout.tensors, "layout": g.layout.kind}
-        failed = []
-        if errors:
-            results.append(failed_check(f"{name}: boxes in {label}: comparable", NAME, "comparable",
-                                        {**detail, "errors": errors[:5]}, **where))  # fmt: skip
-            failed.append("comparable")
-        for ch in checks:
-            value = metrics[ch.metric] if stats.images else None
-            ok = value is not None and ch.passes(value)
-            results.append(
-                CheckResult(
-                    name=f"{name}: boxes in {label}: {ch.condition}",
-                    stage=NAME,
-                    metric=ch.metric,
-                    value=value,
-                    threshold=ch.threshold,
-                    op=ch.op,  # type: ignore[arg-type]
-                    passed=ok,
-                    detail=detail if ok else {**detail, "reason": _why(stats)},
-                    **where,
-                )
-            )
-            if not ok:
-                failed.append(ch.condition)
         p = ref.graph.producers.get(g.layout.tensors[0])
-        cand_names = g.candidate.tensors
-        worst = stats.worst
-        rows.append(
-            DetectionRow(
-                tensors=g.layout.tensors,
-                candidate_tensors=cand_names if cand_names != g.layout.tensors else None,
-                layout=g.layout.kind,  # type: ignore[arg-type]
-                roles={r: t for r, t in g.layout.roles.items() if t is not None},
-                recognised=g.layout.source,
-                covers=g.covers,
-                node=p.node if p else None,
-                op_type=p.op_type if p else None,
-                topo_index=p.index if p else -1,
-                iou=cfg.iou,
-                samples=samples - len(errors),
-                images=stats.images,
-                reference_boxes=stats.reference_boxes,
-                candidate_boxes=stats.candidate_boxes,
-                matched=stats.matched,
-                class_changes=stats.class_changes,
-                nonfinite=stats.nonfinite,
-                unmatched_score_max=stats.unmatched_score_max,
-                worst_image=WorstImage(sample=worst[1], image=worst[2], matched_fraction=worst[0]) if worst else None,
-                metrics=metrics,
-                errors=errors[:3] or None,
-                passed=not failed,
-                failed=failed or None,
+        row, judged = judge(g.layout, g.candidate, stats, errors, checks, iou=cfg.iou, samples=samples, stage=NAME,
+                           prefix=f"{name}: ", where={"candidate": name}, covers=g.covers,
+                           producer=(p.node, p.op_type, p.index) if p else None)  # fmt: skip
+        rows.append(row)
+        results += judged
+    return rows, results
+
+
+def judge(
+    layout: Layout,
+    candidate: Layout,
+    stats: DetectionStats,
+    errors: list[str],
+    checks: Sequence[DetectionCheck],
+    *,
+    iou: float,
+    samples: int,
+    stage: str,
+    prefix: str = "",
+    where: dict[str, str] | None = None,
+    covers: Sequence[str] = (),
+    producer: tuple[str, str, int] | None = None,
+) -> tuple[DetectionRow, list[CheckResult]]:
+    """One detection output's row and its checks (`stage`'s, named `prefix` + 'boxes in ...'), from its matches
+    over every sample (`errors`: the samples that could not be compared)."""
+    metrics = stats.metrics()
+    label = ", ".join(layout.tensors)
+    where = {**(where or {}), "tensor": layout.tensors[0]}
+    detail: dict[str, object] = {"tensors": layout.tensors, "layout": layout.kind}
+    results, failed = [], []
+    if errors:
+        results.append(failed_check(f"{prefix}boxes in {label}: comparable", stage, "comparable",
+                                    {**detail, "errors": errors[:5]}, **where))  # fmt: skip
+        failed.append("comparable")
+    for ch in checks:
+        value = metrics[ch.metric] if stats.images else None
+        ok = value is not None and ch.passes(value)
+        results.append(
+            CheckResult(
+                name=f"{prefix}boxes in {label}: {ch.condition}",
+                stage=stage,
+                metric=ch.metric,
+                value=value,
+                threshold=ch.threshold,
+                op=ch.op,  # type: ignore[arg-type]
+                passed=ok,
+                detail=detail if ok else {**detail, "reason": _why(stats)},
+                **where,
             )
         )
-    return rows, results
+        if not ok:
+            failed.append(ch.condition)
+    worst = stats.worst
+    node, op_type, index = producer if producer else (None, None, -1)
+    row = DetectionRow(
+        tensors=layout.tensors,
+        candidate_tensors=candidate.tensors if candidate.tensors != layout.tensors else None,
+        layout=layout.kind,  # type: ignore[arg-type]
+        roles={r: t for r, t in layout.roles.items() if t is not None},
+        recognised=layout.source,
+        covers=list(covers),
+        node=node,
+        op_type=op_type,
+        topo_index=index,
+        iou=iou,
+        samples=samples - len(errors),
+        images=stats.images,
+        reference_boxes=stats.reference_boxes,
+        candidate_boxes=stats.candidate_boxes,
+        matched=stats.matched,
+        class_changes=stats.class_changes,
+        nonfinite=stats.nonfinite,
+        unmatched_score_max=stats.unmatched_score_max,
+        worst_image=WorstImage(sample=worst[1], image=worst[2], matched_fraction=worst[0]) if worst else None,
+        metrics=metrics,
+        errors=errors[:3] or None,
+        passed=not failed,
+        failed=failed or None,
+    )
+    return row, results
 
 
 def _why(stats: DetectionStats) -> str:
