@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.util import native
+from trtverify.util.errors import UsageError
 
 # TensorRT's recommended Q/DQ placement: the inputs of its INT8 compute layers, not their outputs (it fuses a
 # Conv's bias and activation itself; elementwise ops follow the precision of their neighbours)
@@ -38,25 +39,47 @@ def quantize(
     exclude: Iterable[str] = (),
 ) -> Path:
     """Static INT8 Q/DQ quantisation of `reference` calibrated on `calibration` (feeds), written to `out`. A graph with
-    plugin nodes is quantized up to them (convert/around_plugins.py)."""
+    plugin nodes is quantized up to them (convert/around_plugins.py); weights held in Constant nodes are made
+    initializers first (convert/weights.py), so that they are quantized per channel."""
+    import shutil
     import tempfile
 
     import onnx
 
     from trtverify.convert.around_plugins import split, stitch
+    from trtverify.convert.weights import constants_to_initializers
 
     model = onnx.load(str(reference))
+    moved = constants_to_initializers(model)  # weights in Constant nodes would get one activation scale each
+    upgraded = per_channel and _opset(model) < 13  # DequantizeLinear's `axis` (per channel) is opset 13
+    if upgraded:
+        from onnx import version_converter
+
+        try:
+            model = version_converter.convert_version(model, 13)
+        except Exception as exc:  # noqa: BLE001 - the converter raises its own types for ops it cannot convert
+            raise UsageError(
+                f"{reference}: per-channel INT8 needs opset 13 (the model's is {_opset(model)}) and ONNX's version "
+                f"converter failed ({exc}): re-export at opset 13 or later"
+            ) from exc
     parts = split(model)
-    if parts is not None:
-        head, rest, _ = parts
-        with tempfile.TemporaryDirectory(prefix="trtverify-int8-") as tmp:
-            onnx.save(head, str(Path(tmp) / "head.onnx"))
-            q = _quantize(Path(tmp) / "head.onnx", Path(tmp) / "head_int8.onnx", calibration, symmetric=symmetric,
-                          per_channel=per_channel, exclude=exclude, name=Path(reference).name)  # fmt: skip
+    if parts is None and not moved and not upgraded:
+        del model
+        return _quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude)
+    with tempfile.TemporaryDirectory(prefix="trtverify-int8-") as tmp:
+        head, rest = (parts[0], parts[1]) if parts is not None else (model, [])
+        onnx.save(head, str(Path(tmp) / "head.onnx"))
+        q = _quantize(Path(tmp) / "head.onnx", Path(tmp) / "head_int8.onnx", calibration, symmetric=symmetric,
+                      per_channel=per_channel, exclude=exclude, name=Path(reference).name)  # fmt: skip
+        if parts is not None:
             stitch(q, model, rest, out)
-        return out
-    del model
-    return _quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude)
+        else:
+            shutil.copyfile(q, out)
+    return out
+
+
+def _opset(model: Any) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 def _quantize(

@@ -22,7 +22,12 @@ from trtverify.lint.graph_rules import activation_findings, coverage_findings, s
 from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types, onnx_types
 from trtverify.lint.reference_constants import reference_constant_findings
 from trtverify.lint.shapes import shape_baking_findings
-from trtverify.lint.weights import initializer_findings, qdq_param_findings, quantized_weight_findings
+from trtverify.lint.weights import (
+    initializer_findings,
+    per_tensor_scale_findings,
+    qdq_param_findings,
+    quantized_weight_findings,
+)
 from trtverify.util.errors import UsageError, unknown
 
 if TYPE_CHECKING:
@@ -230,6 +235,7 @@ def lint_candidate(
     qdq, unread_q = qdq_param_findings(g)
     found += qdq
     found += quantized_weight_findings(g)
+    found += per_tensor_scale_findings(g)
     if target in ("int8", "fp8"):
         found += coverage_findings(g, target)
     if activation_max:

@@ -351,3 +351,87 @@ def quantized_weight_findings(g: GraphIndex) -> Found:
                     )
                 )
     return found
+
+
+# a weight read by a compute op: its output channels' axis (Gemm's B by transB; MatMul's and Gemm's B [K, N]: axis 1)
+WEIGHT_CHANNEL_AXIS = {"Conv": 0, "ConvTranspose": 1, "MatMul": 1}
+CHANNEL_SPREAD = 100.0  # channels' largest |w| differing by more than this under one scale: the small ones lose it
+
+
+def per_tensor_scale_findings(g: GraphIndex) -> Found:
+    """INT8 weights of a Conv/Gemm/MatMul quantized with one scale although their output channels' ranges differ
+    by more than CHANNEL_SPREAD: the small channels keep a few of INT8's 255 levels (ModelOpt's INT8 of a model whose
+    weights are Constant nodes, PP-OCRv4's recognizer, got one scale per weight). Weights stored quantized (an INT8
+    constant read by a DequantizeLinear, as ONNX Runtime and ModelOpt write them) or stored in float and quantized
+    by a QuantizeLinear are both read."""
+    import onnx
+
+    found: Found = []
+    ints = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    for idx, node in enumerate(g.nodes):
+        if node.op_type != "DequantizeLinear" or not node.input:
+            continue
+        user = _weight_user(g, node)
+        if user is None:
+            continue
+        x = node.input[0]
+        p = g.producers.get(x)
+        q_node = g.nodes[p.index] if p is not None and p.op_type == "QuantizeLinear" else None
+        if x in g.constants:  # stored quantized: the channels' ranges are their integer ranges
+            qp = _q_params(g, node)
+            if qp is None or qp.scale.size != 1 or g.constants[x].data_type not in ints:
+                continue
+            q = g.values_of(g.constants[x])
+            w = None if q is None else (np.asarray(q, dtype=np.float32) - np.float32(qp.zero_point[0]))
+            name, where = x, g.label(idx)
+        elif q_node is not None and q_node.input and q_node.input[0] in g.constants:
+            qp = _q_params(g, q_node)
+            if qp is None or qp.scale.size != 1 or qp.elem_type not in ints:
+                continue
+            w = g.values_of(g.constants[q_node.input[0]])
+            w = None if w is None else np.asarray(w, dtype=np.float32) / np.float32(abs(qp.scale[0]))
+            name, where = q_node.input[0], g.label(p.index)  # type: ignore[union-attr]
+        else:
+            continue
+        if w is None or w.ndim < 2:
+            continue
+        op, axis = user
+        axis = axis % w.ndim
+        levels = np.abs(w.astype(np.float64)).max(axis=tuple(i for i in range(w.ndim) if i != axis))  # INT8 steps
+        if levels.size < 2 or not levels.max() > 0:
+            continue
+        stored = x in g.constants
+        # a channel stored as all zeros lost everything: its range was below half a step; float channels say theirs
+        low = max(float(levels.min()), 0.5) if stored else float(levels[levels > 0].min())
+        spread = float(levels.max() / low)
+        if spread <= CHANNEL_SPREAD:
+            continue
+        starved = int(np.count_nonzero(levels < 8))
+        zeroed = int(np.count_nonzero(np.round(levels) == 0))
+        lost = f", {zeroed} of them all zero" if zeroed else ""
+        at_least = "at least " if zeroed and stored else ""
+        msg = (
+            f"weight '{name}' of {op} has one INT8 scale ('{where}') for {levels.size} output channels whose ranges "
+            f"differ by {at_least}{spread:.3g}x: {starved} channels keep fewer than 8 of the 127 levels{lost}. "
+            f"Quantize it per channel (axis={axis}); with ModelOpt, make Constant-node weights initializers first."
+        )
+        detail = {"channels": int(levels.size), "spread": spread, "starved_channels": starved, "zeroed": zeroed,
+                  "axis": axis}  # fmt: skip
+        found.append(at(idx, "weight_per_tensor_scale", "medium", msg, node=where, op_type=op, tensor=name,
+                        count=starved, detail=detail))  # fmt: skip
+    return found
+
+
+def _weight_user(g: GraphIndex, dq: Any) -> tuple[str, int] | None:
+    """(op type, output-channel axis) of the compute node reading this DequantizeLinear's output as its weight
+    (input 1); None when none does."""
+    for ci, pos in g.consumers.get(dq.output[0], []) if dq.output else []:
+        user = g.nodes[ci]
+        if pos != 1:
+            continue
+        if user.op_type == "Gemm":
+            trans = next((a.i for a in user.attribute if a.name == "transB"), 0)
+            return user.op_type, 0 if trans else 1
+        if user.op_type in WEIGHT_CHANNEL_AXIS:
+            return user.op_type, WEIGHT_CHANNEL_AXIS[user.op_type]
+    return None
