@@ -56,7 +56,19 @@ def make(
     with tempfile.TemporaryDirectory(prefix="trtverify-modelopt-") as tmp:
         work = Path(tmp)
         copy = work / "model.onnx"
-        shutil.copy(reference, copy)
+        if precision in ("int8", "fp8", "int4") and _constant_weights(reference):
+            # quantized per channel only as initializers (convert/weights.py): ModelOpt gave PP-OCRv4's recognizer,
+            # whose weights are Constant nodes, one scale per weight
+            import onnx
+
+            from trtverify.convert.weights import constants_to_initializers
+
+            model = onnx.load(str(reference))
+            constants_to_initializers(model)
+            onnx.save(model, str(copy))
+            del model
+        else:
+            shutil.copy(reference, copy)
         cmd = [sys.executable, "-m"]
         data: list[str] = []
         if calibration:
@@ -94,3 +106,11 @@ def make(
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(work / "out.onnx"), out)
     return out
+
+
+def _constant_weights(reference: Path) -> bool:
+    """Whether weights of `reference` are Constant nodes (read from its graph, weights not loaded)."""
+    from trtverify.convert.weights import constants_to_initializers
+    from trtverify.graph.onnxwire import weightless
+
+    return constants_to_initializers(weightless(reference)[0], dry=True) > 0

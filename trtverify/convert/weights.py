@@ -16,8 +16,9 @@ WEIGHT_INPUTS = {("Conv", 1), ("ConvTranspose", 1), ("Gemm", 1), ("MatMul", 1), 
                  ("Gemm", 2)}  # fmt: skip
 
 
-def constants_to_initializers(model: Any) -> int:
-    """Turn the Constant nodes whose only readers take them as weights into initializers, in place; how many."""
+def constants_to_initializers(model: Any, dry: bool = False) -> int:
+    """Turn the Constant nodes whose only readers take them as weights into initializers, in place; how many
+    (`dry`: count them, change nothing)."""
     from onnx import helper, numpy_helper
 
     g = model.graph
@@ -35,9 +36,12 @@ def constants_to_initializers(model: Any) -> int:
         value = next((a for a in n.attribute if a.name == "value"), None)
         if not uses or value is None or not all(u in WEIGHT_INPUTS for u in uses):
             continue
+        if dry:
+            moved.append(n)
+            continue
         t = numpy_helper.from_array(numpy_helper.to_array(helper.get_attribute_value(value)), n.output[0])
         g.initializer.append(t)
         moved.append(n)
-    for n in moved:
+    for n in moved if not dry else []:
         g.node.remove(n)
     return len(moved)
