@@ -13,6 +13,7 @@ from trtverify.lint.findings import LintFinding
 from trtverify.report.dettext import detection_lines
 from trtverify.report.format import fmt
 from trtverify.report.kinds import is_stage
+from trtverify.report.rangetext import range_lines
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
@@ -84,6 +85,7 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
         unpaired = unmatched_text(cand)
         if unpaired:
             out.append(f"          {cand.name}: unmatched tensors: {unpaired}")
+        out += range_lines(cand)
         lesser = [f for f in cand.lint if f.severity != "high"]  # high findings get lines of their own
         if lesser:
             kinds = Counter(f"{f.kind} ({f.severity})" for f in lesser)

@@ -152,6 +152,17 @@ class Coverage(Record):
     passed: bool
 
 
+class RangeRow(Record):
+    tensor: str = Field(description="the reference tensor the QuantizeLinear reads (its candidate name may differ)")
+    quantize_node: str
+    limit: float = Field(description="the largest |x| the QuantizeLinear represents without clipping")
+    step: float = Field(description="its quantization step (scale)")
+    reference_max_abs: float = Field(description="the largest |x| of the reference's values, over the samples")
+    clipped_fraction: float = Field(description="share of the reference's values beyond the limit")
+    step_over_median: float | None = Field(description="step / median |x| of the reference's values (None: all 0)")
+    samples: int
+
+
 class LayerwiseCandidate(Record):
     name: str
     backend: str
@@ -186,6 +197,10 @@ class LayerwiseCandidate(Record):
     after_plugins: dict[str, int] | None = optional(
         "tensors not computed, by the plugin without a reference they wait on ('after plugin X (no reference)'): "
         "rows of their own, left out of every check"
+    )
+    ranges: list[RangeRow] | None = optional(
+        "quantized candidates: per quantized activation, its calibrated range against the reference's values "
+        "(clipped share, step against the median |x|), the worst first"
     )
     lint: list[LintFinding] = Field(description="static precision lint of the candidate model")
     passed: bool

@@ -41,6 +41,7 @@ from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions,
 from trtverify.stages.base import StageContext, status_of
 from trtverify.stages.layerwise import detections
 from trtverify.stages.layerwise import plugins as around_plugins
+from trtverify.stages.layerwise import ranges as quant_ranges
 from trtverify.stages.layerwise.localize import Evidence, root_causes
 from trtverify.stages.layerwise.models import (
     FirstDivergence,
@@ -345,6 +346,7 @@ def _candidate(
         checks_for, checks_source = _checks_for(cfg, name, precision)
         dets = detections.plan(ref, pairing.pairs, cfg.detections)
         series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings, dets)
+        ranges = quant_ranges.report(ref, structure, pairing.pairs, len(samples)) if onnx_graph else []
         backend.release()  # its weights are not needed while the isolation model runs
         missing = around_plugins.uncomputed(ref, backend.uncomputed())
         rows, checks = _rows_and_checks(
@@ -402,6 +404,7 @@ def _candidate(
         paired=paired,
         unmatched=around_plugins.without(unmatched(resolved, structure, ref, reason, shapes, cand_graph), missing),
         after_plugins=around_plugins.counts(missing),
+        ranges=ranges or None,
         lint=lint,
         passed=all(ch.passed for ch in checks),
     )
