@@ -17,7 +17,7 @@ max |x|:
   percentile) estimate a distribution's tail from the rows, and one unusual row among 8 moves a range a lot;
   TensorRT's guide asks for about 500 images for ImageNet classifiers. 16 is a floor, not a goal.
 - **constant rows**: every value of every input equal (a blank image, a zero-filled row).
-- **inputs outside the other rows' range**: per input, a row whose values go further beyond the other
+- **inputs outside the other rows' range**: per float input, a row whose values go further beyond the other
   rows' [min, max] than `INPUT_FACTOR` (2) times that span (the row alone makes the input's range more than
   three times as wide).
 
@@ -155,11 +155,14 @@ def constant_rows(feeds: Sequence[dict[str, np.ndarray]]) -> list[int]:
 
 
 def inputs_outside(feeds: Sequence[dict[str, np.ndarray]], factor: float = INPUT_FACTOR) -> list[InputOutside]:
-    """Per numeric input, the rows that go beyond the other rows' [min, max] by more than `factor` x its span."""
+    """Per float input, the rows that go beyond the other rows' [min, max] by more than `factor` x its span
+    (integer inputs, token ids and the like, are left alone: their rows' ranges say nothing about scales)."""
     if len(feeds) < 3:
         return []
     out = []
     for name in feeds[0]:
+        if np.asarray(feeds[0][name]).dtype.kind != "f":
+            continue
         try:
             lo = np.array([float(np.min(f[name])) for f in feeds])
             hi = np.array([float(np.max(f[name])) for f in feeds])
