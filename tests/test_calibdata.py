@@ -104,3 +104,12 @@ def test_convert_leaves_the_row_out_and_the_candidate_holds(case: dict[str, Path
     lw = run_cli("layerwise", str(ref), str(d / "b.onnx"), "--inputs", str(case["normal"]), "--out", str(d / "rb"))
     assert lw.code == 1, lw.out + lw.err  # the issue's failure (measured rel_l2 0.85 at the output)
     assert "FAIL b: rel_l2 <= 0.25 at output" in lw.out
+
+
+def test_two_corrupted_rows_are_both_named(case: dict[str, Path]) -> None:
+    # against the other rows' *largest* value each would hide the other; against their median both stand out
+    arr = np.load(case["calib"])["input"].copy()
+    arr[20, 2, 9, 9] = -800.0
+    check = check_rows(case["ref"], _feeds(arr), keep_outliers=False)
+    assert [o.row for o in check.outliers] == [7, 20]
+    assert 7 not in check.kept and 20 not in check.kept and len(check.kept) == 30
