@@ -187,14 +187,26 @@ def repair(
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="INT8 calibration data (.npz, keys = input names, first axis = rows); required for int8.",
 )
+@click.option(
+    "--keep-outlier-rows",
+    is_flag=True,
+    help="Calibrate on every row, even those that set a tensor's range far beyond the others' (left out by default).",
+)
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path, dir_okay=False))
 def convert(
-    reference: Path, precision: str, keep: tuple[str, ...], tool: str, calibration: Path | None, output: Path
+    reference: Path,
+    precision: str,
+    keep: tuple[str, ...],
+    tool: str,
+    calibration: Path | None,
+    keep_outlier_rows: bool,
+    output: Path,
 ) -> None:
     """Lower REFERENCE to FP16 (FP32 islands for --keep) or to TensorRT-compatible INT8 Q/DQ (symmetric,
     per-channel; --keep nodes without Q/DQ); or with ModelOpt (--tool modelopt), the TensorRT 11 way."""
     import onnx
 
+    from trtverify.convert.calibdata import check_rows
     from trtverify.convert.fp16 import to_fp16
     from trtverify.convert.int8 import keep_fp32, quantize
     from trtverify.graph.onnxinfo import check_graph
@@ -220,7 +232,10 @@ def convert(
         if calibration is None:
             raise UsageError("--precision int8 needs --calibration X.npz (rows of real inputs)")
         feeds = _rows(reference, calibration)
-        quantize(reference, output, feeds)
+        check = check_rows(reference, feeds, keep_outlier_rows)
+        for line in check.warnings():
+            click.echo(f"warning: {line}", err=True)
+        quantize(reference, output, [feeds[i] for i in check.kept])
         if keep:
             try:
                 onnx.save(keep_fp32(onnx.load(str(output)), model, keep), str(output))
