@@ -187,23 +187,39 @@ def repair(
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="INT8 calibration data (.npz, keys = input names, first axis = rows); required for int8.",
 )
+@click.option(
+    "--method",
+    type=click.Choice(["auto", "minmax", "entropy", "percentile", "mse"]),
+    default="auto",
+    show_default=True,
+    help="INT8 calibration: auto calibrates with minmax, entropy and percentile on 3/4 of the rows and keeps the one "
+    "with the smallest error on the rest; --tool modelopt takes minmax (its max) or entropy (auto: its default); "
+    "mse: neither tool has it.",
+)
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path, dir_okay=False))
 def convert(
-    reference: Path, precision: str, keep: tuple[str, ...], tool: str, calibration: Path | None, output: Path
+    reference: Path,
+    precision: str,
+    keep: tuple[str, ...],
+    tool: str,
+    calibration: Path | None,
+    method: str,
+    output: Path,
 ) -> None:
     """Lower REFERENCE to FP16 (FP32 islands for --keep) or to TensorRT-compatible INT8 Q/DQ (symmetric,
     per-channel; --keep nodes without Q/DQ); or with ModelOpt (--tool modelopt), the TensorRT 11 way."""
     import onnx
 
     from trtverify.convert.fp16 import to_fp16
-    from trtverify.convert.int8 import keep_fp32, quantize
+    from trtverify.convert.int8 import keep_fp32
     from trtverify.graph.onnxinfo import check_graph
 
     check_graph(reference)  # a cycle, external data missing: exit 2 naming the file, before any lowering
     if tool == "modelopt":
         from trtverify.convert.modelopt import make
 
-        make(reference, precision, output, _rows(reference, calibration) if calibration else [], keep)
+        rows = _rows(reference, calibration) if calibration else []
+        make(reference, precision, output, rows, keep, method=method if precision in ("int8", "fp8") else None)
         onnx.checker.check_model(str(output), full_check=True)
         click.echo(f"written: {output} (ModelOpt)")
         return
@@ -220,7 +236,7 @@ def convert(
         if calibration is None:
             raise UsageError("--precision int8 needs --calibration X.npz (rows of real inputs)")
         feeds = _rows(reference, calibration)
-        quantize(reference, output, feeds)
+        _calibrate(reference, output, feeds, method)
         if keep:
             try:
                 onnx.save(keep_fp32(onnx.load(str(output)), model, keep), str(output))
@@ -228,3 +244,28 @@ def convert(
                 raise UsageError(f"{reference}: {exc}") from exc
     onnx.checker.check_model(str(output), full_check=True)
     click.echo(f"written: {output}")
+
+
+def _calibrate(reference: Path, output: Path, feeds: list, method: str) -> None:
+    """INT8 Q/DQ of `reference` with `method`, or with the method `auto` finds best (its figures on stderr)."""
+    from trtverify.convert.int8 import check_method, quantize
+
+    if method != "auto":
+        check_method(method)  # mse: exit 2 before anything runs
+        quantize(reference, output, feeds, method=method)
+        return
+    from trtverify.repair.calibrate import choose
+
+    def progress(line: str) -> None:
+        click.echo(f"int8 auto: {line}", err=True)
+
+    choice = choose(reference, output, feeds, progress=progress)
+    if choice.figures:
+        figures = ", ".join(f"{m} {v:.4g}" for m, v in choice.figures.items())
+        click.echo(
+            f"int8 calibration method: {choice.method} (worst rel_l2 over the outputs on {choice.held_out} held-out "
+            f"row(s), calibrated on {choice.fit_rows}: {figures}); final model calibrated on all rows",
+            err=True,
+        )
+    else:
+        click.echo(f"int8 calibration method: {choice.method} ({choice.note})", err=True)

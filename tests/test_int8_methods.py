@@ -1,0 +1,137 @@
+"""INT8 calibration methods (`convert --precision int8 --method ...`): each of ONNX Runtime's calibrators really used,
+`auto` choosing on held-out rows, and the methods a tool lacks refused. Real torch export, real ONNX Runtime."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import numpy_helper  # noqa: E402
+
+from trtverify.convert.int8 import quantize  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A small CNN exported with TorchScript (dynamo=False) and 48 calibration rows in [0, 1]: dim pixels (<= 0.2)
+    and one bright one (1.0), the long tail where max, KL and percentile (99.999 %: > 100000 values) clips differ."""
+    d = tmp_path_factory.mktemp("int8m")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 48 * 48, 10),
+    ).eval()
+    x = torch.zeros(1, 1, 48, 48)
+    path = d / "cnn.onnx"
+    torch.onnx.export(net, (x,), str(path), input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
+    rng = np.random.default_rng(0)
+    rows = (rng.random((48, 1, 48, 48)) * 0.2).astype(np.float32)
+    rows[5, 0, 20, 20] = 1.0
+    calib = d / "calib.npz"
+    np.savez(calib, x=rows)
+    return path, calib
+
+
+def _scales(path: Path) -> dict[str, float]:
+    g = onnx.load(str(path)).graph
+    out = {}
+    for init in g.initializer:
+        a = numpy_helper.to_array(init)
+        if init.name.endswith("_scale") and a.size == 1:  # activation scales (weights are per channel)
+            out[init.name] = float(a.ravel()[0])
+    return out
+
+
+def _rows(calib: Path) -> list[dict[str, np.ndarray]]:
+    x = np.load(calib)["x"]
+    return [{"x": x[i : i + 1]} for i in range(len(x))]
+
+
+def test_each_method_calibrates_differently(cnn: tuple[Path, Path], tmp_path: Path) -> None:
+    ref, calib = cnn
+    scales = {m: _scales(quantize(ref, tmp_path / f"{m}.onnx", _rows(calib), method=m)) for m in
+              ("minmax", "entropy", "percentile")}  # fmt: skip
+    assert scales["minmax"].keys() == scales["entropy"].keys() == scales["percentile"].keys() != set()
+    for a, b in (("minmax", "entropy"), ("minmax", "percentile"), ("entropy", "percentile")):
+        assert any(abs(scales[a][t] - scales[b][t]) > 1e-3 * scales[a][t] for t in scales[a]), (a, b, scales)
+    # entropy and percentile clip the long tail: never a wider range than the largest value seen
+    for t, s in scales["minmax"].items():
+        assert scales["entropy"][t] <= s * 1.0001 and scales["percentile"][t] <= s * 1.0001
+
+
+def test_cli_method_is_used(cnn: tuple[Path, Path], tmp_path: Path) -> None:
+    ref, calib = cnn
+    r = run_cli("convert", str(ref), "--precision", "int8", "--calibration", str(calib), "--method", "entropy",
+                "-o", str(tmp_path / "e.onnx"))  # fmt: skip
+    assert r.code == 0, r.err
+    assert "Collecting tensor data" not in r.out  # ONNX Runtime's calibrator prints are not trtverify's output
+    assert _scales(tmp_path / "e.onnx") == _scales(
+        quantize(ref, tmp_path / "direct.onnx", _rows(calib), method="entropy")
+    )
+
+
+def test_auto_prints_each_figure_and_keeps_the_smallest(cnn: tuple[Path, Path], tmp_path: Path) -> None:
+    ref, calib = cnn
+    out = tmp_path / "auto.onnx"
+    r = run_cli("convert", str(ref), "--precision", "int8", "--calibration", str(calib), "-o", str(out))
+    assert r.code == 0, r.err
+    line = next(x for x in r.err.splitlines() if x.startswith("int8 calibration method:"))
+    figures = {m: float(v) for m, v in re.findall(r"(minmax|entropy|percentile) ([0-9.e+-]+|inf)", line)}
+    assert set(figures) == {"minmax", "entropy", "percentile"}, line
+    chosen = line.split(":")[1].split()[0]
+    assert figures[chosen] == min(figures.values()), line
+    assert "12 held-out row(s), calibrated on 36" in line  # the last quarter held out
+    for m in figures:  # progress as each method runs
+        assert f"int8 auto: calibrating with {m} on rows 0-35" in r.err
+    # the final model: the chosen method on all rows
+    assert _scales(out) == _scales(quantize(ref, tmp_path / "direct.onnx", _rows(calib), method=chosen))
+
+
+def test_auto_with_one_row_falls_back_to_minmax(cnn: tuple[Path, Path], tmp_path: Path) -> None:
+    ref, calib = cnn
+    one = tmp_path / "one.npz"
+    np.savez(one, x=np.load(calib)["x"][:1])
+    r = run_cli("convert", str(ref), "--precision", "int8", "--calibration", str(one), "-o", str(tmp_path / "o.onnx"))
+    assert r.code == 0, r.err
+    assert "int8 calibration method: minmax (1 calibration row(s): too few to hold any out" in r.err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--method", "bogus"), "'bogus' is not one of 'auto', 'minmax', 'entropy', 'percentile', 'mse'"),
+        (("--method", "mse"), "ONNX Runtime's quantize_static has no MSE calibrator; use one of minmax, entropy"),
+        (("--tool", "modelopt", "--method", "percentile"), "ModelOpt calibrates int8 with minmax or entropy"),
+        (("--tool", "modelopt", "--method", "mse"), "ModelOpt calibrates int8 with minmax or entropy"),
+    ],
+)
+def test_methods_a_tool_lacks_are_usage_errors(
+    cnn: tuple[Path, Path], tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    ref, calib = cnn
+    out = tmp_path / "x.onnx"
+    r = run_cli("convert", str(ref), "--precision", "int8", "--calibration", str(calib), *args, "-o", str(out))
+    assert r.code == 2, r.err
+    assert message in r.err
+    assert not out.exists()
+
+
+def test_modelopt_names() -> None:
+    from trtverify.convert.modelopt import _method
+
+    assert _method("minmax", "int8") == "max"
+    assert _method("entropy", "fp8") == "entropy"
+    assert _method("auto", "int8") is None and _method(None, "int8") is None
