@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -96,6 +97,11 @@ def test_auto_prints_each_figure_and_keeps_the_smallest(cnn: tuple[Path, Path], 
     assert "12 held-out row(s), calibrated on 36" in line  # the last quarter held out
     for m in figures:  # progress as each method runs
         assert f"int8 auto: calibrating with {m} on rows 0-35" in r.err
+    # recorded in the model: the choice and each figure
+    props = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
+    record = json.loads(props["trtverify.int8_calibration"])
+    assert record["method"] == chosen and record["chosen_by"] == "auto" and record["held_out_rows"] == 12
+    assert record["figures"] == pytest.approx(figures, rel=1e-3)
     # the final model: the chosen method on all rows
     assert _scales(out) == _scales(quantize(ref, tmp_path / "direct.onnx", _rows(calib), method=chosen))
 

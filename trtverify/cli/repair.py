@@ -211,7 +211,7 @@ def convert(
     import onnx
 
     from trtverify.convert.fp16 import to_fp16
-    from trtverify.convert.int8 import keep_fp32
+    from trtverify.convert.int8 import keep_fp32, record_calibration
     from trtverify.graph.onnxinfo import check_graph
 
     check_graph(reference)  # a cycle, external data missing: exit 2 naming the file, before any lowering
@@ -236,24 +236,28 @@ def convert(
         if calibration is None:
             raise UsageError("--precision int8 needs --calibration X.npz (rows of real inputs)")
         feeds = _rows(reference, calibration)
-        _calibrate(reference, output, feeds, method)
-        if keep:
-            try:
-                onnx.save(keep_fp32(onnx.load(str(output)), model, keep), str(output))
-            except ValueError as exc:
-                raise UsageError(f"{reference}: {exc}") from exc
+        record = _calibrate(reference, output, feeds, method)
+        try:
+            made = keep_fp32(onnx.load(str(output)), model, keep) if keep else onnx.load(str(output))
+        except ValueError as exc:
+            raise UsageError(f"{reference}: {exc}") from exc
+        record_calibration(made, record)
+        onnx.save(made, str(output))
     onnx.checker.check_model(str(output), full_check=True)
     click.echo(f"written: {output}")
 
 
-def _calibrate(reference: Path, output: Path, feeds: list, method: str) -> None:
-    """INT8 Q/DQ of `reference` with `method`, or with the method `auto` finds best (its figures on stderr)."""
+def _calibrate(reference: Path, output: Path, feeds: list, method: str) -> dict[str, Any]:
+    """INT8 Q/DQ of `reference` with `method`, or with the method `auto` finds best (its figures on stderr); what
+    was chosen and why, for the model's metadata."""
     from trtverify.convert.int8 import check_method, quantize
 
     if method != "auto":
         check_method(method)  # mse: exit 2 before anything runs
         quantize(reference, output, feeds, method=method)
-        return
+        return {"method": method, "calibration_rows": len(feeds)}
+    import math
+
     from trtverify.repair.calibrate import choose
 
     def progress(line: str) -> None:
@@ -269,3 +273,12 @@ def _calibrate(reference: Path, output: Path, feeds: list, method: str) -> None:
         )
     else:
         click.echo(f"int8 calibration method: {choice.method} ({choice.note})", err=True)
+    return {
+        "method": choice.method,
+        "chosen_by": "auto",
+        "calibration_rows": len(feeds),
+        "held_out_rows": choice.held_out,
+        # worst rel_l2 over the graph outputs on the held-out rows, per method (null: non-finite)
+        "figures": {m: (v if math.isfinite(v) else None) for m, v in choice.figures.items()},
+        **({"note": choice.note} if choice.note else {}),
+    }

@@ -188,6 +188,21 @@ def _entropy_ranges(reference: Path, reader: Any, symmetric: bool, cache: Path, 
     del calibrator
 
 
+CALIBRATION_KEY = "trtverify.int8_calibration"  # the model's metadata_props entry: how it was calibrated
+
+
+def record_calibration(model: Any, record: dict[str, Any]) -> None:
+    """Write `record` (method, figures) as JSON into `model`'s metadata_props under CALIBRATION_KEY (replacing one
+    that was there), so the candidate file says how it was calibrated."""
+    import json
+
+    kept = [(p.key, p.value) for p in model.metadata_props if p.key != CALIBRATION_KEY]
+    del model.metadata_props[:]
+    for key, value in [*kept, (CALIBRATION_KEY, json.dumps(record, sort_keys=True))]:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+
+
 def keep_fp32(qdq: Any, reference: Any, keep: Iterable[str]) -> Any:
     """A copy of the Q/DQ model `qdq` where the nodes named in `keep` compute in FP32 (convert/islands.py: the same
     rewrite for any lowered candidate, Q/DQ, FP16/BF16 types or both)."""
