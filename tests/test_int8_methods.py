@@ -141,3 +141,53 @@ def test_modelopt_names() -> None:
     assert _method("minmax", "int8") == "max"
     assert _method("entropy", "fp8") == "entropy"
     assert _method("auto", "int8") is None and _method(None, "int8") is None
+
+
+SUITE = """\
+name: methods
+reference_dir: refs
+models:
+  reference: {ref}
+  candidates:
+    int8_auto: {{from: reference, precision: int8, calibration: {{samples: 16}}}}
+    int8_entropy: {{from: reference, precision: int8, calibration: {{samples: 16}}, method: entropy}}
+inputs:
+  file: {calib}
+  samples: 16
+stages:
+  layerwise: {{}}
+"""
+
+
+def test_suite_recipe_method(cnn: tuple[Path, Path], tmp_path: Path) -> None:
+    ref, calib = cnn
+    (tmp_path / "suite.yaml").write_text(SUITE.format(ref=ref, calib=calib))
+    r = run_cli("run", str(tmp_path / "suite.yaml"), "--out", str(tmp_path / "o"))
+    assert r.code in (0, 1), r.out + r.err
+    made = {p.name.split("-")[0]: p for p in (tmp_path / "o" / "candidates").glob("*.onnx")}
+    records = {
+        n: json.loads({q.key: q.value for q in onnx.load(str(p)).metadata_props}["trtverify.int8_calibration"])
+        for n, p in made.items()
+    }
+    assert records["int8_entropy"] == {"method": "entropy", "calibration_rows": 16}
+    auto = records["int8_auto"]
+    assert (
+        auto["chosen_by"] == "auto"
+        and auto["held_out_rows"] == 4
+        and set(auto["figures"])
+        == {
+            "minmax",
+            "entropy",
+            "percentile",
+        }
+    )
+    assert auto["method"] == min(auto["figures"], key=lambda m: auto["figures"][m])
+    rows = _rows(calib)[:16]
+    assert _scales(made["int8_entropy"]) == _scales(quantize(ref, tmp_path / "e.onnx", rows, method="entropy"))
+    # an INT8 option on an FP16 recipe is a suite error
+    bad = SUITE.format(ref=ref, calib=calib).replace(
+        "precision: int8, calibration: {samples: 16}, method", "precision: fp16, method"
+    )
+    (tmp_path / "bad.yaml").write_text(bad)
+    r = run_cli("run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "b"))
+    assert r.code == 2 and "method are INT8 recipe options" in r.err, r.err

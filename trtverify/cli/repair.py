@@ -256,8 +256,6 @@ def _calibrate(reference: Path, output: Path, feeds: list, method: str) -> dict[
         check_method(method)  # mse: exit 2 before anything runs
         quantize(reference, output, feeds, method=method)
         return {"method": method, "calibration_rows": len(feeds)}
-    import math
-
     from trtverify.repair.calibrate import choose
 
     def progress(line: str) -> None:
@@ -273,12 +271,4 @@ def _calibrate(reference: Path, output: Path, feeds: list, method: str) -> dict[
         )
     else:
         click.echo(f"int8 calibration method: {choice.method} ({choice.note})", err=True)
-    return {
-        "method": choice.method,
-        "chosen_by": "auto",
-        "calibration_rows": len(feeds),
-        "held_out_rows": choice.held_out,
-        # worst rel_l2 over the graph outputs on the held-out rows, per method (null: non-finite)
-        "figures": {m: (v if math.isfinite(v) else None) for m, v in choice.figures.items()},
-        **({"note": choice.note} if choice.note else {}),
-    }
+    return choice.record()

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,31 @@ class Choice:
     fit_rows: int = 0
     held_out: int = 0
     note: str | None = None  # why nothing was compared (too few rows)
+
+    def record(self) -> dict[str, Any]:
+        """What the model's metadata says of it (convert/int8.py record_calibration); JSON (null: non-finite)."""
+        return {
+            "method": self.method,
+            "chosen_by": "auto",
+            "calibration_rows": self.fit_rows + self.held_out,
+            "held_out_rows": self.held_out,
+            # worst rel_l2 over the graph outputs on the held-out rows, per method
+            "figures": {m: (v if math.isfinite(v) else None) for m, v in self.figures.items()},
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+def chooser(progress: Callable[[str], None]) -> Callable[..., dict[str, Any]]:
+    """`choose` as a suite recipe calls it (convert/recipes.py Chooser): its record, progress lines to `progress`."""
+
+    def run(
+        reference: Path, out: Path, calibration: Sequence[dict[str, np.ndarray]], symmetric: bool, per_channel: bool
+    ) -> dict[str, Any]:
+        choice = choose(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, progress=progress)
+        progress(f"calibration method: {choice.method}")
+        return choice.record()
+
+    return run
 
 
 def split(rows: int) -> tuple[int, int]:
