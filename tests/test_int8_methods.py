@@ -191,3 +191,30 @@ def test_suite_recipe_method(cnn: tuple[Path, Path], tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text(bad)
     r = run_cli("run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "b"))
     assert r.code == 2 and "method are INT8 recipe options" in r.err, r.err
+
+
+def test_auto_on_a_graph_whose_plugin_has_no_reference_falls_back_to_minmax(tmp_path: Path) -> None:
+    """A plugin node ONNX Runtime cannot run and trtverify has no reference for: quantize_static calibrates the part
+    before it (convert/around_plugins.py), but no candidate can be compared: minmax, saying why."""
+    from onnx import TensorProto, helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 1, 3, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MyScale_TRT", ["r"], ["y"], name="plugin", domain="trt.plugins"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("trt.plugins", 1)]
+    onnx.save(
+        helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]), opset_imports=opsets), tmp_path / "p.onnx"
+    )
+    np.savez(tmp_path / "c.npz", x=np.random.default_rng(1).random((8, 1, 8, 8)).astype(np.float32))
+    out = tmp_path / "q.onnx"
+    r = run_cli("convert", str(tmp_path / "p.onnx"), "--precision", "int8", "--calibration", str(tmp_path / "c.npz"),
+                "-o", str(out))  # fmt: skip
+    assert r.code == 0, r.err
+    assert "int8 calibration method: minmax (the reference cannot run here to compare methods" in r.err
+    assert "MyScale_TRT" in r.err and r.err.count("cannot run here") == 1
+    assert [n.op_type for n in onnx.load(str(out)).graph.node].count("QuantizeLinear") >= 1

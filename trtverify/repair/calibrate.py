@@ -20,6 +20,7 @@ import numpy as np
 
 from trtverify.convert.int8 import METHODS, quantize
 from trtverify.repair.evaluate import Reference, evaluate
+from trtverify.util.errors import UsageError
 
 HOLD_OUT = 0.25  # the fraction of calibration rows held out to judge each method
 
@@ -54,7 +55,7 @@ def chooser(progress: Callable[[str], None]) -> Callable[..., dict[str, Any]]:
         reference: Path, out: Path, calibration: Sequence[dict[str, np.ndarray]], symmetric: bool, per_channel: bool
     ) -> dict[str, Any]:
         choice = choose(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, progress=progress)
-        progress(f"calibration method: {choice.method}")
+        progress(f"calibration method: {choice.method}" + (f" ({choice.note})" if choice.note else ""))
         return choice.record()
 
     return run
@@ -83,13 +84,17 @@ def choose(
     fit, held = split(len(calibration))
     if held == 0:
         note = f"{len(calibration)} calibration row(s): too few to hold any out, so minmax without comparing"
-        progress(note)
         quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude)
         return Choice("minmax", {}, fit, 0, note)
     test = list(calibration[fit:])
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="trtverify-calibrate-") as tmp:
-        ref = Reference.run(reference, test)
+        try:
+            ref = Reference.run(reference, test, workdir=Path(tmp))  # on disk past the memory budget
+        except UsageError as exc:  # e.g. a plugin node with no reference: nothing to judge the methods on
+            note = f"the reference cannot run here to compare methods ({exc}), so minmax without comparing"
+            quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude)
+            return Choice("minmax", {}, len(calibration), 0, note)
         for method in METHODS:
             progress(f"calibrating with {method} on rows 0-{fit - 1}, judging on rows {fit}-{len(calibration) - 1}")
             cand = quantize(reference, Path(tmp) / f"{method}.onnx", calibration[:fit], symmetric=symmetric,
