@@ -122,6 +122,8 @@ def test_auto_with_one_row_falls_back_to_minmax(cnn: tuple[Path, Path], tmp_path
         (("--method", "mse"), "ONNX Runtime's quantize_static has no MSE calibrator; use one of minmax, entropy"),
         (("--tool", "modelopt", "--method", "percentile"), "ModelOpt calibrates int8 with minmax or entropy"),
         (("--tool", "modelopt", "--method", "mse"), "ModelOpt calibrates int8 with minmax or entropy"),
+        (("--precision", "fp16", "--method", "minmax"), "calibration methods are for --precision int8"),
+        (("--tool", "modelopt", "--precision", "fp16", "--method", "entropy"), "fp16 lowering takes no calibration"),
     ],
 )
 def test_methods_a_tool_lacks_are_usage_errors(

@@ -219,12 +219,17 @@ def convert(
         from trtverify.convert.modelopt import make
 
         rows = _rows(reference, calibration) if calibration else []
-        make(reference, precision, output, rows, keep, method=method if precision in ("int8", "fp8") else None)
+        make(reference, precision, output, rows, keep, method=method)
+        if precision in ("int8", "fp8") and method == "auto":
+            click.echo(f"{precision} calibration method: ModelOpt's default (entropy); auto compares methods with "
+                       "--tool trtverify only", err=True)  # fmt: skip
         onnx.checker.check_model(str(output), full_check=True)
         click.echo(f"written: {output} (ModelOpt)")
         return
     if precision not in ("fp16", "int8"):
         raise UsageError(f"--precision {precision}: trtverify lowers to fp16 and int8; use --tool modelopt")
+    if precision == "fp16" and method != "auto":
+        raise UsageError(f"--method {method}: calibration methods are for --precision int8")
     model = onnx.load(str(reference))
     if precision == "fp16":
         try:
