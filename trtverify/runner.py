@@ -168,7 +168,13 @@ def with_recipes_made(loaded: LoadedSuite, samples: Sequence[Any], out_dir: Path
         return loaded
     for i, name in enumerate(recipes):
         progress("candidates", i, len(recipes), f"making {name}")
-    made = materialize(Path(loaded.suite.models.reference), dict(candidates), samples, out_dir / "candidates")
+    from trtverify.repair.calibrate import chooser
+
+    def choose(name: str) -> Any:  # method: auto, its progress lines under the recipe's name
+        i = recipes.index(name)
+        return chooser(lambda line: progress("candidates", i, len(recipes), f"{name}: {line}"))
+
+    made = materialize(Path(loaded.suite.models.reference), dict(candidates), samples, out_dir / "candidates", choose)
     models = loaded.suite.models.model_copy(update={"candidates": made})
     return dataclasses.replace(loaded, suite=loaded.suite.model_copy(update={"models": models}))
 

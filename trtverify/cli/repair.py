@@ -192,6 +192,15 @@ def repair(
     is_flag=True,
     help="Calibrate on every row, even those that set a tensor's range far beyond the others' (left out by default).",
 )
+@click.option(
+    "--method",
+    type=click.Choice(["auto", "minmax", "entropy", "percentile", "mse"]),
+    default="auto",
+    show_default=True,
+    help="INT8 calibration: auto calibrates with minmax, entropy and percentile on 3/4 of the rows and keeps the one "
+    "with the smallest error on the rest; --tool modelopt takes minmax (its max) or entropy (auto: its default); "
+    "mse: neither tool has it.",
+)
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path, dir_okay=False))
 def convert(
     reference: Path,
@@ -200,6 +209,7 @@ def convert(
     tool: str,
     calibration: Path | None,
     keep_outlier_rows: bool,
+    method: str,
     output: Path,
 ) -> None:
     """Lower REFERENCE to FP16 (FP32 islands for --keep) or to TensorRT-compatible INT8 Q/DQ (symmetric,
@@ -208,19 +218,25 @@ def convert(
 
     from trtverify.convert.calibdata import check_rows
     from trtverify.convert.fp16 import to_fp16
-    from trtverify.convert.int8 import keep_fp32, quantize
+    from trtverify.convert.int8 import keep_fp32, record_calibration
     from trtverify.graph.onnxinfo import check_graph
 
     check_graph(reference)  # a cycle, external data missing: exit 2 naming the file, before any lowering
     if tool == "modelopt":
         from trtverify.convert.modelopt import make
 
-        make(reference, precision, output, _rows(reference, calibration) if calibration else [], keep)
+        rows = _rows(reference, calibration) if calibration else []
+        make(reference, precision, output, rows, keep, method=method)
+        if precision in ("int8", "fp8") and method == "auto":
+            click.echo(f"{precision} calibration method: ModelOpt's default (entropy); auto compares methods with "
+                       "--tool trtverify only", err=True)  # fmt: skip
         onnx.checker.check_model(str(output), full_check=True)
         click.echo(f"written: {output} (ModelOpt)")
         return
     if precision not in ("fp16", "int8"):
         raise UsageError(f"--precision {precision}: trtverify lowers to fp16 and int8; use --tool modelopt")
+    if precision == "fp16" and method != "auto":
+        raise UsageError(f"--method {method}: calibration methods are for --precision int8")
     model = onnx.load(str(reference))
     if precision == "fp16":
         try:
@@ -235,11 +251,39 @@ def convert(
         check = check_rows(reference, feeds, keep_outlier_rows)
         for line in check.warnings():
             click.echo(f"warning: {line}", err=True)
-        quantize(reference, output, [feeds[i] for i in check.kept])
-        if keep:
-            try:
-                onnx.save(keep_fp32(onnx.load(str(output)), model, keep), str(output))
-            except ValueError as exc:
-                raise UsageError(f"{reference}: {exc}") from exc
+        record = _calibrate(reference, output, [feeds[i] for i in check.kept], method)
+        try:
+            made = keep_fp32(onnx.load(str(output)), model, keep) if keep else onnx.load(str(output))
+        except ValueError as exc:
+            raise UsageError(f"{reference}: {exc}") from exc
+        record_calibration(made, record)
+        onnx.save(made, str(output))
     onnx.checker.check_model(str(output), full_check=True)
     click.echo(f"written: {output}")
+
+
+def _calibrate(reference: Path, output: Path, feeds: list, method: str) -> dict[str, Any]:
+    """INT8 Q/DQ of `reference` with `method`, or with the method `auto` finds best (its figures on stderr); what
+    was chosen and why, for the model's metadata."""
+    from trtverify.convert.int8 import check_method, quantize
+
+    if method != "auto":
+        check_method(method)  # mse: exit 2 before anything runs
+        quantize(reference, output, feeds, method=method)
+        return {"method": method, "calibration_rows": len(feeds)}
+    from trtverify.repair.calibrate import choose
+
+    def progress(line: str) -> None:
+        click.echo(f"int8 auto: {line}", err=True)
+
+    choice = choose(reference, output, feeds, progress=progress)
+    if choice.figures:
+        figures = ", ".join(f"{m} {v:.4g}" for m, v in choice.figures.items())
+        click.echo(
+            f"int8 calibration method: {choice.method} (worst rel_l2 over the outputs on {choice.held_out} held-out "
+            f"row(s), calibrated on {choice.fit_rows}: {figures}); final model calibrated on all rows",
+            err=True,
+        )
+    else:
+        click.echo(f"int8 calibration method: {choice.method} ({choice.note})", err=True)
+    return choice.record()

@@ -69,6 +69,11 @@ class Candidate(Strict):
     calibration: CalibrationRecipe | None = Field(default=None, description="recipe, int8: calibration samples")
     symmetric: bool = Field(default=True, description="recipe, int8: symmetric activations (TensorRT needs them)")
     per_channel: bool = Field(default=True, description="recipe, int8: per-channel weight scales")
+    method: Literal["auto", "minmax", "entropy", "percentile"] = Field(
+        default="auto",
+        description="recipe, int8: calibration method; auto calibrates with each of minmax, entropy and percentile on "
+        "the first 3/4 of the calibration samples and keeps the one with the smallest output rel_l2 on the rest",
+    )
     backend: str = Field(
         default="onnxruntime",
         description=f"one of: {', '.join(e.name for e in BACKENDS.entries() if e.runs_candidates)}",
@@ -84,13 +89,17 @@ class Candidate(Strict):
     def _path_or_recipe(self) -> Candidate:
         if (self.path is None) == (self.from_ is None):
             raise ValueError("give either path (an ONNX file) or from: reference (a recipe), not both or neither")
-        recipe_keys = [k for k in ("keep", "calibration", "symmetric", "per_channel") if k in self.model_fields_set]
+        recipe_keys = [
+            k for k in ("keep", "calibration", "symmetric", "per_channel", "method") if k in self.model_fields_set
+        ]
         if self.from_ is None and recipe_keys:
             raise ValueError(f"{', '.join(recipe_keys)}: recipe options, for candidates with from: reference")
         if self.from_ is not None and self.precision not in ("fp16", "int8"):
             raise ValueError("a recipe (from: reference) needs precision: fp16 or int8")
-        if self.precision == "fp16" and any(k in recipe_keys for k in ("calibration", "symmetric", "per_channel")):
-            raise ValueError("calibration, symmetric and per_channel are INT8 recipe options")
+        if self.precision == "fp16" and any(
+            k in recipe_keys for k in ("calibration", "symmetric", "per_channel", "method")
+        ):
+            raise ValueError("calibration, symmetric, per_channel and method are INT8 recipe options")
         return self
 
     @field_validator("backend")

@@ -1,7 +1,8 @@
 """INT8 Q/DQ models: quantised the way TensorRT builds them, and with chosen nodes kept in FP32.
 
 `quantize` runs ONNX Runtime's `quantize_static` with TensorRT-compatible settings by default
-(QDQ format, symmetric INT8 activations and weights, per-channel weights, MinMax calibration, Q/DQ
+(QDQ format, symmetric INT8 activations and weights, per-channel weights, MinMax calibration unless `method` says
+otherwise, Q/DQ
 on the inputs of Conv/Gemm/MatMul only, float biases): its own defaults (asymmetric uint8
 activations, Q/DQ around every op) make a model TensorRT refuses to build.
 
@@ -14,7 +15,10 @@ so a keep-list search changes only what it keeps.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,23 @@ from trtverify.util.errors import UsageError
 # Conv's bias and activation itself; elementwise ops follow the precision of their neighbours)
 QUANTIZED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
+# calibration methods: how an activation's range is read from the calibration rows. ONNX Runtime has the first
+# three (minmax: the largest |x| seen; entropy: the clip that keeps the KL divergence of the INT8 histogram
+# smallest; percentile: the 99.999th percentile of |x|); "auto" (repair/calibrate.py) tries them and keeps the best
+METHODS = ("minmax", "entropy", "percentile")
+CHOICES = ("auto", *METHODS, "mse")
+
+
+def check_method(method: str) -> None:
+    """UsageError (exit 2) for a method ONNX Runtime's quantize_static cannot calibrate with."""
+    if method == "mse":
+        raise UsageError(
+            "--method mse: ONNX Runtime's quantize_static has no MSE calibrator; use one of "
+            f"{', '.join(METHODS)} or auto (tries each on held-out rows)"
+        )
+    if method not in METHODS:
+        raise UsageError(f"unknown calibration method {method!r}: use one of {', '.join(CHOICES)}")
+
 
 def quantize(
     reference: Path,
@@ -37,10 +58,11 @@ def quantize(
     symmetric: bool = True,
     per_channel: bool = True,
     exclude: Iterable[str] = (),
+    method: str = "minmax",
 ) -> Path:
-    """Static INT8 Q/DQ quantisation of `reference` calibrated on `calibration` (feeds), written to `out`. A graph with
-    plugin nodes is quantized up to them (convert/around_plugins.py); weights held in Constant nodes are made
-    initializers first (convert/weights.py), so that they are quantized per channel."""
+    """Static INT8 Q/DQ quantisation of `reference` calibrated on `calibration` (feeds) with `method` (one of
+    METHODS), written to `out`. A graph with plugin nodes is quantized up to them (convert/around_plugins.py); weights
+    held in Constant nodes are made initializers first (convert/weights.py), so that they are quantized per channel."""
     import shutil
     import tempfile
 
@@ -65,12 +87,13 @@ def quantize(
     parts = split(model)
     if parts is None and not moved and not upgraded:
         del model
-        return _quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude)
+        return _quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude,
+                         method=method)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="trtverify-int8-") as tmp:
         head, rest = (parts[0], parts[1]) if parts is not None else (model, [])
         onnx.save(head, str(Path(tmp) / "head.onnx"))
         q = _quantize(Path(tmp) / "head.onnx", Path(tmp) / "head_int8.onnx", calibration, symmetric=symmetric,
-                      per_channel=per_channel, exclude=exclude, name=Path(reference).name)  # fmt: skip
+                      per_channel=per_channel, exclude=exclude, name=Path(reference).name, method=method)  # fmt: skip
         if parts is not None:
             stitch(q, model, rest, out)
         else:
@@ -91,7 +114,9 @@ def _quantize(
     per_channel: bool,
     exclude: Iterable[str],
     name: str | None = None,
+    method: str = "minmax",
 ) -> Path:
+    check_method(method)
     from trtverify.util.deps import quiet_onnxruntime
 
     quiet_onnxruntime()
@@ -110,17 +135,34 @@ def _quantize(
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self._it, None)
 
+    calibrate = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }[method]
+    # entropy and percentile build histograms; their range is made symmetric like the activations' Q/DQ (percentile:
+    # ONNX Runtime's default 99.999). MinMax keeps its settings as they were (its symmetric Q/DQ uses max |x| anyway)
+    calib_options = {} if method == "minmax" else {"CalibTensorRangeSymmetric": symmetric}
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # "Please consider pre-processing before quantization"
     import onnxruntime
 
     try:
-        with native.Operation(
-            f"quantizing {name or Path(reference).name} with ONNX Runtime {onnxruntime.__version__}'s quantize_static",
-            key=f"onnxruntime-quantize:{reference}",
-            model=str(reference),
+        with (
+            native.Operation(
+                f"quantizing {name or Path(reference).name} with ONNX Runtime {onnxruntime.__version__}'s "
+                f"quantize_static ({method} calibration)",
+                key=f"onnxruntime-quantize:{reference}",
+                model=str(reference),
+            ),
+            tempfile.TemporaryDirectory(prefix="trtverify-calib-") as tmp,
+            contextlib.redirect_stdout(io.StringIO()),  # its histogram calibrators print() their settings
         ):
+            cache = None
+            if method == "entropy":
+                cache = Path(tmp) / "ranges.json"
+                _entropy_ranges(reference, Reader(), symmetric, cache, Path(tmp))
             quantize_static(
                 str(reference),
                 str(out),
@@ -129,7 +171,7 @@ def _quantize(
                 activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
                 per_channel=per_channel,
-                calibrate_method=CalibrationMethod.MinMax,
+                calibrate_method=calibrate,
                 op_types_to_quantize=list(QUANTIZED_OPS),
                 nodes_to_exclude=list(exclude),
                 extra_options={
@@ -137,11 +179,48 @@ def _quantize(
                     "WeightSymmetric": True,
                     "QuantizeBias": False,  # TensorRT's parser rejects DequantizeLinear on int32 biases
                     "OpTypesToExcludeOutputQuantization": list(QUANTIZED_OPS),
+                    **calib_options,
                 },
+                calibration_cache_path=cache,
             )
     finally:
         root.setLevel(level)
     return out
+
+
+def _entropy_ranges(reference: Path, reader: Any, symmetric: bool, cache: Path, tmp: Path) -> None:
+    """Entropy ranges as TensorRT's calibrator finds them (2048 histogram bins, thresholds searched over 128-bin
+    quantisations), written as an ONNX Runtime calibration cache. quantize_static builds its Entropy histogram with
+    128 bins and no option to change it: with 128 quantised bins the one threshold it can try is the full range,
+    i.e. MinMax's."""
+    from onnxruntime.quantization import CalibrationMethod
+    from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
+
+    calibrator = create_calibrator(
+        Path(reference),
+        list(QUANTIZED_OPS),
+        augmented_model_path=str(tmp / "augmented.onnx"),
+        calibrate_method=CalibrationMethod.Entropy,
+        extra_options={"symmetric": symmetric, "num_bins": 2048, "num_quantized_bins": 128},
+    )
+    calibrator.collect_data(reader)
+    save_tensors_data(calibrator.compute_data(), cache)
+    del calibrator
+
+
+CALIBRATION_KEY = "trtverify.int8_calibration"  # the model's metadata_props entry: how it was calibrated
+
+
+def record_calibration(model: Any, record: dict[str, Any]) -> None:
+    """Write `record` (method, figures) as JSON into `model`'s metadata_props under CALIBRATION_KEY (replacing one
+    that was there), so the candidate file says how it was calibrated."""
+    import json
+
+    kept = [(p.key, p.value) for p in model.metadata_props if p.key != CALIBRATION_KEY]
+    del model.metadata_props[:]
+    for key, value in [*kept, (CALIBRATION_KEY, json.dumps(record, sort_keys=True))]:
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
 
 
 def keep_fp32(qdq: Any, reference: Any, keep: Iterable[str]) -> Any:

@@ -33,6 +33,24 @@ def available() -> bool:
         return False
 
 
+# trtverify's calibration method -> ModelOpt's --calibration_method (int8, fp8)
+METHODS = {"minmax": "max", "entropy": "entropy"}
+
+
+def _method(method: str | None, precision: str) -> str | None:
+    """ModelOpt's name of `method` (None: its default), or UsageError naming what it has."""
+    if method in (None, "auto"):
+        return None
+    if precision not in ("int8", "fp8"):
+        raise UsageError(f"--method {method}: ModelOpt's {precision} lowering takes no calibration method")
+    if method not in METHODS:
+        raise UsageError(
+            f"--method {method}: ModelOpt calibrates {precision} with {' or '.join(METHODS)} (auto: its default, "
+            "entropy); percentile and mse are --tool trtverify's (percentile) or nobody's (mse)"
+        )
+    return METHODS[method]
+
+
 def make(
     reference: Path,
     precision: str,
@@ -40,11 +58,14 @@ def make(
     calibration: Sequence[dict[str, np.ndarray]] = (),
     exclude: Sequence[str] = (),
     timeout_s: float = 1800,
+    method: str | None = None,
 ) -> Path:
     """ModelOpt's `precision` lowering of `reference`, written to `out`. `exclude`: nodes AutoCast keeps in FP32
-    (exact names), or that quantization leaves without Q/DQ."""
+    (exact names), or that quantization leaves without Q/DQ. `method` (int8, fp8): minmax (its `max`) or entropy;
+    None or auto: its default (entropy)."""
     if precision not in PRECISIONS:
         raise UsageError(f"ModelOpt lowers to {', '.join(PRECISIONS)}, not {precision}")
+    calibration_method = _method(method, precision)  # a method it lacks: exit 2 before anything runs
     if not available():
         raise MissingDependency(
             "making candidates with ModelOpt needs nvidia-modelopt, which is not installed", INSTALL
@@ -88,6 +109,8 @@ def make(
                 cmd += ["--nodes_to_exclude", *(f"^{re.escape(n)}$" for n in exclude)]
         else:
             cmd += ["modelopt.onnx.quantization", "--quantize_mode", precision, "--calibration_eps", "cpu"]
+            if calibration_method:
+                cmd += ["--calibration_method", calibration_method]
             data = ["--calibration_data_path", str(work / "calib.npz")]
             if exclude:
                 cmd += ["--nodes_to_exclude", *exclude]
