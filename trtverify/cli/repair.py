@@ -201,6 +201,14 @@ def repair(
     "with the smallest error on the rest; --tool modelopt takes minmax (its max) or entropy (auto: its default); "
     "mse: neither tool has it.",
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=1800,
+    show_default=True,
+    metavar="S",
+    help="--tool modelopt: stop ModelOpt after S seconds (its log is shown as it runs).",
+)
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path, dir_okay=False))
 def convert(
     reference: Path,
@@ -210,6 +218,7 @@ def convert(
     calibration: Path | None,
     keep_outlier_rows: bool,
     method: str,
+    timeout: float,
     output: Path,
 ) -> None:
     """Lower REFERENCE to FP16 (FP32 islands for --keep) or to TensorRT-compatible INT8 Q/DQ (symmetric,
@@ -226,7 +235,17 @@ def convert(
         from trtverify.convert.modelopt import make
 
         rows = _rows(reference, calibration) if calibration else []
-        make(reference, precision, output, rows, keep, method=method)
+        if rows and precision in ("int8", "fp8", "int4"):  # the same calibration-data lint as trtverify's own INT8
+            check = check_rows(reference, rows, keep_outlier_rows)
+            for line in check.warnings():
+                click.echo(f"warning: {line}", err=True)
+            rows = [rows[i] for i in check.kept]
+
+        def progress(line: str) -> None:  # ModelOpt's log as it comes: a calibration shows nothing else for minutes
+            if not line.startswith("INFO:modelopt"):  # the same lines again, in Python logging's default format
+                click.echo(f"  modelopt: {line[:200]}", err=True)
+
+        make(reference, precision, output, rows, keep, method=method, timeout_s=timeout, progress=progress)
         if precision in ("int8", "fp8") and method == "auto":
             click.echo(f"{precision} calibration method: ModelOpt's default (entropy); auto compares methods with "
                        "--tool trtverify only", err=True)  # fmt: skip

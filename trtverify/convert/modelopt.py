@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +58,7 @@ def make(
     calibration: Sequence[dict[str, np.ndarray]] = (),
     exclude: Sequence[str] = (),
     timeout_s: float = 1800,
+    progress: Callable[[str], None] | None = None,
     method: str | None = None,
 ) -> Path:
     """ModelOpt's `precision` lowering of `reference`, written to `out`. `exclude`: nodes AutoCast keeps in FP32
@@ -115,15 +116,12 @@ def make(
             if exclude:
                 cmd += ["--nodes_to_exclude", *exclude]
         cmd += ["--onnx_path", str(copy), "--output_path", str(work / "out.onnx"), *data]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=work)
-        except subprocess.TimeoutExpired:
-            raise UsageError(f"ModelOpt did not finish within {timeout_s:.0f} s: {' '.join(cmd[1:4])}") from None
-        if done.returncode != 0 or not (work / "out.onnx").is_file():
-            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
-            ended = f"exit {done.returncode}"
-            if done.returncode < 0:  # a native crash in ModelOpt's process (ONNX Runtime, its calibration)
-                name = native.signal_name(-done.returncode)
+        code, lines = _run(cmd, work, timeout_s, progress)
+        if code != 0 or not (work / "out.onnx").is_file():
+            tail = "\n".join(lines[-8:])
+            ended = f"exit {code}"
+            if code < 0:  # a native crash in ModelOpt's process (ONNX Runtime, its calibration)
+                name = native.signal_name(-code)
                 ended = f"died of {name} ({native.SIGNALS.get(name, 'a native crash')})"
             raise UsageError(f"ModelOpt failed ({' '.join(cmd[2:5])}, {ended}):\n{tail}")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -137,3 +135,37 @@ def _constant_weights(reference: Path) -> bool:
     from trtverify.graph.onnxwire import weightless
 
     return constants_to_initializers(weightless(reference)[0], dry=True) > 0
+
+
+def _run(cmd: list[str], cwd: Path, timeout_s: float, progress: Callable[[str], None] | None) -> tuple[int, list[str]]:
+    """Run ModelOpt's command, each line of its log handed to `progress` as it comes (ModelOpt calibrating shows
+    nothing else for minutes); killed past `timeout_s`, naming its last line. (exit code, its output's lines)."""
+    import threading
+
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip()
+            if line:
+                lines.append(line)
+                if progress is not None:
+                    progress(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        last = lines[-1] if lines else "nothing"
+        raise UsageError(
+            f"ModelOpt did not finish within {timeout_s:.0f} s ({' '.join(cmd[2:5])}; its last line: {last}): "
+            "fewer or cleaner calibration rows (trtverify convert names outlier rows), --method minmax, or a larger "
+            "--timeout"
+        ) from None
+    reader.join(timeout=5)
+    return code, lines
