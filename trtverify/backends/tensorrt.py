@@ -14,8 +14,7 @@ cache); `EngineBytesFromNetwork` builds the serialized engine; `EngineFromBytes`
 output, which includes every TensorRT message (Polygraphy's TensorRT logger forwards them),
 captured through `G_LOGGER.use_python_logging_system`.
 
-How TensorRT tensors pair with the reference (names, fusion, what `intermediates()` leaves out)
-is in docs/tensorrt.md, section "Pairing TensorRT tensors with the reference".
+How TensorRT tensors pair with the reference: docs/tensorrt.md, "Pairing TensorRT tensors with the reference".
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ import numpy as np
 from trtverify.backends.base import Backend, Capabilities, Feed, cannot_load, cast_float, check_feed
 from trtverify.backends.tensorrt_support import (
     calibration_feeds,
+    calibrator_options,
     captured_log,
     default_profile,
     engine_io,
@@ -307,7 +307,7 @@ class TensorRTBackend(Backend):
                 self.warnings += [note] if note else []
                 cache = str(o.calibration_cache) if o.calibration_cache else None
                 if feeds or (o.calibration_cache is not None and o.calibration_cache.is_file()):
-                    kwargs["calibrator"] = pg.Calibrator(feeds, cache=cache)
+                    kwargs["calibrator"] = pg.Calibrator(feeds, cache=cache, **calibrator_options(trt, o))
                 elif not self._has_qdq():
                     self.warnings.append(
                         "precisions has int8 but there are no calibration samples, no calibration cache and no Q/DQ "

@@ -197,3 +197,25 @@ def engine_io(engine: Any, trt: Any) -> tuple[list[TensorMeta], list[TensorMeta]
         meta = TensorMeta(name, dtype, tuple(d if d >= 0 else None for d in engine.get_tensor_shape(name)))
         (ins if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else outs).append(meta)
     return ins, outs
+
+
+# calibration_algorithm -> the TensorRT calibrator class Polygraphy's Calibrator derives from (its `BaseClass`)
+CALIBRATORS = {
+    "entropy2": "IInt8EntropyCalibrator2",
+    "entropy": "IInt8EntropyCalibrator",
+    "minmax": "IInt8MinMaxCalibrator",
+    "legacy": "IInt8LegacyCalibrator",
+}
+
+
+def calibrator_options(trt: Any, options: TensorRTOptions) -> dict[str, Any]:
+    """Keyword arguments of Polygraphy's `Calibrator` for the suite's calibration algorithm (none: its default,
+    IInt8EntropyCalibrator2)."""
+    if options.calibration_algorithm is None:
+        return {}
+    out: dict[str, Any] = {"BaseClass": getattr(trt, CALIBRATORS[options.calibration_algorithm])}
+    if options.calibration_quantile is not None:
+        out["quantile"] = options.calibration_quantile
+    if options.calibration_regression_cutoff is not None:
+        out["regression_cutoff"] = options.calibration_regression_cutoff
+    return out

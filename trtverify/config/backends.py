@@ -96,6 +96,18 @@ class TensorRTOptions(Strict):
         ge=1,
         description="calibrate INT8 with the first N input samples of the suite (default: all of them)",
     )
+    calibration_algorithm: Literal["entropy2", "entropy", "minmax", "legacy"] | None = Field(
+        default=None,
+        description="TensorRT's INT8 calibrator (weakly typed int8 only), through Polygraphy's Calibrator: "
+        "entropy2 (IInt8EntropyCalibrator2, the default), entropy, minmax (IInt8MinMaxCalibrator), legacy "
+        "(IInt8LegacyCalibrator, with the quantile and regression cutoff below)",
+    )
+    calibration_quantile: float | None = Field(
+        default=None, gt=0, le=1, description="legacy calibrator: the quantile of |x| its ranges take (Polygraphy: 0.5)"
+    )
+    calibration_regression_cutoff: float | None = Field(
+        default=None, gt=0, le=1, description="legacy calibrator: its regression cutoff (Polygraphy: 0.5)"
+    )
     layer_precisions: dict[str, LayerPrecision] = Field(
         default_factory=dict,
         description=(
@@ -188,11 +200,14 @@ class TensorRTOptions(Strict):
                     "layer_precisions and precision_constraints need a weakly typed build (TensorRT <= 10); "
                     "a strongly typed network takes every layer's type from the ONNX graph"
                 )
-        if "int8" not in self.precisions and (
-            self.calibration_cache is not None or self.calibration_samples is not None
-        ):
+        calibration = (self.calibration_cache, self.calibration_samples, self.calibration_algorithm,
+                       self.calibration_quantile, self.calibration_regression_cutoff)  # fmt: skip
+        if "int8" not in self.precisions and any(v is not None for v in calibration):
+            raise ValueError("calibration_* keys go with precisions: [int8] (weakly typed INT8 calibration)")
+        legacy = self.calibration_quantile is not None or self.calibration_regression_cutoff is not None
+        if legacy and self.calibration_algorithm != "legacy":
             raise ValueError(
-                "calibration_cache and calibration_samples go with precisions: [int8] (weakly typed INT8 calibration)"
+                "calibration_quantile and calibration_regression_cutoff go with calibration_algorithm: legacy"
             )
         if self.layer_precisions and self.precision_constraints == "none":
             raise ValueError(
