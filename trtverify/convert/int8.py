@@ -70,10 +70,19 @@ def quantize(
 
     from trtverify.convert.around_plugins import split, stitch
     from trtverify.convert.weights import constants_to_initializers
+    from trtverify.graph.onnxwire import weightless
+    from trtverify.plugins.onnxops import plugin_nodes
 
+    graph = weightless(reference)[0]  # what to rewrite, read from the graph alone: the weights are read once
+    moved = constants_to_initializers(graph, dry=True)  # weights in Constant nodes: one activation scale each
+    upgraded = per_channel and _opset(graph) < 13  # DequantizeLinear's `axis` (per channel) is opset 13
+    if not moved and not upgraded and not plugin_nodes(graph):
+        del graph
+        return _quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude,
+                         method=method)  # fmt: skip
+    del graph
     model = onnx.load(str(reference))
-    moved = constants_to_initializers(model)  # weights in Constant nodes would get one activation scale each
-    upgraded = per_channel and _opset(model) < 13  # DequantizeLinear's `axis` (per channel) is opset 13
+    constants_to_initializers(model)
     if upgraded:
         from onnx import version_converter
 
@@ -85,10 +94,6 @@ def quantize(
                 f"converter failed ({exc}): re-export at opset 13 or later"
             ) from exc
     parts = split(model)
-    if parts is None and not moved and not upgraded:
-        del model
-        return _quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude,
-                         method=method)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="trtverify-int8-") as tmp:
         head, rest = (parts[0], parts[1]) if parts is not None else (model, [])
         onnx.save(head, str(Path(tmp) / "head.onnx"))

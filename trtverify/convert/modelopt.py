@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtverify.convert.weights import constants_to_initializers, has_constant_weights
 from trtverify.util import native
 from trtverify.util.errors import MissingDependency, UsageError
 
@@ -78,12 +79,10 @@ def make(
     with tempfile.TemporaryDirectory(prefix="trtverify-modelopt-") as tmp:
         work = Path(tmp)
         copy = work / "model.onnx"
-        if precision in ("int8", "fp8", "int4") and _constant_weights(reference):
+        if precision in ("int8", "fp8", "int4") and has_constant_weights(reference):
             # quantized per channel only as initializers (convert/weights.py): ModelOpt gave PP-OCRv4's recognizer,
             # whose weights are Constant nodes, one scale per weight
             import onnx
-
-            from trtverify.convert.weights import constants_to_initializers
 
             model = onnx.load(str(reference))
             constants_to_initializers(model)
@@ -127,14 +126,6 @@ def make(
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(work / "out.onnx"), out)
     return out
-
-
-def _constant_weights(reference: Path) -> bool:
-    """Whether weights of `reference` are Constant nodes (read from its graph, weights not loaded)."""
-    from trtverify.convert.weights import constants_to_initializers
-    from trtverify.graph.onnxwire import weightless
-
-    return constants_to_initializers(weightless(reference)[0], dry=True) > 0
 
 
 def _run(cmd: list[str], cwd: Path, timeout_s: float, progress: Callable[[str], None] | None) -> tuple[int, list[str]]:

@@ -45,3 +45,11 @@ def constants_to_initializers(model: Any, dry: bool = False) -> int:
     for n in moved if not dry else []:
         g.node.remove(n)
     return len(moved)
+
+
+def has_constant_weights(path: Any) -> bool:
+    """Whether weights of the model at `path` are Constant nodes, read from its graph alone (weights not loaded:
+    Constant nodes carry their values in the graph)."""
+    from trtverify.graph.onnxwire import weightless
+
+    return constants_to_initializers(weightless(path)[0], dry=True) > 0
