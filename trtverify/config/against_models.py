@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, onnx_io
+from trtverify.toolout import calibcache
 from trtverify.util.errors import Problem, UsageError
 
 if TYPE_CHECKING:
@@ -388,6 +389,12 @@ def file_problems(loaded: LoadedSuite) -> list[Problem]:
                 onnx_io(Path(cand.path))
             except UsageError as exc:
                 problems.append(loaded.problem(("models", "candidates", name, "path"), str(exc)))
+    cache = suite.backends.tensorrt.calibration_cache
+    if cache is not None and Path(cache).is_file():  # read by TensorRT and judged by layerwise: its line that is not
+        try:  # one, before anything runs (a cache TensorRT writes during the run is read when layerwise judges it)
+            calibcache.read(Path(cache))
+        except UsageError as exc:
+            problems.append(loaded.problem(("backends", "tensorrt", "calibration_cache"), str(exc)))
     return problems
 
 

@@ -89,7 +89,8 @@ class TensorRTOptions(Strict):
     )
     calibration_cache: OutPath | None = Field(
         default=None,
-        description="INT8 calibration cache (weakly typed int8 only): read if it exists, written after calibrating",
+        description="INT8 calibration cache (weakly typed int8 only): read if it exists, written after calibrating; "
+        "the layerwise stage judges its ranges against the reference's values (TensorRT <= 10's text format)",
     )
     calibration_samples: int | None = Field(
         default=None,

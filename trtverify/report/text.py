@@ -13,7 +13,7 @@ from trtverify.lint.findings import LintFinding
 from trtverify.report.dettext import detection_lines
 from trtverify.report.format import fmt
 from trtverify.report.kinds import is_stage
-from trtverify.report.rangetext import range_lines
+from trtverify.report.rangetext import cache_lines, range_lines
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
@@ -92,7 +92,7 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
             first = {f"{f.kind} ({f.severity})": f.node or f.tensor for f in reversed(lesser)}
             listed = ", ".join(f"{k} x{n}" + (f" at {first[k]}" if first[k] else "") for k, n in kinds.most_common())
             out.append(f"          {cand.name}: lint: {listed}")
-    return out
+    return out + cache_lines(s)
 
 
 class HighLint(NamedTuple):

@@ -154,13 +154,29 @@ class Coverage(Record):
 
 class RangeRow(Record):
     tensor: str = Field(description="the reference tensor the QuantizeLinear reads (its candidate name may differ)")
-    quantize_node: str
+    quantize_node: str | None = optional("the QuantizeLinear (a candidate's ranges; none in a calibration cache's)")
+    cache_line: int | None = optional("a calibration cache's ranges: the tensor's line in the cache file")
     limit: float = Field(description="the largest |x| the QuantizeLinear represents without clipping")
     step: float = Field(description="its quantization step (scale)")
     reference_max_abs: float = Field(description="the largest |x| of the reference's values, over the samples")
     clipped_fraction: float = Field(description="share of the reference's values beyond the limit")
     step_over_median: float | None = Field(description="step / median |x| of the reference's values (None: all 0)")
     samples: int
+
+
+class CacheRanges(Record):
+    """A TensorRT calibration cache's ranges (backends.tensorrt.calibration_cache) against the reference's values."""
+
+    path: str
+    header: str | None = Field(description="its first line, e.g. TRT-8601-EntropyCalibration2 (None: it has none)")
+    calibrator: str | None = Field(description="the calibrator the header names, e.g. EntropyCalibration2")
+    tensorrt_version: str | None = Field(description="the TensorRT version the header names, e.g. 8.6.1")
+    entries: int = Field(description="tensor scales in the cache")
+    matched: int = Field(description="of them, judged: named like a reference tensor (or input) with finite values")
+    unmatched: int = Field(description="of them, named like no reference tensor or input (TensorRT's own tensors)")
+    unmatched_examples: list[str] = Field(description="the first few unmatched names")
+    rows: list[RangeRow] = Field(description="per judged tensor: its range (scale * 127) against the reference's "
+                                 "values, the worst first")  # fmt: skip
 
 
 class LayerwiseCandidate(Record):
@@ -220,3 +236,7 @@ class LayerwiseResult(StageResult):
     samples: int | None = optional()
     reference: LayerwiseReference | None = optional()
     candidates: list[LayerwiseCandidate] | None = optional()
+    calibration_cache: CacheRanges | None = optional(
+        "backends.tensorrt.calibration_cache judged against the reference's values (stages/layerwise.md#calibrated-"
+        "ranges)"
+    )

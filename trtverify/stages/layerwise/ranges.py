@@ -7,14 +7,15 @@ the candidate itself.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.lint.weights import q_limit
-from trtverify.stages.layerwise.models import RangeRow
+from trtverify.stages.layerwise.models import CacheRanges, RangeRow
 from trtverify.stages.layerwise.reference import ReferencePass
+from trtverify.toolout.calibcache import CalibrationCache
 
 
 def report(ref: ReferencePass, cand: GraphIndex, pairs: Sequence[tuple[str, str]], samples: int) -> list[RangeRow]:
@@ -34,37 +35,79 @@ def report(ref: ReferencePass, cand: GraphIndex, pairs: Sequence[tuple[str, str]
         if scale is None:
             continue
         step = float(np.abs(np.asarray(scale, dtype=np.float64)).max())
-        clipped = total = 0
-        top = 0.0
-        medians = []
-        seen = 0
-        for si in range(samples):
-            try:
-                v = np.abs(np.asarray(ref.store.get(si, r), dtype=np.float64))
-            except KeyError:
-                continue
-            v = v[np.isfinite(v)]
-            if not v.size:
-                continue
-            seen += 1
-            clipped += int(np.count_nonzero(v > limit * (1 + 1e-6)))
-            total += v.size
-            top = max(top, float(v.max()))
-            medians.append(float(np.median(v)))
-        if not total:
-            continue
-        median = float(np.median(medians))
-        rows.append(
-            RangeRow(
-                tensor=r,
-                quantize_node=cand.label(idx),
-                limit=limit,
-                step=step,
-                reference_max_abs=top,
-                clipped_fraction=clipped / total,
-                step_over_median=step / median if median > 0 else None,
-                samples=seen,
-            )
-        )
-    rows.sort(key=lambda row: (-row.clipped_fraction, -(row.step_over_median or 0.0)))
+        row = judge(lambda si, r=r: ref.store.get(si, r), samples, limit, step)
+        if row is not None:
+            rows.append(row.model_copy(update={"tensor": r, "quantize_node": cand.label(idx)}))
+    rows.sort(key=worst_first)
     return rows
+
+
+def worst_first(row: RangeRow) -> tuple[float, float]:
+    """Most clipped first, then the coarsest step."""
+    return (-row.clipped_fraction, -(row.step_over_median or 0.0))
+
+
+def judge(values: Callable[[int], np.ndarray], samples: int, limit: float, step: float) -> RangeRow | None:
+    """The range ±`limit` (quantization step `step`) against a tensor's values on samples 0..samples-1 (`values(si)`;
+    KeyError: not computed for that sample); None where no sample has a finite value. `tensor` is left empty."""
+    clipped = total = 0
+    top = 0.0
+    medians = []
+    seen = 0
+    for si in range(samples):
+        try:
+            v = np.abs(np.asarray(values(si), dtype=np.float64))
+        except KeyError:
+            continue
+        v = v[np.isfinite(v)]
+        if not v.size:
+            continue
+        seen += 1
+        clipped += int(np.count_nonzero(v > limit * (1 + 1e-6)))
+        total += v.size
+        top = max(top, float(v.max()))
+        medians.append(float(np.median(v)))
+    if not total:
+        return None
+    median = float(np.median(medians))
+    return RangeRow(
+        tensor="",
+        limit=limit,
+        step=step,
+        reference_max_abs=top,
+        clipped_fraction=clipped / total,
+        step_over_median=step / median if median > 0 else None,
+        samples=seen,
+    )
+
+
+def cache_report(
+    ref: ReferencePass, cache: CalibrationCache, samples: Sequence[dict[str, np.ndarray]], examples: int = 5
+) -> CacheRanges:
+    """A TensorRT calibration cache's ranges (scale * 127) against the reference's values of the tensors it names
+    (the ONNX tensor names TensorRT keeps; the model's inputs included), the worst first; the names that are no
+    reference tensor are counted, the first `examples` of them listed."""
+    known = set(ref.order)
+    rows, unmatched = [], []
+    for name, entry in cache.entries.items():
+        if name in known:
+            row = judge(lambda si, n=name: ref.store.get(si, n), len(samples), entry.limit, entry.scale)
+        elif name in samples[0]:  # a model input: its values are the feeds
+            row = judge(lambda si, n=name: samples[si][n], len(samples), entry.limit, entry.scale)
+        else:
+            unmatched.append(name)
+            continue
+        if row is not None:
+            rows.append(row.model_copy(update={"tensor": name, "cache_line": entry.line}))
+    rows.sort(key=worst_first)
+    return CacheRanges(
+        path=str(cache.path),
+        header=cache.header,
+        calibrator=cache.calibrator,
+        tensorrt_version=cache.version,
+        entries=len(cache.entries),
+        matched=len(rows),
+        unmatched=len(unmatched),
+        unmatched_examples=unmatched[:examples],
+        rows=rows,
+    )

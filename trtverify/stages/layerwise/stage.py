@@ -44,6 +44,7 @@ from trtverify.stages.layerwise import plugins as around_plugins
 from trtverify.stages.layerwise import ranges as quant_ranges
 from trtverify.stages.layerwise.localize import Evidence, root_causes
 from trtverify.stages.layerwise.models import (
+    CacheRanges,
     FirstDivergence,
     LayerwiseCandidate,
     LayerwiseReference,
@@ -55,6 +56,7 @@ from trtverify.stages.layerwise.pairs import CandidateShapes, coverage, try_stru
 from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written, budget_bytes, reference_pass
 from trtverify.stages.layerwise.stream import Outputs, chunks_for, exposing, stream
 from trtverify.stages.layerwise.suspects import histograms, with_lint
+from trtverify.toolout import calibcache
 from trtverify.util.errors import BackendError
 
 
@@ -442,15 +444,27 @@ def run(ctx: StageContext) -> LayerwiseResult:
             chunks=ref.chunks,
             store="disk (memory-mapped)" if ref.store.on_disk else "memory",
         )
+        # the TensorRT calibration cache judged on the reference's values: now if it is there, else after the
+        # candidates (a TensorRT candidate calibrating in this run writes it), the reference's values kept till then
+        cache = suite.backends.tensorrt.calibration_cache
+        cache_ranges = _judge_cache(ref, cache, samples, timings) if cache is not None and cache.is_file() else None
+        pending = cache is not None and cache_ranges is None
         broken: list[tuple[str, BackendError]] = []
         for i, n in enumerate(names):
+            last = i == len(names) - 1 and not pending
             try:
-                cand, cand_checks = _candidate(ctx, cfg, n, ref, samples, workdir, timings, last=i == len(names) - 1)
+                cand, cand_checks = _candidate(ctx, cfg, n, ref, samples, workdir, timings, last=last)
             except BackendError as exc:  # this candidate cannot be loaded or run (a native crash included): the
                 broken.append((n, exc))  # others are still compared
                 continue
             candidates.append(cand)
             checks += cand_checks
+        if pending and cache is not None:
+            if cache.is_file():
+                cache_ranges = _judge_cache(ref, cache, samples, timings)
+            else:
+                notes.append(f"backends.tensorrt.calibration_cache {cache}: not there after the candidates ran, "
+                             "so no range of it was judged")  # fmt: skip
     if broken and not candidates:  # nothing compared: the stage's error
         raise BackendError("; ".join(f"{n}: {exc}" if len(broken) > 1 else str(exc) for n, exc in broken))
     for n, exc in broken:
@@ -463,4 +477,16 @@ def run(ctx: StageContext) -> LayerwiseResult:
         samples=len(samples),
         reference=reference,
         candidates=candidates,
+        calibration_cache=cache_ranges,
     )
+
+
+def _judge_cache(
+    ref: ReferencePass, cache: Path, samples: list[dict[str, np.ndarray]], timings: dict[str, float]
+) -> CacheRanges:
+    """backends.tensorrt.calibration_cache's ranges against the reference's values (UsageError where it is not a
+    cache: file and line)."""
+    t0 = time.perf_counter()
+    out = quant_ranges.cache_report(ref, calibcache.read(cache), samples)
+    timings["calibration_cache_s"] = time.perf_counter() - t0
+    return out
