@@ -288,7 +288,7 @@ def _calibrate(reference: Path, output: Path, feeds: list, method: str) -> dict[
 
     if method != "auto":
         check_method(method)  # mse: exit 2 before anything runs
-        quantize(reference, output, feeds, method=method)
+        quantize(reference, output, feeds, method=method, progress=lambda line: click.echo(f"int8 {line}", err=True))
         return {"method": method, "calibration_rows": len(feeds)}
     from trtverify.repair.calibrate import choose
 

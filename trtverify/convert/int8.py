@@ -19,7 +19,8 @@ import contextlib
 import io
 import logging
 import tempfile
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +60,11 @@ def quantize(
     per_channel: bool = True,
     exclude: Iterable[str] = (),
     method: str = "minmax",
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Static INT8 Q/DQ quantisation of `reference` calibrated on `calibration` (feeds) with `method` (one of
-    METHODS), written to `out`. A graph with plugin nodes is quantized up to them (convert/around_plugins.py); weights
+    METHODS), written to `out`; `progress` gets the rows done (RowProgress: at the start, every PROGRESS_EVERY_S
+    seconds, at the end). A graph with plugin nodes is quantized up to them (convert/around_plugins.py); weights
     held in Constant nodes are made initializers first (convert/weights.py), so that they are quantized per channel."""
     import shutil
     import tempfile
@@ -79,7 +82,7 @@ def quantize(
     if not moved and not upgraded and not plugin_nodes(graph):
         del graph
         return _quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude,
-                         method=method)  # fmt: skip
+                         method=method, progress=progress)  # fmt: skip
     del graph
     model = onnx.load(str(reference))
     constants_to_initializers(model)
@@ -98,7 +101,8 @@ def quantize(
         head, rest = (parts[0], parts[1]) if parts is not None else (model, [])
         onnx.save(head, str(Path(tmp) / "head.onnx"))
         q = _quantize(Path(tmp) / "head.onnx", Path(tmp) / "head_int8.onnx", calibration, symmetric=symmetric,
-                      per_channel=per_channel, exclude=exclude, name=Path(reference).name, method=method)  # fmt: skip
+                      per_channel=per_channel, exclude=exclude, name=Path(reference).name, method=method,
+                      progress=progress)  # fmt: skip
         if parts is not None:
             stitch(q, model, rest, out)
         else:
@@ -120,6 +124,7 @@ def _quantize(
     exclude: Iterable[str],
     name: str | None = None,
     method: str = "minmax",
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     check_method(method)
     from trtverify.util.deps import quiet_onnxruntime
@@ -133,11 +138,17 @@ def _quantize(
         quantize_static,
     )
 
+    rows = RowProgress(method, len(calibration), progress)
+
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
             self._it = iter(calibration)
+            self._asked = 0
 
         def get_next(self) -> dict[str, np.ndarray] | None:
+            # ONNX Runtime runs each row before it asks for the next: at the k-th request k-1 rows are done
+            rows.done(self._asked)
+            self._asked += 1
             return next(self._it, None)
 
     calibrate = {
@@ -165,13 +176,15 @@ def _quantize(
             contextlib.redirect_stdout(io.StringIO()),  # its histogram calibrators print() their settings
         ):
             cache = None
-            if method == "entropy":
+            reader = Reader()
+            if method == "entropy":  # the rows are read here; quantize_static then takes the ranges from the cache
                 cache = Path(tmp) / "ranges.json"
-                _entropy_ranges(reference, Reader(), symmetric, cache, Path(tmp))
+                _entropy_ranges(reference, reader, symmetric, cache, Path(tmp))
+                reader = Reader()
             quantize_static(
                 str(reference),
                 str(out),
-                Reader(),
+                reader,
                 quant_format=QuantFormat.QDQ,
                 activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
@@ -191,6 +204,35 @@ def _quantize(
     finally:
         root.setLevel(level)
     return out
+
+
+PROGRESS_EVERY_S = 5.0  # a calibration's progress line at most this often between its first and its last
+
+
+class RowProgress:
+    """Progress of one calibration pass: `METHOD calibration: 0/N rows` at the start, the rows done at most every
+    PROGRESS_EVERY_S seconds (thousands of rows make a few lines, not thousands), and the last row with the time
+    it took (then the ranges are computed from what the rows gave)."""
+
+    def __init__(self, method: str, total: int, progress: Callable[[str], None] | None) -> None:
+        self.method, self.total, self.progress = method, total, progress
+        self.t0 = self.last = time.monotonic()
+        self.finished = False
+
+    def done(self, rows: int) -> None:
+        if self.progress is None or self.finished:
+            return
+        now = time.monotonic()
+        if rows == 0:
+            self.progress(f"{self.method} calibration: 0/{self.total} rows")
+        elif rows >= self.total:
+            self.finished = True
+            self.progress(f"{self.method} calibration: {self.total}/{self.total} rows ({now - self.t0:.1f} s)")
+        elif now - self.last >= PROGRESS_EVERY_S:
+            self.progress(f"{self.method} calibration: {rows}/{self.total} rows ({now - self.t0:.1f} s)")
+        else:
+            return
+        self.last = now
 
 
 def _entropy_ranges(reference: Path, reader: Any, symmetric: bool, cache: Path, tmp: Path) -> None:

@@ -80,11 +80,12 @@ def choose(
     progress: Callable[[str], None] = lambda _: None,
 ) -> Choice:
     """Calibrate `reference` with the method whose held-out error is smallest, written to `out`."""
-    exclude = list(exclude)
+    opts: dict[str, Any] = {"symmetric": symmetric, "per_channel": per_channel, "exclude": list(exclude),
+                            "progress": progress}  # fmt: skip
     fit, held = split(len(calibration))
     if held == 0:
         note = f"{len(calibration)} calibration row(s): too few to hold any out, so minmax without comparing"
-        quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude)
+        quantize(reference, out, calibration, **opts)
         return Choice("minmax", {}, fit, 0, note)
     test = list(calibration[fit:])
     figures: dict[str, float] = {}
@@ -93,17 +94,16 @@ def choose(
             ref = Reference.run(reference, test, workdir=Path(tmp))  # on disk past the memory budget
         except UsageError as exc:  # e.g. a plugin node with no reference: nothing to judge the methods on
             note = f"the reference cannot run here to compare methods ({exc}), so minmax without comparing"
-            quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude)
+            quantize(reference, out, calibration, **opts)
             return Choice("minmax", {}, len(calibration), 0, note)
         for method in METHODS:
             progress(f"calibrating with {method} on rows 0-{fit - 1}, judging on rows {fit}-{len(calibration) - 1}")
-            cand = quantize(reference, Path(tmp) / f"{method}.onnx", calibration[:fit], symmetric=symmetric,
-                            per_channel=per_channel, exclude=exclude, method=method)  # fmt: skip
+            cand = quantize(reference, Path(tmp) / f"{method}.onnx", calibration[:fit], method=method, **opts)
             ev = evaluate(ref, cand, test, [], "outputs", ())
             worst = max((ev.errors.get(o, math.inf) for o in ref.outputs), default=math.inf)
             figures[method] = math.inf if ev.nonfinite or worst != worst else worst
             progress(f"{method}: worst rel_l2 over outputs {figures[method]:.4g}")
     best = min(METHODS, key=lambda m: figures[m])
     progress(f"calibrating with {best} on all {len(calibration)} rows")
-    quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude, method=best)
+    quantize(reference, out, calibration, method=best, **opts)
     return Choice(best, figures, fit, held)
