@@ -83,6 +83,14 @@ LOWERED = ["fp16", "bf16", "int8", "fp8", "int4"]
     "int8/fp8/int4 Q/DQ with its FP16 rest; the [modelopt] extra), calibrated on --calibration or --inputs."
 )
 @click.option(
+    "--method",
+    type=click.Choice(["auto", "minmax", "entropy", "percentile", "mse"]),
+    default="auto",
+    show_default=True,
+    help="INT8 made here (no --candidate): the calibration method, as convert's; --tool modelopt takes minmax (its "
+    "max) or entropy (auto: its default).",
+)
+@click.option(
     "--holdout",
     type=click.FloatRange(0, 1, max_open=True),
     default=0.25,
@@ -109,6 +117,7 @@ def repair(
     tensors: str,
     max_evaluations: int,
     tool: str,
+    method: str,
     holdout: float,
     out_dir: Path | None,
     plugins: tuple[str, ...],
@@ -133,6 +142,14 @@ def repair(
                 f"--candidate {candidate}: it computes in FP32 (no Q/DQ, no FP16/BF16 types): nothing was lowered to "
                 "repair; pass the lowered model (e.g. ModelOpt's output)"
             )
+    if method != "auto" and precision not in ("int8", "fp8"):
+        raise UsageError(f"--method {method}: calibration methods are for --precision int8")
+    if method != "auto" and candidate is not None:
+        raise UsageError(f"--method {method}: --candidate is calibrated already; the method is for the INT8 made here")
+    if method == "mse":
+        from trtverify.convert.int8 import check_method
+
+        check_method(method)  # exit 2 before anything runs
     out = out_dir or Path("reports") / f"repair-{reference.stem}-{precision}"
     if out_dir is None:  # the default folder: never over another suite's results
         unclaimed_folder(out, out / "suite.yaml", chosen="the default folder")
@@ -143,7 +160,7 @@ def repair(
 
         rows = _rows(reference, calibration or inputs_file) if (calibration or inputs_file) else []
         candidate = make(reference, precision, Path(out) / "candidates" / f"{reference.stem}_{precision}_modelopt.onnx",
-                         rows)  # fmt: skip
+                         rows, method=method)  # fmt: skip
         if not quiet:
             click.echo(f"ModelOpt made the candidate: {candidate}", err=True)
     if candidate is None and precision in ("bf16", "fp8", "int4"):
@@ -165,6 +182,7 @@ def repair(
         max_evaluations=max_evaluations,
         holdout=holdout,
         plugins=plugin_map(plugins),
+        method="auto" if tool == "modelopt" else method,
     )
     execute(load_suite(path), out, ("repair",), False, None, quiet)
 

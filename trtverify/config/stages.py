@@ -168,6 +168,12 @@ class RepairStage(Strict):
         description="INT8 calibration data: .npz, keys = input names, first axis = rows (default: the inputs)",
     )
     max_evaluations: int = Field(default=50, ge=1, description="bound on the models built and compared")
+    method: Literal["auto", "minmax", "entropy", "percentile"] = Field(
+        default="auto",
+        description="int8 made here (no candidate): the calibration method, as `convert --method`; auto calibrates "
+        "with each of minmax, entropy and percentile on the first 3/4 of the calibration rows and keeps the one with "
+        "the smallest output rel_l2 on the rest",
+    )
 
     @model_validator(mode="after")
     def _candidate_where_needed(self) -> RepairStage:
@@ -176,6 +182,9 @@ class RepairStage(Strict):
                 f"precision {self.precision}: trtverify lowers to fp16 and int8 itself; a {self.precision} model comes "
                 "from ModelOpt: name it as the candidate"
             )
+        if self.method != "auto" and (self.precision != "int8" or self.candidate is not None):
+            why = "the candidate is calibrated already" if self.candidate else f"{self.precision} has no calibration"
+            raise ValueError(f"method: {self.method} calibrates the int8 model repair makes from the reference; {why}")
         return self
 
     def target_checks(self) -> list[Check]:

@@ -102,6 +102,11 @@ class RepairRecord(Record):
     candidate_precision: str | None = Field(
         default=None, description="what the lowered model computes in, read from its graph (e.g. int8+fp16)"
     )
+    calibration: dict[str, Any] | None = Field(
+        default=None,
+        description="int8 made here: how it was calibrated (method, calibration_rows; auto: chosen_by, held_out_rows "
+        "and each method's worst output rel_l2 on them, figures)",
+    )
     pending: list[str] = omitted(
         list,
         "what was not done yet when this file was written: it is written as soon as the search ends (and when "
@@ -259,4 +264,5 @@ def record(
         exports=exports(result.keep, repaired, result.precision, {n.name: n.op_type for n in result.model.graph.node}),
         curve=curve(result),
         stopped=result.stopped or None,
+        calibration=result.calibration,
     )

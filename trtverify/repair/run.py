@@ -35,6 +35,7 @@ def repair(
     target: list[str] | None = None,
     holdout: Sequence[dict[str, np.ndarray]] = (),
     onnxruntime: OnnxRuntimeOptions | None = None,
+    method: str = "auto",
 ) -> RepairRecord:
     """Search on `samples`; the repaired model is then verified on `holdout` (rows the search never saw) when
     there are any, and the latencies measured in ONNX Runtime with `onnxruntime` (the suite's options).
@@ -45,8 +46,8 @@ def repair(
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-ref-") as tmp:
-        return _repair(reference, precision, samples, checks, out, tensors, calibration, candidate,
-                       max_evaluations, progress, extra, target, holdout, t0, Path(tmp), onnxruntime)  # fmt: skip
+        return _repair(reference, precision, samples, checks, out, tensors, calibration, candidate, max_evaluations,
+                       progress, extra, target, holdout, t0, Path(tmp), onnxruntime, method)  # fmt: skip
 
 
 def _repair(
@@ -66,6 +67,7 @@ def _repair(
     t0: float,
     work: Path,
     onnxruntime: OnnxRuntimeOptions | None,
+    method: str,
 ) -> RepairRecord:
     import onnx
 
@@ -85,6 +87,7 @@ def _repair(
         progress=progress,
         extra=extra,
         reference_pass=ref,
+        method=method,
     )
     seconds = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,9 @@
 
 1. Seeds, from what the lowered model shows before anything is kept: the nodes whose constants the
    conversion saturated, flushed or changed beyond rounding (the lint against the reference), the
-   producers of reference activations beyond FP16's range, and, in topological order, the first
+   producers of reference activations beyond FP16's range, the readers of quantized activations whose
+   calibrated range clips 1% of the reference's values or more (the range report, stages/layerwise/ranges.py;
+   the worst first), and, in topological order, the first
    node whose output turns non-finite where the reference's is finite.
 2. Grow: while the target fails, keep one more node: the first node (topological order) whose output
    is non-finite where the reference's is finite; else a node reading a cast to FP16 that overflows
@@ -28,14 +30,16 @@ import numpy as np
 
 from trtverify.config.checks import Check
 from trtverify.convert.fp16 import FP16_MAX, to_fp16
-from trtverify.convert.int8 import quantize
+from trtverify.convert.int8 import quantize, record_calibration
 from trtverify.convert.islands import keep_fp32 as islands
 from trtverify.convert.islands import lowered_nodes
 from trtverify.graph.lightmodel import GraphBytes
 from trtverify.graph.onnxgraph import GraphIndex, elem_types
 from trtverify.lint.linter import precision_parts
 from trtverify.lint.reference_constants import reference_constant_findings
+from trtverify.repair.calibrate import choose
 from trtverify.repair.evaluate import Evaluation, Reference, evaluate
+from trtverify.stages.layerwise.ranges import report as range_report
 from trtverify.util.errors import UsageError
 from trtverify.util.words import count
 
@@ -59,6 +63,7 @@ class Search:
     producer: dict[str, str] = field(default_factory=dict)  # tensor -> the node (label) computing it
     stopped: str = ""  # why the search ended where it did not pass
     lowerable: int = 0  # nodes keeping can change
+    calibration: dict[str, Any] | None = None  # int8 made here: how it was calibrated (the method auto chose)
     interrupted: BaseException | None = None  # Ctrl-C or SIGTERM during the search: the best so far is reported
 
 
@@ -74,10 +79,13 @@ class Lowering:
         calibration: Sequence[dict[str, np.ndarray]],
         workdir: Path,
         candidate: Path | None = None,
+        method: str = "auto",
+        progress: Progress = lambda _: None,
     ):
         import onnx
 
         self.precision = precision
+        self.calibration: dict[str, Any] | None = None
         self.reference = onnx.load(str(reference))
         self.workdir = workdir
         self.count = 0
@@ -92,12 +100,28 @@ class Lowering:
                     "to repair"
                 )
         elif precision == "int8":
-            self.qdq = onnx.load(str(quantize(reference, workdir / "int8_qdq.onnx", calibration)))
+            self.qdq = onnx.load(str(self._calibrated(reference, workdir / "int8_qdq.onnx", calibration, method,
+                                                      progress)))  # fmt: skip
         elif precision != "fp16":
             raise UsageError(
                 f"repair lowers to fp16 and int8 itself; a {precision} model comes from ModelOpt: pass it as the "
                 f"candidate (trtverify repair REF --precision {precision} --candidate MODEL.onnx)"
             )
+
+    def _calibrated(
+        self, reference: Path, out: Path, calibration: Sequence[dict[str, np.ndarray]], method: str, progress: Progress
+    ) -> Path:
+        """The reference quantized on `calibration` with `method`, or with the method `auto` finds best (as
+        `convert --method auto`: repair/calibrate.py); what was chosen goes to self.calibration."""
+        if method != "auto":
+            quantize(reference, out, calibration, method=method, progress=progress)
+            self.calibration = {"method": method, "calibration_rows": len(calibration)}
+            return out
+        choice = choose(reference, out, calibration, progress=progress)
+        figures = ", ".join(f"{m} {v:.4g}" for m, v in choice.figures.items())
+        progress(f"int8 calibration method: {choice.method} ({figures or choice.note})")
+        self.calibration = choice.record()
+        return out
 
     def model(self, keep: Sequence[str]) -> Any:
         if self.qdq is None:
@@ -126,9 +150,9 @@ def _labels(model: Any) -> list[str]:
     return [g.label(i) for i in range(len(g.nodes))]
 
 
-def _seeds(ref: Reference, lowering: Lowering, model: Any, first: Evaluation) -> dict[str, str]:
+def _seeds(ref: Reference, lowering: Lowering, model: Any, first: Evaluation, rows: int) -> dict[str, str]:
     """Nodes that must stay FP32 by what the lowered model shows (see the module docstring)."""
-    seeds: dict[str, str] = {}
+    seeds: dict[str, str] = _range_seeds(ref, model, rows) if lowering.qdq is not None else {}
     if lowering.qdq is None or _narrow(model):  # FP16/BF16 parts: constants clipped, activations beyond range
         cand = GraphIndex.from_model(model)
         for _, f in reference_constant_findings(ref.graph, cand):
@@ -141,6 +165,32 @@ def _seeds(ref: Reference, lowering: Lowering, model: Any, first: Evaluation) ->
         node = ref.graph.producers[first.nonfinite[0]].node
         seeds.setdefault(node, f"first non-finite output: {first.nonfinite[0]}")
     return {n: why for n, why in seeds.items() if n in lowering.labels}
+
+
+# a calibrated range is bad where it clips this share of the reference's values on the search's rows. The step against
+# the median |x| (the report's other figure) only orders them: on a ReLU's output, half zeros, a right MinMax range has
+# a step 27x the median |x| (tests/test_repair_int8_calibration.py)
+CLIP_SEED = 0.01
+RANGE_SEEDS = 5  # at most this many tensors' readers seeded by their ranges (each costs an evaluation to shrink)
+
+
+def _range_seeds(ref: Reference, model: Any, rows: int) -> dict[str, str]:
+    """The readers of the quantized activations whose calibrated range is bad (the range report of the layerwise
+    stage, stages/layerwise/ranges.py, on the search's rows), the worst range first: they are seeded first."""
+    graph = GraphIndex.from_model(model)
+    seeds: dict[str, str] = {}
+    bad = [r for r in range_report(ref, graph, [(t, t) for t in ref.order], rows) if r.clipped_fraction >= CLIP_SEED]
+    labels = {graph.label(i): i for i, n in enumerate(graph.nodes) if n.op_type == "QuantizeLinear"}
+    for r in bad[:RANGE_SEEDS]:  # the report's order: most clipped first, then the coarsest step
+        why = (
+            f"calibrated range of {r.tensor} (±{r.limit:.4g}) clips {100 * r.clipped_fraction:.3g}% of the "
+            f"reference's values (max {r.reference_max_abs:.4g})"
+        )
+        q = labels.get(r.quantize_node or "")
+        for dq, _ in graph.consumers.get(graph.nodes[q].output[0], []) if q is not None else []:
+            for reader, _ in graph.consumers.get(graph.nodes[dq].output[0], []):  # the nodes reading it quantized
+                seeds.setdefault(graph.label(reader), why)
+    return seeds
 
 
 def _next(ref: Reference, ev: Evaluation, keep: Sequence[str], allowed: set[str]) -> str | None:
@@ -179,17 +229,19 @@ def search(
     progress: Progress = lambda _: None,
     extra: Callable[[Path], list[str]] | None = None,
     reference_pass: Reference | None = None,
+    method: str = "auto",
 ) -> Search:
     """Find a 1-minimal FP32 keep-list for `reference` lowered to `precision` (fp16 or int8).
 
     INT8: the Q/DQ model is `candidate` when given (a user's quantised model), else quantised here
-    (symmetric, per-channel) on `calibration` (default: the samples). `extra(path)` adds failures of its own
+    (symmetric, per-channel) on `calibration` (default: the samples) with `method` (auto: the one whose held-out
+    error is smallest, repair/calibrate.py). `extra(path)` adds failures of its own
     (the suite's e2e gates), asked only where the tensors pass."""
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-") as tmp:
         work = Path(tmp)
         # the one reference pass of the search (given: made with the held-out rows after the search's)
         ref = reference_pass if reference_pass is not None else Reference.run(reference, samples, work)
-        lowering = Lowering(reference, precision, calibration or samples, work, candidate)
+        lowering = Lowering(reference, precision, calibration or samples, work, candidate, method, progress)
         quantized = set(lowered_nodes(lowering.qdq, lowering.reference)) if lowering.qdq else set(lowering.labels)
         steps: list[Evaluation] = []
 
@@ -206,9 +258,9 @@ def search(
             return ev
 
         before = run([])
-        out = Search(precision, [], before.passed, {}, steps, before)
+        out = Search(precision, [], before.passed, {}, steps, before, calibration=lowering.calibration)
         try:
-            _grow_and_shrink(ref, lowering, quantized, out, run, max_evaluations)
+            _grow_and_shrink(ref, lowering, quantized, out, run, max_evaluations, len(samples))
         except KeyboardInterrupt as exc:  # the best keep-list so far is reported (repair.json), then it goes on up
             out.interrupted = exc
             out.stopped = f"interrupted after {count(len(steps), 'evaluation')}"
@@ -216,6 +268,9 @@ def search(
         out.keep, out.passed, out.after = list(best.keep), best.passed, best
         out.model = lowering.model(out.keep)
         out.lowered = lowering.model([])
+        if lowering.calibration is not None:  # the files say how they were calibrated, as convert's do
+            record_calibration(out.model, lowering.calibration)
+            record_calibration(out.lowered, lowering.calibration)
         out.lowerable = len(quantized)
         out.order = list(ref.order)
         out.producer = {t: p.node for t, p in ref.graph.producers.items()}
@@ -229,12 +284,13 @@ def _grow_and_shrink(
     out: Search,
     run: Callable[[Sequence[str]], Evaluation],
     max_evaluations: int,
+    rows: int,
 ) -> None:
     """Grow the keep-list from the seeds until it passes, then shrink it to 1-minimal (the module docstring)."""
     steps, before = out.steps, out.before
     assert before is not None
     if not before.passed:
-        out.seeds = _seeds(ref, lowering, lowering.model([]), before)
+        out.seeds = _seeds(ref, lowering, lowering.model([]), before, rows)
         keep = [n for n in out.seeds if n in quantized]
         ev = run(keep) if keep and len(steps) < max_evaluations else before
         while not ev.passed and len(steps) < max_evaluations:

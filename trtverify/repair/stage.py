@@ -45,6 +45,9 @@ class RepairResult(StageResult):
     rows: dict[str, int] | None = optional("input rows the search used, and the rows held out to verify it")
     verified: Checked | None = optional("the repaired model on the held-out rows")
     stopped: str | None = optional("where nothing passed: why the search ended there")
+    calibration: dict[str, object] | None = optional(
+        "int8 made here: how it was calibrated (method, calibration_rows; auto: chosen_by, held_out_rows, figures)"
+    )
 
 
 def _calibration(loaded: LoadedSuite, path: Path) -> list[dict[str, np.ndarray]]:
@@ -104,6 +107,7 @@ def run(ctx: StageContext) -> RepairResult:
                 target=gates.describe() if gates else None,
                 holdout=holdout,
                 onnxruntime=suite.backends.onnxruntime,
+                method=cfg.method,
             )
         except KeyboardInterrupt as exc:  # the search's best so far goes into results.json with the interruption
             partial = getattr(exc, "repair_record", None)
@@ -207,6 +211,7 @@ def _result(
         rows=rec.rows,
         verified=rec.verified,
         stopped=rec.stopped,
+        calibration=rec.calibration,
     )
 
 

@@ -208,6 +208,7 @@ def repair_suite(
     max_evaluations: int,
     holdout: float = 0.25,
     plugins: dict[str, str] | None = None,
+    method: str = "auto",
 ) -> Path:
     """Write `out/suite.yaml` for `trtverify repair` (stage repair) and return its path."""
     reference = reference.resolve()
@@ -227,6 +228,8 @@ def repair_suite(
         stage["checks"] = [parse_check(c) for c in checks]
     if calibration is not None:
         stage["calibration"] = str(calibration.resolve())
+    if method != "auto":
+        stage["method"] = method
     models: dict[str, Any] = {"reference": str(reference)}
     if candidate is not None:
         models["candidates"] = {precision: str(candidate.resolve())}

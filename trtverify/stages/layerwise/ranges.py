@@ -8,6 +8,7 @@ the candidate itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -16,11 +17,18 @@ from trtverify.lint.weights import q_limit
 from trtverify.stages.layerwise.models import CacheRanges, RangeRow
 from trtverify.stages.layerwise.reference import ReferencePass
 from trtverify.toolout.calibcache import CalibrationCache
+from trtverify.util.tensorstore import TensorStore
 
 
-def report(ref: ReferencePass, cand: GraphIndex, pairs: Sequence[tuple[str, str]], samples: int) -> list[RangeRow]:
+class Values(Protocol):
+    """The reference's values per sample: the layerwise stage's reference pass, or repair's (repair/evaluate.py)."""
+
+    store: TensorStore
+
+
+def report(ref: Values, cand: GraphIndex, pairs: Sequence[tuple[str, str]], samples: int) -> list[RangeRow]:
     """One row per QuantizeLinear of an activation whose input pairs with a reference tensor, the worst first (most
-    clipped, then coarsest step)."""
+    clipped, then coarsest step); the ranking input of repair's search too (repair/search.py)."""
     to_ref = {c: r for r, c in pairs}
     rows = []
     for idx, node in enumerate(cand.nodes):
