@@ -121,3 +121,24 @@ def test_the_real_cache_reads_and_bad_lines_are_named(tmp_path: Path) -> None:
     # TensorRT writes the bits with std::hex: leading zeros may be missing; names may hold ':'
     short = calibcache.parse("input:0: 0\nconv: 3c010a14\n", Path("c.cache"))
     assert short.entries["input:0"].scale == 0.0 and short.header is None
+
+
+def test_layerwise_command_takes_a_cache_without_a_candidate(tmp_path: Path) -> None:
+    ref = _cnn(tmp_path / "cnn.onnx")
+    rows = np.random.default_rng(1).random((2, 3, 16, 16), dtype=np.float32)
+    np.savez(tmp_path / "eval.npz", x=rows)
+    tops = _max_abs(ref, rows)
+    bad = "/3/Relu_output_0"
+    lines = ["TRT-100300-EntropyCalibration2"]
+    lines += [f"{n}: {_hex(t / 127 * 1.01 / (100 if n == bad else 1))}" for n, t in tops.items()]
+    (tmp_path / "c.cache").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o"
+    r = run_cli("layerwise", str(ref), "--inputs", str(tmp_path / "eval.npz"), "--calibration-cache",
+                str(tmp_path / "c.cache"), "--out", str(out))  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    cc = json.loads((out / "results.json").read_text())["stages"][0]["calibration_cache"]
+    assert cc["tensorrt_version"] == "10.3.0" and cc["rows"][0]["tensor"] == bad and cc["unmatched"] == 0
+    assert "calibration_cache:" in (out / "suite.yaml").read_text()  # rerunnable with `trtverify run`
+    r = run_cli("layerwise", str(ref), "--backend", "tensorrt", "--precision", "fp16", "--calibration-cache",
+                str(tmp_path / "c.cache"), "--out", str(tmp_path / "o2"))  # fmt: skip
+    assert r.code == 2 and "give --precision int8" in r.err

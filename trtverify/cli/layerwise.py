@@ -46,6 +46,13 @@ from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, 
     help="TensorRT <= 10 builder flag (several values, or repeat it); with no CANDIDATE the reference itself is built.",
 )
 @click.option(
+    "--calibration-cache",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="A TensorRT <= 10 INT8 calibration cache: its ranges judged against the reference's values (with no "
+    "CANDIDATE, against the reference run as the candidate); with --backend tensorrt --precision int8 the build "
+    "reads it too.",
+)
+@click.option(
     "--check",
     "checks",
     cls=Several,
@@ -80,6 +87,7 @@ def layerwise(
     seed: int,
     backend: str,
     precisions: tuple[str, ...],
+    calibration_cache: Path | None,
     checks: tuple[str, ...],
     fail_on_lint: tuple[str, ...],
     memory_budget: float | None,
@@ -117,5 +125,6 @@ def layerwise(
         memory_budget=memory_budget,
         root_causes=root_causes,
         plugins=plugin_map(plugins),
+        calibration_cache=calibration_cache,
     )
     execute(load_suite(path), out, ("layerwise",), False, None, quiet)

@@ -141,11 +141,12 @@ def layerwise_suite(
     root_causes: int | None,
     fail_on_lint: Sequence[str] = (),
     plugins: dict[str, str] | None = None,
+    calibration_cache: Path | None = None,
 ) -> Path:
     """Write `out/suite.yaml` for a layerwise comparison and return its path."""
     reference = reference.resolve()
-    if not candidates:
-        if backend == "onnxruntime":
+    if not candidates:  # a calibration cache alone is judged against the reference run as the candidate
+        if backend == "onnxruntime" and calibration_cache is None:
             raise UsageError("give a CANDIDATE model, or --backend tensorrt/tensorrt-rtx to build the reference itself")
         candidates = [reference]
     taken: set[str] = set()
@@ -180,6 +181,14 @@ def layerwise_suite(
         if backend == "onnxruntime":
             raise UsageError("--precision is a TensorRT builder flag: use it with --backend tensorrt")
         suite["backends"] = {backend.replace("-", "_"): {"precisions": precisions}}
+    if calibration_cache is not None:  # the cache a TensorRT <= 10 INT8 build reads; layerwise judges its ranges
+        if backend != "onnxruntime" and (backend != "tensorrt" or "int8" not in precisions):
+            raise UsageError(
+                "--calibration-cache is TensorRT <= 10's INT8 calibration: with --backend tensorrt give --precision "
+                "int8; with the default backend its ranges are judged without TensorRT"
+            )
+        trt = suite.setdefault("backends", {}).setdefault("tensorrt", {"precisions": ["int8"]})
+        trt["calibration_cache"] = str(calibration_cache.resolve())
     out.mkdir(parents=True, exist_ok=True)
     path = out / "suite.yaml"
     atomic_write_text(
