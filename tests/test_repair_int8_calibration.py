@@ -60,6 +60,23 @@ def test_the_activation_with_the_worst_range_is_ranked_first(tmp_path: Path) -> 
     assert set(result.steps[1].keep) >= {"/c3/Conv", "/c2/Conv"}
 
 
+def test_a_range_an_outlier_stretched_is_ranked_first(tmp_path: Path) -> None:
+    """The issue's corrupted calibration row (one value 1000x the others) makes a range 1000x too wide: nothing clips,
+    but the INT8 step dwarfs the typical value."""
+    torch.manual_seed(0)
+    export(ConvReluNet(), (1, 3, 32, 32), tmp_path / "ref.onnx")
+    quantize(tmp_path / "ref.onnx", tmp_path / "int8.onnx", _feeds(16, 1))
+    model = onnx.load(str(tmp_path / "int8.onnx"))
+    stretched = _shrink_range(model, "/c3/Conv", 1 / 1000)
+    onnx.save(model, str(tmp_path / "bad.onnx"))
+    checks = [Check(metric="rel_l2", max=0.05), Check(metric="cosine", min=0.999)]
+    result = search(tmp_path / "ref.onnx", "int8", _feeds(4, 0), checks, candidate=tmp_path / "bad.onnx")
+    assert not result.before.passed
+    node, why = next(iter(result.seeds.items()))
+    assert node == "/c3/Conv" and why.startswith(f"calibrated range of {stretched} (±") and "INT8 step is" in why, why
+    assert result.passed and "/c3/Conv" in result.keep
+
+
 def test_a_right_calibration_seeds_nothing_by_range(tmp_path: Path) -> None:
     torch.manual_seed(0)
     export(ConvReluNet(), (1, 3, 32, 32), tmp_path / "ref.onnx")

@@ -23,7 +23,7 @@ def range_lines(cand: LayerwiseCandidate) -> list[str]:
     coarse = max((r for r in rows if r.step_over_median is not None), key=lambda r: r.step_over_median or 0.0,
                  default=None)  # fmt: skip
     if coarse is not None:
-        line += f"; coarsest step {coarse.tensor} ({coarse.step_over_median:.3g}x its median |x|)"
+        line += f"; coarsest step {coarse.tensor} ({coarse.step_over_median:.3g}x its median nonzero |x|)"
     return [line]
 
 
@@ -47,5 +47,5 @@ def cache_lines(s: LayerwiseResult) -> list[str]:
     coarse = max((r for r in cc.rows if r.step_over_median is not None), key=lambda r: r.step_over_median or 0.0,
                  default=None)  # fmt: skip
     if coarse is not None:
-        line += f"; coarsest step {coarse.tensor} ({coarse.step_over_median:.3g}x its median |x|)"
+        line += f"; coarsest step {coarse.tensor} ({coarse.step_over_median:.3g}x its median nonzero |x|)"
     return [line]

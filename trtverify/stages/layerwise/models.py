@@ -160,7 +160,9 @@ class RangeRow(Record):
     step: float = Field(description="its quantization step (scale)")
     reference_max_abs: float = Field(description="the largest |x| of the reference's values, over the samples")
     clipped_fraction: float = Field(description="share of the reference's values beyond the limit")
-    step_over_median: float | None = Field(description="step / median |x| of the reference's values (None: all 0)")
+    step_over_median: float | None = Field(
+        description="step / median nonzero |x| of the reference's values (zeros are exact at any step; None: all 0)"
+    )
     samples: int
 
 
@@ -216,7 +218,7 @@ class LayerwiseCandidate(Record):
     )
     ranges: list[RangeRow] | None = optional(
         "quantized candidates: per quantized activation, its calibrated range against the reference's values "
-        "(clipped share, step against the median |x|), the worst first"
+        "(clipped share, step against the median nonzero |x|), the worst first"
     )
     lint: list[LintFinding] = Field(description="static precision lint of the candidate model")
     passed: bool

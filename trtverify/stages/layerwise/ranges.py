@@ -1,8 +1,8 @@
 """The range report of a quantized candidate: per quantized activation, the range its calibration gave (its
 QuantizeLinear's scale) against the reference's values of that tensor on the samples compared: the fraction of
-values beyond the range (clipped), and the quantization step against the median |x| (a step as large as the typical
-value leaves it a few levels). The "dynamic range mismatch" a user hunts in TensorRT's calibration warnings, read from
-the candidate itself.
+values beyond the range (clipped), and the quantization step against the median nonzero |x| (a step as large as the
+typical value leaves it a few levels). The "dynamic range mismatch" a user hunts in TensorRT's calibration warnings,
+read from the candidate itself; and the same of a TensorRT calibration cache's ranges (cache_report).
 """
 
 from __future__ import annotations
@@ -74,10 +74,12 @@ def judge(values: Callable[[int], np.ndarray], samples: int, limit: float, step:
         clipped += int(np.count_nonzero(v > limit * (1 + 1e-6)))
         total += v.size
         top = max(top, float(v.max()))
-        medians.append(float(np.median(v)))
+        nonzero = v[v > 0]  # zeros are exact in INT8 at any step: a ReLU's half of zeros says nothing of its step
+        if nonzero.size:
+            medians.append(float(np.median(nonzero)))
     if not total:
         return None
-    median = float(np.median(medians))
+    median = float(np.median(medians)) if medians else 0.0
     return RangeRow(
         tensor="",
         limit=limit,
