@@ -77,6 +77,28 @@ def test_a_range_an_outlier_stretched_is_ranked_first(tmp_path: Path) -> None:
     assert result.passed and "/c3/Conv" in result.keep
 
 
+def test_the_issues_corrupted_calibration_row_points_at_the_ranges_it_stretched(tmp_path: Path) -> None:
+    """Issue 38's calibration set: rows in [0, 1], one pixel of row 7 at 1000. MinMax stretches the input's range and
+    every range after it; the model input's range is judged too (its values are the feeds)."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d
+    net = torch.nn.Sequential(conv(3, 16, 3, padding=1), torch.nn.ReLU(), conv(16, 16, 3, padding=1), torch.nn.ReLU(),
+                              conv(16, 8, 3, padding=1)).eval()  # fmt: skip
+    torch.onnx.export(net, (torch.rand(1, 3, 32, 32),), str(tmp_path / "m.onnx"), input_names=["x"],
+                      output_names=["y"], opset_version=17, dynamo=False)  # fmt: skip
+    rng = np.random.default_rng(0)
+    calib = [{"x": rng.random((1, 3, 32, 32), dtype=np.float32)} for _ in range(32)]
+    calib[7]["x"][0, 0, 10, 10] = 1000.0
+    samples = [{"x": rng.random((1, 3, 32, 32), dtype=np.float32)} for _ in range(8)]
+    result = search(tmp_path / "m.onnx", "int8", samples, [Check(metric="rel_l2", max=0.25)], calibration=calib,
+                    method="minmax")  # fmt: skip
+    assert not result.before.passed and result.calibration == {"method": "minmax", "calibration_rows": 32}
+    node, why = next(iter(result.seeds.items()))
+    assert node == "/0/Conv" and why.startswith("calibrated range of x (±1") and "INT8 step is" in why, result.seeds
+    assert set(result.seeds) == {"/0/Conv", "/2/Conv", "/4/Conv"}  # the input's range and both ReLU outputs'
+    assert result.passed
+
+
 def test_a_right_calibration_seeds_nothing_by_range(tmp_path: Path) -> None:
     torch.manual_seed(0)
     export(ConvReluNet(), (1, 3, 32, 32), tmp_path / "ref.onnx")

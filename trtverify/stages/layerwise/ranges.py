@@ -26,15 +26,19 @@ class Values(Protocol):
     store: TensorStore
 
 
-def report(ref: Values, cand: GraphIndex, pairs: Sequence[tuple[str, str]], samples: int) -> list[RangeRow]:
-    """One row per QuantizeLinear of an activation whose input pairs with a reference tensor, the worst first (most
-    clipped, then coarsest step); the ranking input of repair's search too (repair/search.py)."""
+def report(
+    ref: Values, cand: GraphIndex, pairs: Sequence[tuple[str, str]], samples: Sequence[dict[str, np.ndarray]]
+) -> list[RangeRow]:
+    """One row per QuantizeLinear of an activation whose input pairs with a reference tensor or is a model input
+    (its values: the feeds `samples`), the worst first (most clipped, then coarsest step); the ranking input of
+    repair's search too (repair/search.py)."""
     to_ref = {c: r for r, c in pairs}
+    feeds = samples[0] if samples else {}
     rows = []
     for idx, node in enumerate(cand.nodes):
         if node.op_type != "QuantizeLinear" or not node.input or node.input[0] in cand.constants:
             continue
-        r = to_ref.get(node.input[0])
+        r = to_ref.get(node.input[0], node.input[0] if node.input[0] in feeds else None)
         limit = q_limit(cand, node)
         if r is None or limit is None or not limit > 0:
             continue
@@ -43,7 +47,8 @@ def report(ref: Values, cand: GraphIndex, pairs: Sequence[tuple[str, str]], samp
         if scale is None:
             continue
         step = float(np.abs(np.asarray(scale, dtype=np.float64)).max())
-        row = judge(lambda si, r=r: ref.store.get(si, r), samples, limit, step)
+        values = (lambda si, r=r: samples[si][r]) if r in feeds else (lambda si, r=r: ref.store.get(si, r))
+        row = judge(values, len(samples), limit, step)
         if row is not None:
             rows.append(row.model_copy(update={"tensor": r, "quantize_node": cand.label(idx)}))
     rows.sort(key=worst_first)

@@ -348,7 +348,7 @@ def _candidate(
         checks_for, checks_source = _checks_for(cfg, name, precision)
         dets = detections.plan(ref, pairing.pairs, cfg.detections)
         series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings, dets)
-        ranges = quant_ranges.report(ref, structure, pairing.pairs, len(samples)) if onnx_graph else []
+        ranges = quant_ranges.report(ref, structure, pairing.pairs, samples) if onnx_graph else []
         backend.release()  # its weights are not needed while the isolation model runs
         missing = around_plugins.uncomputed(ref, backend.uncomputed())
         rows, checks = _rows_and_checks(
