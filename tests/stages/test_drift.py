@@ -152,6 +152,11 @@ def test_e2e_a_baseline_of_other_data_is_not_compared(tmp_path: Path, zoo: dict)
     vs = _stage(tmp_path / "o2")["candidates"][0]["vs_baseline"]["accuracy"]
     assert vs["state"] == "not_comparable" and "samples 200 -> 150" in vs["why"]
     assert "max_drop_vs_baseline gates not run for release: measured against other things (samples 200 -> 150" in r.out
+    # a damaged baseline is an error naming the file (exit 2), never a silent pass
+    baseline = tmp_path / "refs" / "drift" / "e2e" / "baseline.json"
+    baseline.write_text('{"format": 1, "rows": ')
+    r = _run(tmp_path, _suite(tmp_path, zoo, "e2e"), "o3")
+    assert r.code == 2 and f"{baseline}: unreadable baseline" in r.out + r.err, r.out + r.err
 
 
 def test_e2e_shards_compare_after_merge(tmp_path: Path, zoo: dict):
@@ -159,10 +164,13 @@ def test_e2e_shards_compare_after_merge(tmp_path: Path, zoo: dict):
     _release(tmp_path, zoo["flips2"])
     assert _run(tmp_path, suite, "b", "--update-baseline").code == 0
     _release(tmp_path, zoo["flips6"])
-    for i in (1, 2):
-        r = _run(tmp_path, suite, f"s{i}", "--shard", f"{i}/2")
+    stored = (tmp_path / "refs" / "drift" / "e2e" / "baseline.json").read_text()
+    for i in (1, 2):  # a shard neither compares (part of the data) nor writes, even with the flag
+        r = _run(tmp_path, suite, f"s{i}", "--shard", f"{i}/2", *(["--update-baseline"] if i == 1 else []))
         assert r.code in (0, 1), r.out + r.err
         assert _stage(tmp_path / f"s{i}")["candidates"][0]["vs_baseline"]["accuracy"]["state"] == "sharded"
+    assert "baseline not written to" in _stage(tmp_path / "s1")["notes"][-1]
+    assert (tmp_path / "refs" / "drift" / "e2e" / "baseline.json").read_text() == stored
     r = run_cli("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m"))
     assert r.code == 1, r.out + r.err
     failed = [c for c in _stage(tmp_path / "m")["checks"] if not c["passed"]]
