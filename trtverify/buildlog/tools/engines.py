@@ -1,0 +1,234 @@
+"""Engine files and Polygraphy's other commands.
+
+Formats: Polygraphy's util.save_file / load_file (`Saving engine to model.engine`, `Loading bytes from model.engine`,
+`Saving tactic replay file to replay.json`, `Loading tactic replay file from replay.json`, `Saving tactic timing cache
+to ...`), its profile echo (`Configuring with profiles:[ Profile 0: {x [min=[..], opt=[..], max=[..]]} ]`, older
+`Profile().add('x', min=[..], opt=[..], max=[..])`), `polygraphy inspect model` (tools/inspect/subtool/model/text.py:
+`==== TensorRT Engine ====`, `Name: n | Explicit Batch Engine (2 layers)`, `---- N Engine Input(s) ----`, `---- N
+Profile(s) (M Binding(s) Each) ----`, `---- N Layer(s) ----`, `==== ONNX Model ====`, `Name: n | ONNX Opset: 17`,
+`---- N Node(s) ----`, `---- N Initializer(s) ----`, per-layer tensors `{y [dtype=float16, shape=(..)]}`);
+TensorRT-LLM's `Serializing engine to .../rank0.engine...`; DeepStream's `Deserialize engine failed from file: X`,
+`deserialized trt engine from :X`, `serialize cuda engine to file: X successfully`; TensorRT-RTX's `Engine serialized to
+X`; the engine loader's version checks (TensorRT 7-10 runtime.cpp / the plan header: `The engine plan file is not
+compatible with this version of TensorRT, expecting library version 8.6.1.6 got 8.5.2.2, please rebuild.`, `...
+generated on an incompatible device, expecting compute 8.6 got compute 8.7, please rebuild.`, `Serialization assertion
+stdVersionRead == kSERIALIZATION_VERSION failed.Version tag does not match. Note: Current Version: 236, Serialized
+Engine Version: 239`, `Serialization assertion plan->header.magicTag == rt::kPLAN_MAGIC_TAG failed.Trying to load an
+engine created with incompatible serialization version.`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from trtverify.buildlog.findings import Hit
+from trtverify.buildlog.lines import LogRecord
+from trtverify.buildlog.tools.common import first_line, lines_of
+
+_PATH = r"(?P<path>[^\s'\"]+?\.(?:engine|plan|trt|bin|eng))(?=[\s'\",:;)]|\.{3}|\.?$)"
+_ENGINE_IO = [
+    (re.compile(r"Deserialize engine failed (?:from file|because file path): ?" + _PATH), "load_failed"),
+    (
+        re.compile(
+            r"(?:Failed to (?:load|open|read|deserialize)|Error opening|Cannot open|Unable to (?:open|load))"
+            r" (?:the )?(?:engine|plan|file)(?: file)?:? ?'?" + _PATH,
+            re.I,
+        ),
+        "load_failed",
+    ),  # fmt: skip
+    (re.compile(r"[Ee]ngine file:? '?" + _PATH + r"'? (?:does not exist|not found|is missing)"), "missing"),
+    (re.compile(r"(?:No such file or directory|not found|does not exist)\W+'?" + _PATH), "missing"),
+    (
+        re.compile(r"^(?:Saving|Writing|Serializing) (?:the )?(?:TensorRT )?engine (?:to|into)(?: file)?:? '?" + _PATH),
+        "saved",
+    ),  # fmt: skip
+    (re.compile(r"^(?:Engine serialized to|serialize cuda engine to file:|Saved engine to) ?'?" + _PATH), "saved"),
+    (re.compile(r"^Loading (?:bytes|engine|TensorRT engine|the engine)(?: from(?: bytes)?)?:? '?" + _PATH), "loaded"),
+    (re.compile(r"^(?:deserialized trt engine from|Loaded engine from|Loading engine file):? ?'?" + _PATH), "loaded"),
+    (re.compile(r"^Building (?:a new )?(?:TensorRT )?engine (?:for .*?: |to )'?" + _PATH), "building"),
+    (
+        re.compile(r"(?:Rebuilding|Re-building|will rebuild|rebuild(?:ing)? the) (?:the )?engine\b.*?" + _PATH, re.I),
+        "rebuilt",
+    ),  # fmt: skip
+]
+_ARTIFACT = re.compile(
+    r"^(?P<act>Saving|Loading) (?P<what>tactic replay file|tactic timing cache|calibration cache|timing cache)"
+    r" (?:to|from):? (?P<path>\S+)"
+)
+_MISMATCH = [
+    re.compile(
+        r"engine plan file is not compatible with this version of TensorRT, expecting library version "
+        r"(?P<want>[\d.]+) got (?P<got>[\d.]+)"
+    ),  # fmt: skip
+    re.compile(
+        r"engine plan file is generated on an incompatible device, expecting compute (?P<want_cc>[\d.]+) "
+        r"got compute (?P<got_cc>[\d.]+)"
+    ),  # fmt: skip
+    re.compile(
+        r"Version tag does not match\.?(?: Note: Current Version: (?P<cur>\d+), Serialized Engine Version: "
+        r"(?P<eng>\d+))?"
+    ),  # fmt: skip
+    re.compile(r"magicTag == rt::kPLAN_MAGIC_TAG failed|engine created with incompatible serialization version"),
+    re.compile(
+        r"[Ss]erialized engine (?:was )?(?:built|created) with (?:a different|an incompatible) (?:version|"
+        r"TensorRT)"
+    ),  # fmt: skip
+]
+
+
+def rule_engine_files(records: list[LogRecord]) -> Iterator[Hit]:
+    """Each engine file the log names, with what happened to it (saved, loaded, building, rebuilt, missing,
+    load_failed); a failed or missing load is high. One finding per path."""
+    for r in records:
+        text = first_line(r).strip()
+        for rx, action in _ENGINE_IO:
+            m = rx.search(text)
+            if m:
+                path = m["path"].rstrip(".")
+                sev = "high" if action in ("load_failed", "missing") else "info"
+                msg = {"saved": "engine saved to", "loaded": "engine loaded from", "building": "building engine",
+                       "rebuilt": "engine rebuilt:", "missing": "engine file missing:",
+                       "load_failed": "engine failed to load from"}[action] + f" {path}"  # fmt: skip
+                yield Hit("engine_file", "build", sev, msg, r.first, (), {"path": path, "action": action},
+                          key=f"engine_file:{path}")  # fmt: skip
+                break
+        m = _ARTIFACT.match(text)
+        if m:
+            d = {"what": m["what"], "path": m["path"], "action": "saved" if m["act"] == "Saving" else "loaded"}
+            yield Hit("polygraphy_artifact", "tactics", "info", text, r.first, (), d, key=f"artifact:{m['path']}")
+
+
+def rule_engine_version_mismatch(records: list[LogRecord]) -> Iterator[Hit]:
+    """An engine built by another TensorRT (or for another GPU) than the one loading it: both versions or
+    serialization tags where the log prints them, and the fix."""
+    for r in records:
+        text = r.text.replace("\n", " ")
+        for rx in _MISMATCH:
+            m = rx.search(text)
+            if not m:
+                continue
+            g = {k: v for k, v in m.groupdict().items() if v}
+            d: dict[str, Any] = {}
+            if "want" in g:
+                d.update(engine_version=g["got"], runtime_version=g["want"])
+            if "want_cc" in g:
+                d.update(engine_compute=g["got_cc"], runtime_compute=g["want_cc"])
+            if "cur" in g:
+                d.update(runtime_tag=int(g["cur"]), engine_tag=int(g["eng"]))
+            d["fix"] = ("rebuild the engine on this GPU" if "want_cc" in g else
+                        "rebuild the engine with the TensorRT that loads it" +
+                        (f" ({g['want']})" if "want" in g else ""))  # fmt: skip
+            says = ", ".join(f"{k} {v}" for k, v in d.items() if k != "fix")
+            msg = "engine built by another TensorRT than the one loading it" + (f" ({says})" if says else "")
+            if "want_cc" in g:
+                msg = f"engine built for another GPU (compute {g['got_cc']}, this one {g['want_cc']})"
+            yield Hit("engine_version_mismatch", "build", "high", f"{msg}: {d['fix']}", r.first, (), d)
+            break
+
+
+_PROFILE = re.compile(
+    r"'?(?P<name>[\w./:-]+)'?,?\s*\[?min=\[(?P<min>[^\]]*)\],?\s*opt=\[(?P<opt>[^\]]*)\],?\s*max=\[(?P<max>[^\]]*)\]"
+)
+_INSPECT_HEAD = re.compile(r"^==== (?P<what>TensorRT Engine|ONNX Model|TensorRT Network|Trt Network) ====")
+_NAME = re.compile(r"^Name: (?P<name>.*?) \| (?P<rest>.*)$")
+_COUNT = re.compile(r"^---- (?P<n>\d+) (?P<what>[\w ]+?)\(s\)(?: \((?P<b>\d+) Binding\(s\) Each\))?(?P<tail>.*)----$")
+_DTYPE = re.compile(r"->\s*\{.*?\[dtype=(?P<dt>\w+)")
+_LAYERS_IN_NAME = re.compile(r"\((?P<n>\d+) layers?\)")
+_MEMORY = re.compile(r"^Device Memory: (?P<n>\d+) bytes")
+
+
+def rule_polygraphy_inspect(records: list[LogRecord]) -> Iterator[Hit]:
+    """`polygraphy inspect model` summaries (engine, ONNX model, network): name, layer / node / initializer /
+    input / output / profile counts, device memory, and the precision of the layers' outputs; and the optimization
+    profiles a build was configured with (`optimization_profiles`)."""
+    cur: dict[str, Any] | None = None
+    lines: list[int] = []
+    profiles: list[dict[str, Any]] = []
+    prof_lines: list[int] = []
+
+    def done() -> Iterator[Hit]:
+        if cur is None:
+            return
+        counts = ", ".join(f"{v} {k}" for k, v in cur.get("counts", {}).items())
+        msg = f"{cur['what']}" + (f" {cur['name']}" if cur.get("name") else "") + (f": {counts}" if counts else "")
+        if cur.get("precision"):
+            msg += "; layer outputs " + ", ".join(f"{k} {v}" for k, v in cur["precision"].items())
+        yield Hit("polygraphy_inspect", "performance", "info", msg, lines[0], (), cur, key=f"inspect:{lines[0]}",
+                  read=tuple(lines))  # fmt: skip
+
+    for r in records:
+        if r.dialect in ("blank", "elision"):
+            continue
+        for line, text in lines_of(r):
+            if "min=[" in text and "max=[" in text:
+                for m in _PROFILE.finditer(text):
+                    profiles.append({k: m[k] for k in ("name", "min", "opt", "max")})
+                    prof_lines.append(line)
+            if m := _INSPECT_HEAD.match(text):
+                yield from done()
+                cur, lines = {"what": m["what"], "counts": {}}, [line]
+            elif cur is None:
+                continue
+            elif m := _NAME.match(text):
+                cur["name"] = m["name"]
+                cur["kind"] = m["rest"]
+                if n := _LAYERS_IN_NAME.search(m["rest"]):
+                    cur["counts"]["layers"] = int(n["n"])
+                lines.append(line)
+            elif m := _COUNT.match(text):
+                cur["counts"][m["what"].strip().lower().replace(" ", "_") + "s"] = int(m["n"])
+                lines.append(line)
+            elif m := _MEMORY.match(text):
+                cur["device_memory_bytes"] = int(m["n"])
+                lines.append(line)
+            elif m := _DTYPE.search(text):
+                cur.setdefault("precision", {})[m["dt"]] = cur.setdefault("precision", {}).get(m["dt"], 0) + 1
+                lines.append(line)
+    yield from done()
+    if profiles:
+        names = ", ".join(f"{p['name']} min [{p['min']}] opt [{p['opt']}] max [{p['max']}]" for p in profiles[:4])
+        yield Hit(
+            "optimization_profiles",
+            "build",
+            "info",
+            f"optimization profiles: {names}",
+            prof_lines[0],
+            tuple(dict.fromkeys(p["name"] for p in profiles)),
+            {"profiles": profiles},
+            read=tuple(prof_lines),
+        )
+
+
+_ENGINE_KINDS = {"build_failure", "engine_version_mismatch", "library_version_mismatch", "log_error",
+                 "plugin_not_found", "memory_shortfall", "trtllm_build_time", "build_time"}  # fmt: skip
+
+
+def attach_engine_files(hits: list[Hit], records: list[LogRecord]) -> None:
+    """The engine file a finding concerns, in its detail (`engine`): the last one the log named at or before the
+    finding's line (a failed deserialisation names it on the next line: the first one named after, within 5
+    lines, counts too). Only where the finding is about an engine and the log names one."""
+    named = [(h.line, h.detail["path"]) for h in hits if h.kind == "engine_file"]
+    if not named:
+        return
+    for h in hits:
+        if h.kind not in _ENGINE_KINDS or "engine" in h.detail:
+            continue
+        if h.kind == "log_error" and not re.search(r"engine|[Ss]erializ|plan", h.message):
+            continue
+        before = [p for line, p in named if line <= h.line]
+        after = [p for line, p in named if h.line < line <= h.line + 5]
+        path = after[0] if after and h.kind != "build_time" else (before[-1] if before else None)
+        if path:
+            h.detail["engine"] = path
+
+
+RULES = (rule_engine_files, rule_engine_version_mismatch, rule_polygraphy_inspect)
+KINDS = {
+    "engine_file": ("build", "engine_file"),  # info (high when missing / failed to load): path, action
+    "polygraphy_artifact": ("tactics", "polygraphy_convert"),  # info: tactic replay / timing cache saved or loaded
+    "engine_version_mismatch": ("build", "engine_version_mismatch"),  # high: both versions or tags, the fix
+    "polygraphy_inspect": ("performance", "polygraphy_inspect"),  # info: counts, memory, output precisions
+    "optimization_profiles": ("build", "polygraphy_convert"),  # info: min / opt / max per input
+}
