@@ -21,8 +21,15 @@ _RULES: list[tuple[re.Pattern[str], str, Any]] = [
     (re.compile(r"^Loading ONNX model from (?P<v>\S+)"), "model", str),
     (re.compile(r"^Preprocessing the model (?P<v>\S+)"), "model", str),
     (re.compile(r"^Quantization mode: (?P<v>\w+)"), "mode", str),
-    (re.compile(r"^Starting (?P<v>INT8|FP8|INT4) quantization"), "mode", str.lower),
     (re.compile(r"^Starting INT8 quantization with (?:method: |')(?P<v>\w+)"), "calibration_method", str),
+    (re.compile(r"^Starting (?P<v>INT8|FP8|INT4) quantization"), "mode", str.lower),
+    # ONNX Runtime's calibrator, which ModelOpt's INT8 path runs (onnxruntime/quantization/calibrate.py prints)
+    (re.compile(r"^Finding optimal threshold for each tensor using '(?P<v>\w+)' algorithm"), "calibration_method", str),
+    (re.compile(r"^Number of tensors : (?P<v>\d+)"), "calibrated_tensors", _INT),
+    (re.compile(r"^Number of histogram bins : (?P<v>\d+)"), "histogram_bins", _INT),
+    (re.compile(r"^Number of quantized bins : (?P<v>\d+)"), "quantized_bins", _INT),
+    (re.compile(r"^Collecting tensor data and making histogram"), "histogram_passes", "count"),
+    (re.compile(r"^\s*\d+%\|"), "progress", "skip"),
     (re.compile(r"^Using calibration cache from (?P<v>\S+)"), "calibration_cache", str),
     (re.compile(r"^Importing scales from calibration cache: (?P<v>\S+)"), "calibration_cache", str),
     (re.compile(r"^Processed (?P<v>\d+) batches of calibration data"), "calibration_batches", _INT),
@@ -56,7 +63,7 @@ _OTHER = re.compile(
     r"Classifying|Found \d+ |Deleting QDQ|Converting float|Cleaning up|Validating quantized|Quantization process "
     r"completed|Running ONNX Runtime|Converted FP64|Ensured custom|Propagating tensor|Aggregating statistics|"
     r"Removing \d+ redundant|Replaced LayerNorm|No custom ops found|Making TensorRT EP|Custom op detected|"
-    r"Checking for|Running Auto Q/DQ|Logging configured)"
+    r"Checking for|Running Auto Q/DQ|Logging configured|Converting model from opset|Quantizable op types|Starting static)"
 )
 
 
@@ -65,21 +72,26 @@ def rule_modelopt(records: list[LogRecord]) -> Iterator[Hit]:
     lines: list[int] = []
     autocast = False
     for r in records:
-        if r.dialect != "modelopt" and not first_line(r).startswith(("Quantization mode:", "Converted model saved")):
+        if r.dialect not in ("modelopt", "unknown"):
             continue
         text = first_line(r)
         for rx, key, cast in _RULES:
             m = rx.match(text)
             if not m:
                 continue
-            v = cast(m.groupdict().get("v") or "") if "v" in m.groupdict() else True
-            if key in ("kept_high_precision", "force_included"):
+            if r.dialect == "unknown" and not d and key not in ("model", "mode", "converted"):
+                break  # a line of ModelOpt's (or its calibrator's) without its prefix counts inside a ModelOpt run
+            v = cast(m["v"]) if "v" in m.groupdict() and callable(cast) else True
+            if cast in ("count", "skip"):
+                d[key] = d.get(key, 0) + 1 if cast == "count" else None
+                d.pop("progress", None)
+            elif key in ("kept_high_precision", "force_included"):
                 d.setdefault(key, []).append(m["v"])
             elif key == "converted":
                 autocast = True
                 d.update(converted=m["v"], converted_pct=float(m["pct"]), mode=m["to"].lower())
-            elif key == "model":
-                d.setdefault("model", v)
+            elif key in ("model", "calibration_method"):
+                d.setdefault(key, v)
             else:
                 d[key] = v
             lines.append(r.first)
@@ -89,8 +101,10 @@ def rule_modelopt(records: list[LogRecord]) -> Iterator[Hit]:
                 lines.append(r.first)
     if not d:
         return
+    if "histogram_passes" in d:  # ONNX Runtime's calibrator collects once per calibration batch
+        d.setdefault("calibration_batches", d["histogram_passes"])
     tool = "AutoCast" if autocast else "ModelOpt quantization"
-    parts = [d.get("mode", "").upper(), f"of {d['model']}" if "model" in d else ""]
+    parts = [" ".join(p for p in (d.get("mode", "").upper(), f"of {d['model']}" if "model" in d else "") if p)]
     parts += [f"calibration {d['calibration_method']}" if "calibration_method" in d else ""]
     parts += [f"{d['calibration_batches']} calibration batches" if "calibration_batches" in d else ""]
     parts += ["RANDOM calibration data" if d.get("random_calibration_data") else ""]
