@@ -1,4 +1,5 @@
-import torch, numpy as np
+import numpy as np
+import torch
 
 
 class M(torch.nn.Module):

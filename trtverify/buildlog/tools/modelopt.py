@@ -63,7 +63,8 @@ _OTHER = re.compile(
     r"Classifying|Found \d+ |Deleting QDQ|Converting float|Cleaning up|Validating quantized|Quantization process "
     r"completed|Running ONNX Runtime|Converted FP64|Ensured custom|Propagating tensor|Aggregating statistics|"
     r"Removing \d+ redundant|Replaced LayerNorm|No custom ops found|Making TensorRT EP|Custom op detected|"
-    r"Checking for|Running Auto Q/DQ|Logging configured|Converting model from opset|Quantizable op types|Starting static)"
+    r"Checking for|Running Auto Q/DQ|Logging configured|Converting model from opset|Quantizable op types|"
+    r"Starting static)"
 )
 
 
