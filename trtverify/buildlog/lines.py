@@ -60,6 +60,8 @@ DIALECTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         # ModelOpt's ONNX console (`2026-11-27 01:54:47,277 - [modelopt][onnx] - INFO - `)
         ("modelopt", r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - \[modelopt\](?:\[[\w.]+\])? - (?P<sev>" + _SEVW + r") - "),
         ("trtexec", _TS + r" \[(?P<sev>[VIWEF])\] (?:\[TRT\] )?"),
+        # an application's Python logging around TensorRT (`[2025-10-28 12:21:44] [rtx_demo.utils.engine] [INFO] `)
+        ("pylogging", r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] \[[\w.-]+\] \[(?P<sev>" + _SEVW + r")\] "),
         ("python", r"(?:" + _TS + r" )?\[TRT\] \[(?P<sev>[VIWEF])\] "),
         ("python", r"\[TensorRT\] (?P<sev>" + _SEVW + r"): "),
         ("trtexec", r"\[(?P<sev>[VIWEF])\] \[TRT\] "),

@@ -51,6 +51,9 @@ _MYELIN_NAME = re.compile(
 )
 
 
+_NAMELIKE = re.compile(r"[\d_/.:\[\]]")  # a name, not the next word of a sentence (`node can not be handled`)
+
+
 def rule_myelin_failure(records: list[LogRecord]) -> Iterator[Hit]:
     """A Myelin (the fused-graph compiler) error or assertion naming a tensor, op or ForeignNode (others: the floor)."""
     for r in records:
@@ -58,7 +61,7 @@ def rule_myelin_failure(records: list[LogRecord]) -> Iterator[Hit]:
         if r.severity in ("verbose", "info") or not _MYELIN.search(text) or not _MYELIN_BAD.search(text):
             continue
         names = [m["name"] or m["fn"] for m in _MYELIN_NAME.finditer(text)]
-        names = [n.rstrip(".,)") for n in names if n and n.lower() not in ("failed", "error", "is", "the")]
+        names = [n.rstrip(".,)") for n in names if n and (_NAMELIKE.search(n) or "ForeignNode" in text)]
         if not names:
             continue  # an assertion naming nothing stays the floor's log_error, with its quoted condition
         d = {"names": names[:8]}
@@ -140,7 +143,7 @@ def rule_rtx(records: list[LogRecord]) -> Iterator[Hit]:
             run.update(tool=m["tool"], version=_number(m["v"]), version_number=int(m["v"]), status=m["status"])
             if m["b"]:
                 run["build"] = int(m["b"])
-            if m["cmd"]:
+            if m["cmd"] and "options" not in run:  # the RUNNING banner's command; PASSED / FAILED repeat it
                 opts = {o["k"]: o["v"] if o["v"] is not None else True for o in _OPT.finditer(m["cmd"])}
                 run["options"] = opts
                 for key, name in (("onnx", "model"), ("saveEngine", "engine_saved"), ("loadEngine", "engine_loaded"),

@@ -206,9 +206,10 @@ _ENGINE_KINDS = {"build_failure", "engine_version_mismatch", "library_version_mi
 
 
 def attach_engine_files(hits: list[Hit], records: list[LogRecord]) -> None:
-    """The engine file a finding concerns, in its detail (`engine`): the last one the log named at or before the
-    finding's line (a failed deserialisation names it on the next line: the first one named after, within 5
-    lines, counts too). Only where the finding is about an engine and the log names one."""
+    """The engine file a finding concerns, in its detail (`engine`): the first one named in the 5 lines after the
+    finding (a failed deserialisation names its file next), else the last one named before it, else the only one
+    the log names. Only where the finding is about an engine (build failures, version mismatches, memory, build
+    times, plugins, errors that mention an engine or its (de)serialisation) and the log names one."""
     named = [(h.line, h.detail["path"]) for h in hits if h.kind == "engine_file"]
     if not named:
         return
@@ -220,6 +221,8 @@ def attach_engine_files(hits: list[Hit], records: list[LogRecord]) -> None:
         before = [p for line, p in named if line <= h.line]
         after = [p for line, p in named if h.line < line <= h.line + 5]
         path = after[0] if after and h.kind != "build_time" else (before[-1] if before else None)
+        if path is None and len({p for _, p in named}) == 1 and h.kind not in ("log_error",):
+            path = named[0][1]  # the one engine the log names: a build's summary is about it
         if path:
             h.detail["engine"] = path
 

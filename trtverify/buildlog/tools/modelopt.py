@@ -68,6 +68,9 @@ _OTHER = re.compile(
 )
 
 
+_HIST = "Collecting tensor data and making histogram"
+
+
 def rule_modelopt(records: list[LogRecord]) -> Iterator[Hit]:
     d: dict[str, Any] = {}
     lines: list[int] = []
@@ -76,6 +79,9 @@ def rule_modelopt(records: list[LogRecord]) -> Iterator[Hit]:
         if r.dialect not in ("modelopt", "unknown"):
             continue
         text = first_line(r)
+        joined = r.text.count(_HIST) - text.startswith(_HIST)  # calibration passes joined to this record
+        if d and joined > 0:
+            d["histogram_passes"] = d.get("histogram_passes", 0) + joined
         for rx, key, cast in _RULES:
             m = rx.match(text)
             if not m:
@@ -83,9 +89,9 @@ def rule_modelopt(records: list[LogRecord]) -> Iterator[Hit]:
             if r.dialect == "unknown" and not d and key not in ("model", "mode", "converted"):
                 break  # a line of ModelOpt's (or its calibrator's) without its prefix counts inside a ModelOpt run
             v = cast(m["v"]) if "v" in m.groupdict() and callable(cast) else True
-            if cast in ("count", "skip"):
-                d[key] = d.get(key, 0) + 1 if cast == "count" else None
-                d.pop("progress", None)
+            if cast in ("count", "skip"):  # (a pass's line may be joined to the one before as a wrap: counted there)
+                if cast == "count":
+                    d[key] = d.get(key, 0) + 1
             elif key in ("kept_high_precision", "force_included"):
                 d.setdefault(key, []).append(m["v"])
             elif key == "converted":

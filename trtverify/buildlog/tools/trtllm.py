@@ -169,8 +169,10 @@ def rule_memory_shortfall(records: list[LogRecord]) -> Iterator[Hit]:
                 d["tactic"] = m["for"] or m["tactic"] or m["tactic2"]
             kind = "skip" if m else "request"
             if last is not None and last["kind"] != kind and not last["paired"]:
-                last["d"] = {**d, **last["d"], **({"available_bytes": d["available_bytes"]} if "available_bytes" in d
-                                                else {})}  # fmt: skip
+                request, skip = (last["d"], d) if kind == "skip" else (d, last["d"])
+                last["d"] = {**request, **skip}  # the skip line's exact bytes, the request line's available
+                if "available_bytes" in request:
+                    last["d"]["available_bytes"] = request["available_bytes"]
                 last["read"].append(r.first)
                 last["paired"] = True
                 if kind == "skip":
