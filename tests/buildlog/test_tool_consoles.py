@@ -256,3 +256,22 @@ def test_performance_summary_posted_with_blank_and_wrapped_lines():
     cut = "[I] Throughput: 12.9 qps\n[I] Latency: min = 75.9 ms, max = 76.4 ms, mean = 76.3 ms, median = 76.3 ms\n"
     (p,) = [f for f in parse(cut).findings if f.kind == "performance_summary"]
     assert "cut short" in p.message and "no GPU compute" in p.message
+
+
+def test_myelin_region_names_its_first_and_last_node_runner_and_errors():
+    # TensorRT 8.6-10 verbose timing of a Myelin runner and the autotuner's failure inside its block
+    # (tests/data/logcorpus/a/038's form, nodes renamed)
+    text = (
+        "[03/28/2024-13:05:46] [TRT] [V] =============== Computing costs for {ForeignNode[/enc/conv/Conv.../enc/main/Slice_2]}\n"
+        "[03/28/2024-13:05:46] [TRT] [V] --------------- Timing Runner: {ForeignNode[/enc/conv/Conv.../enc/main/Slice_2]} (Myelin[0x80000023])\n"
+        "[03/28/2024-13:05:53] [TRT] [E] 9: Skipping tactic 0x0000000000000000 due to exception [autotuner.cpp:get_best_tactics:1520] Autotuner: no tactics to implement operation:\n"
+    )
+    (reg,) = _by_kind(text)["myelin_region"]
+    assert (reg.detail["first"], reg.detail["last"], reg.detail["runner"]) == (
+        "/enc/conv/Conv",
+        "/enc/main/Slice_2",
+        "Myelin[0x80000023]",
+    )
+    assert reg.detail["errors"][0].startswith("9: Skipping tactic") and reg.layers == (
+        "/enc/conv/Conv.../enc/main/Slice_2",
+    )

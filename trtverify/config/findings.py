@@ -116,6 +116,7 @@ TOOL_KINDS: dict[str, tuple[str, str]] = {
     "optimization_profiles": ("build", "polygraphy_convert"),  # info: min / opt / max per input
     "layer_fusion": ("tactics", "layer_fusion"),  # info: the fused pairs and the pass
     "myelin_failure": ("build", "myelin"),  # high: a Myelin error, with the tensor / op it names
+    "myelin_region": ("build", "myelin"),  # info: a ForeignNode's first / last node, runner, the errors it met
     "profile_violation": ("build", "profile_violation"),  # high: input, shape set, profile bounds
     "rtx_run": ("build", "rtx"),  # info: version (from the build number), model, engine, options, status
     "rtx_runtime_cache": ("tactics", "rtx"),  # info: runtime cache written / loaded / reused, JIT lines

@@ -68,6 +68,45 @@ def rule_myelin_failure(records: list[LogRecord]) -> Iterator[Hit]:
         yield Hit("myelin_failure", "build", "high", first_line(r)[:300], r.first, tuple(names[:8]), d)
 
 
+_REGION = re.compile(r"\{?ForeignNode\[(?P<body>.+?)\]\}(?:\s*\((?P<runner>Myelin\[[^\]]*\])\))?")
+_TIMING = re.compile(r"^(?:-+ Timing Runner:|=+ Computing costs for)")
+
+
+def rule_myelin_region(records: list[LogRecord]) -> Iterator[Hit]:
+    """The Myelin regions (`{ForeignNode[first...last]}`: ONNX nodes TensorRT handed to Myelin as one layer) the log
+    names, one finding each: the region's first and last node, the runner, and the errors it met (an error naming
+    the region, or one inside its timing block: `Autotuner: no tactics to implement operation`)."""
+    regions: dict[str, dict[str, Any]] = {}
+    reads: dict[str, list[int]] = {}
+    timing: str | None = None
+    for r in records:
+        text = r.text.replace("\n", " ")
+        found = [(m["body"], m["runner"]) for m in _REGION.finditer(text)]
+        for body, runner in found:
+            first, _, last = body.partition("...")
+            reg = regions.setdefault(body, {"region": body, "first": first.strip(), "last": last.strip() or None})
+            if runner:
+                reg["runner"] = runner
+            reads.setdefault(body, []).append(r.first)
+        if found and _TIMING.match(first_line(r)):
+            timing = found[0][0]
+        elif _TIMING.match(first_line(r)):
+            timing = None
+        bad = r.severity in ("error", "internal_error") or r.text.lstrip().startswith(("Error", "ERROR"))
+        targets = [b for b, _ in found] or ([timing] if timing and bad else [])
+        if bad:
+            for body in targets:
+                regions[body].setdefault("errors", []).append(first_line(r)[:300])
+                reads[body].append(r.first)
+    for body, reg in regions.items():
+        ls = sorted(set(reads[body]))
+        span = f"{reg['first']} ... {reg['last']}" if reg["last"] else reg["first"]
+        msg = f"Myelin region {span}" + (f" ({reg['runner']})" if "runner" in reg else "")
+        msg += f": {len(reg['errors'])} error(s), first: {reg['errors'][0]}" if reg.get("errors") else ""
+        yield Hit("myelin_region", "build", "info", msg, ls[0], (body,), reg, key=f"myelin_region:{body}",
+                  read=tuple(ls))  # fmt: skip
+
+
 _PROFILE_BAD = [
     re.compile(
         r"(?:Static dimension mismatch while setting input shape for|setInputShape: .*? for) "
@@ -175,10 +214,11 @@ def rule_rtx(records: list[LogRecord]) -> Iterator[Hit]:
                   {"events": cache}, read=tuple(cache_lines))  # fmt: skip
 
 
-RULES = (rule_layer_fusion, rule_myelin_failure, rule_profile_violation, rule_rtx)
+RULES = (rule_layer_fusion, rule_myelin_failure, rule_myelin_region, rule_profile_violation, rule_rtx)
 KINDS = {
     "layer_fusion": ("tactics", "layer_fusion"),  # info: the fused pairs and the pass
     "myelin_failure": ("build", "myelin"),  # high: a Myelin error, with the tensor / op it names
+    "myelin_region": ("build", "myelin"),  # info: a ForeignNode's first / last node, runner, the errors it met
     "profile_violation": ("build", "profile_violation"),  # high: input, shape set, profile bounds
     "rtx_run": ("build", "rtx"),  # info: version (from the build number), model, engine, options, status
     "rtx_runtime_cache": ("tactics", "rtx"),  # info: runtime cache written / loaded / reused, JIT lines

@@ -54,7 +54,10 @@ _BUILD_TIME = re.compile(r"^Build TRT engine elapsed time: (?P<t>\S+)")
 _ENGINE_MEM = re.compile(r"^TRT Engine uses: (?P<n>\d+) bytes of Memory")
 _CONVERTING = re.compile(r"^Converting node (?P<node>\S+) \(kind: (?P<kind>[^,)]+)")
 _CONVERTED = re.compile(r"^Converted node (?P<node>\S+) \[(?P<kind>[^\]]+)\]")
-_INTERP = re.compile(r"^(?:Adding input to in-progress INetwork|Marking output|Converting node|Converted node)")
+_INTERP = re.compile(
+    r"^(?:Adding input to in-progress INetwork|Marking output|Converting node|Converted node|Ran node)"
+)
+_METADATA = re.compile(r"^Updated metadata for node: (?P<name>\S+)")
 _SETTING_KEYS = ("enabled_precisions", "precision", "min_block_size", "torch_executed_ops", "use_fast_partitioner",
                  "truncate_double", "truncate_long_and_double", "optimization_level")  # fmt: skip
 
@@ -147,6 +150,9 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
         elif (section == "ts" and (m := _TS_OP.match(text))) or (m := _TS_ONE.match(text)):
             fb["ops"][m["op"]] = fb["ops"].get(m["op"], 0) + 1
             fb_lines.append(line)
+        elif m := _METADATA.match(text):
+            engines.setdefault(m["name"], {"submodule": m["name"]})
+            eng_lines.setdefault(m["name"], []).append(line)
         elif (m := _SUBMODULE.match(text)) or (m := _DRY_ENGINE.match(text)):
             current = m["name"]
             engines.setdefault(current, {"submodule": current})
@@ -171,6 +177,8 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
             if m := _CONVERTED.match(text):
                 c["nodes"] += 1
                 c["ops"][m["kind"]] = c["ops"].get(m["kind"], 0) + 1
+            elif text.startswith("Ran node"):  # Torch-TensorRT 2.0-2.2's per-node line, without the op's kind
+                c["nodes"] += 1
             conv_lines.setdefault(current, []).append(line)
         elif not text.startswith("-"):
             section = None  # a block ends at the first line of another shape
@@ -197,15 +205,17 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
         parts = [f"built in {e['build_s']:g} s" if e.get("build_s") is not None else ""]
         parts += [f"{e['operators']} operators" if "operators" in e else ""]
         parts += [f"{e['memory_bytes']} bytes of memory" if "memory_bytes" in e else ""]
-        if len(e) == 1:
-            continue  # only named: its conversion lines are torchtrt_conversion's
-        msg = f"TensorRT engine for {name}" + (": " + ", ".join(p for p in parts if p) if any(parts) else "")
+        if len(e) == 1 and name in conv:
+            continue  # only named, and its conversion lines are torchtrt_conversion's
+        said = ", ".join(p for p in parts if p) or "its build time is not in the log"
+        msg = f"TensorRT engine for {name}: {said}"
         ls = eng_lines[name]
         yield Hit("torchtrt_engine", "build", "info", msg, ls[0], (name,), e, key=f"torchtrt_engine:{name}",
                   read=tuple(ls))  # fmt: skip
     for name, c in conv.items():
         ls = sorted(set(conv_lines[name]) | set(eng_lines.get(name, [])[:1]))
-        msg = f"{name}: {c['nodes']} nodes converted to TensorRT ({len(c['ops'])} op kinds)"
+        kinds = f" ({len(c['ops'])} op kinds)" if c["ops"] else ""
+        msg = f"{name}: {c['nodes']} node(s) converted to TensorRT{kinds}"
         yield Hit("torchtrt_conversion", "build", "info", msg, ls[0], (name,), c, key=f"torchtrt_conversion:{name}",
                   read=tuple(ls))  # fmt: skip
 
