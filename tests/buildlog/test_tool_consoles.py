@@ -275,3 +275,12 @@ def test_myelin_region_names_its_first_and_last_node_runner_and_errors():
     assert reg.detail["errors"][0].startswith("9: Skipping tactic") and reg.layers == (
         "/enc/conv/Conv.../enc/main/Slice_2",
     )
+
+
+def test_tool_kinds_are_registered_for_gates_and_families():
+    # suites' fail_on and the corpus bench look kinds up in config.findings; each tools module declares its own
+    from trtverify.buildlog import tools
+    from trtverify.config.findings import FAMILIES, KINDS, TOOL_KINDS
+
+    assert tools.KINDS == TOOL_KINDS
+    assert all(KINDS[k] == c and FAMILIES[k] == f for k, (c, f) in TOOL_KINDS.items())
