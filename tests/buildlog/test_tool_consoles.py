@@ -284,3 +284,31 @@ def test_tool_kinds_are_registered_for_gates_and_families():
 
     assert tools.KINDS == TOOL_KINDS
     assert all(KINDS[k] == c and FAMILIES[k] == f for k, (c, f) in TOOL_KINDS.items())
+
+
+def test_inspect_engine_layers_with_their_precision_and_trtexec_engine_paths():
+    # `polygraphy inspect model model.engine --show layers` (tools/inspect/subtool/model/text.py's layout)
+    text = """\
+[I] ==== TensorRT Engine ====
+    Name: Unnamed Network 0 | Explicit Batch Engine (2 layers)
+
+    ---- 2 Layer(s) ----
+    Layer 0    | /conv/Conv [Op: CaskConvolution]
+        {x [dtype=float32, shape=(1, 3, 224, 224)]}
+         -> {/conv/Conv_output_0 [dtype=float16, shape=(1, 8, 224, 224)]}
+
+    Layer 1    | /relu/Relu [Op: PointWiseV2]
+        {/conv/Conv_output_0 [dtype=float16, shape=(1, 8, 224, 224)]}
+         -> {y [dtype=float32, shape=(1, 8, 224, 224)]}
+"""
+    log = parse(text)
+    (ins,) = [f for f in log.findings if f.kind == "polygraphy_inspect"]
+    assert ins.detail["layers"] == [
+        {"name": "/conv/Conv", "op": "CaskConvolution", "output_dtype": "float16"},
+        {"name": "/relu/Relu", "op": "PointWiseV2", "output_dtype": "float32"},
+    ]
+    assert ins.detail["precision"] == {"float16": 1, "float32": 1} and log.unknown_lines == 0
+    # trtexec names its engine only on its command line (tests/data/logcorpus/a/036's form)
+    trtexec = "&&&& RUNNING TensorRT.trtexec [TensorRT v110000] [b114] # trtexec --loadEngine=sam3_fp16.plan\n"
+    (e,) = _by_kind(trtexec)["engine_file"]
+    assert e.detail == {"path": "sam3_fp16.plan", "action": "loading"}

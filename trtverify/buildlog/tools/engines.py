@@ -78,11 +78,25 @@ _MISMATCH = [
 ]
 
 
+_CLI = re.compile(r"(?:^|\s)--(?P<io>save|load)Engine[= ](?P<path>\S+)")
+_ECHO = re.compile(r"^(?P<io>Save|Load) engine: (?P<path>\S+)$")  # trtexec's options echo (an empty one: not given)
+
+
 def rule_engine_files(records: list[LogRecord]) -> Iterator[Hit]:
     """Each engine file the log names, with what happened to it (saved, loaded, building, rebuilt, missing,
-    load_failed); a failed or missing load is high. One finding per path."""
+    load_failed; `saving` / `loading` where only trtexec's or tensorrt_rtx's command line or options echo names
+    it); a failed or missing load is high. One finding per path."""
+    asked: list[Hit] = []  # named by a command line or options echo only: reported where nothing else names it
+    told: set[str] = set()
     for r in records:
         text = first_line(r).strip()
+        cli = [(m["io"].lower(), m["path"]) for m in (*_CLI.finditer(text), *filter(None, [_ECHO.match(text)]))]
+        for io, path in cli:
+            action = "saving" if io == "save" else "loading"
+            asked.append(Hit("engine_file", "build", "info", f"engine {action} {path} (as the command asks)",
+                             r.first, (), {"path": path, "action": action}, key=f"engine_file:{path}"))  # fmt: skip
+        if cli:
+            continue
         for rx, action in _ENGINE_IO:
             m = rx.search(text)
             if m:
@@ -91,6 +105,7 @@ def rule_engine_files(records: list[LogRecord]) -> Iterator[Hit]:
                 msg = {"saved": "engine saved to", "loaded": "engine loaded from", "building": "building engine",
                        "rebuilt": "engine rebuilt:", "missing": "engine file missing:",
                        "load_failed": "engine failed to load from"}[action] + f" {path}"  # fmt: skip
+                told.add(path)
                 yield Hit("engine_file", "build", sev, msg, r.first, (), {"path": path, "action": action},
                           key=f"engine_file:{path}")  # fmt: skip
                 break
@@ -98,6 +113,7 @@ def rule_engine_files(records: list[LogRecord]) -> Iterator[Hit]:
         if m:
             d = {"what": m["what"], "path": m["path"], "action": "saved" if m["act"] == "Saving" else "loaded"}
             yield Hit("polygraphy_artifact", "tactics", "info", text, r.first, (), d, key=f"artifact:{m['path']}")
+    yield from (h for h in asked if h.detail["path"] not in told)
 
 
 def rule_engine_version_mismatch(records: list[LogRecord]) -> Iterator[Hit]:
@@ -137,11 +153,13 @@ _COUNT = re.compile(r"^---- (?P<n>\d+) (?P<what>[\w ]+?)\(s\)(?: \((?P<b>\d+) Bi
 _DTYPE = re.compile(r"->\s*\{.*?\[dtype=(?P<dt>\w+)")
 _LAYERS_IN_NAME = re.compile(r"\((?P<n>\d+) layers?\)")
 _MEMORY = re.compile(r"^Device Memory: (?P<n>\d+) bytes")
+_LAYER = re.compile(r"^Layer (?P<i>\d+)\s*\| (?P<name>.+?) \[Op: (?P<op>[^\]]+)\]")
 
 
 def rule_polygraphy_inspect(records: list[LogRecord]) -> Iterator[Hit]:
     """`polygraphy inspect model` summaries (engine, ONNX model, network): name, layer / node / initializer /
-    input / output / profile counts, device memory, and the precision of the layers' outputs; and the optimization
+    input / output / profile counts, device memory, each listed layer (`--show layers`: name, op, output type) and
+    the count of layer outputs per type; and the optimization
     profiles a build was configured with (`optimization_profiles`)."""
     cur: dict[str, Any] | None = None
     lines: list[int] = []
@@ -183,9 +201,16 @@ def rule_polygraphy_inspect(records: list[LogRecord]) -> Iterator[Hit]:
             elif m := _MEMORY.match(text):
                 cur["device_memory_bytes"] = int(m["n"])
                 lines.append(line)
+            elif m := _LAYER.match(text):
+                cur.setdefault("layers", []).append({"name": m["name"], "op": m["op"]})
+                lines.append(line)
             elif m := _DTYPE.search(text):
                 cur.setdefault("precision", {})[m["dt"]] = cur.setdefault("precision", {}).get(m["dt"], 0) + 1
+                if cur.get("layers") and "output_dtype" not in cur["layers"][-1]:
+                    cur["layers"][-1]["output_dtype"] = m["dt"]  # a layer's precision: its first output's type
                 lines.append(line)
+            elif text.startswith("{") and cur.get("layers"):
+                lines.append(line)  # a layer's input tensors
     yield from done()
     if profiles:
         names = ", ".join(f"{p['name']} min [{p['min']}] opt [{p['opt']}] max [{p['max']}]" for p in profiles[:4])
