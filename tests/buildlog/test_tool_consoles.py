@@ -312,3 +312,25 @@ def test_inspect_engine_layers_with_their_precision_and_trtexec_engine_paths():
     trtexec = "&&&& RUNNING TensorRT.trtexec [TensorRT v110000] [b114] # trtexec --loadEngine=sam3_fp16.plan\n"
     (e,) = _by_kind(trtexec)["engine_file"]
     assert e.detail == {"path": "sam3_fp16.plan", "action": "loading"}
+
+
+def test_trtllm_profiler_memory_runtime_estimate_and_all_n_engines():
+    # TensorRT-LLM 0.6-0.8's build.py output (examples/chatglm/README.md of that time: `Total time of building all 1
+    # engines`, the profiler's [MemUsage] steps, the runtime memory estimate)
+    text = """\
+[12/26/2023-20:01:02] [TRT-LLM] [I] Activation memory size: 2062.03 MiB
+[12/26/2023-20:01:02] [TRT-LLM] [I] Weights memory size: 11909.60 MiB
+[12/26/2023-20:01:02] [TRT-LLM] [I] Max KV Cache memory size: 448.00 MiB
+[12/26/2023-20:01:02] [TRT-LLM] [I] Estimated max memory usage on runtime: 14419.63 MiB
+[12/26/2023-20:01:02] [TRT-LLM] [I] [MemUsage] Rank 0 Engine build - Allocated Memory: Host 12.1 (GiB) Device 4.0 (GiB)
+[12/26/2023-20:01:08] [TRT-LLM] [I] [MemUsage] Rank 0 Engine serialized - Allocated Memory: Host 0.3352 (GiB) Device 3.5739 (GiB)
+[12/26/2023-20:01:09] [TRT-LLM] [I] Total time of building all 1 engines: 00:01:14
+"""
+    found = _by_kind(text)
+    (t,) = found["trtllm_build_time"]
+    assert t.detail["total_s"] == 74 and "networks" not in t.detail
+    (m,) = found["build_peak_memory"]
+    assert m.detail["runtime_estimate_mib"] == 14419.63 and m.detail["runtime_weights_mib"] == 11909.6
+    assert m.detail["trtllm_host_mib"] == round(12.1 * 1024, 2) and m.detail["trtllm_device_mib"] == 4096.0
+    assert "engine estimated at 14419.6 MiB at runtime" in m.message
+    assert parse(text).unknown_lines == 0

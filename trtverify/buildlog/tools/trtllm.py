@@ -24,7 +24,7 @@ from trtverify.buildlog.lines import LogRecord
 from trtverify.buildlog.tools.common import first_line, hms_seconds, to_bytes
 
 _T = r"(?P<t>(?:\d+ days?, )?\d+:\d\d:\d\d(?:\.\d+)?)"
-_ALL = re.compile(r"^Total time of building all engines:\s*" + _T)
+_ALL = re.compile(r"^Total time of building all (?:\d+ )?engines:\s*" + _T)
 _ONE = re.compile(r"^Total time of building (?P<net>.+?):\s*" + _T)
 _SERIALIZED = re.compile(r"^Engine serialized\. Total time:\s*" + _T)
 _CONVERT = re.compile(r"^Total time of converting checkpoints:\s*" + _T)
@@ -69,14 +69,35 @@ _PEAK = [
     re.compile(r"Peak memory usage during Engine building and serialization: CPU: (?P<cpu_build>[\d.]+) ?MiB"),
     re.compile(r"Build phase peak memory: (?P<phase>[\d.]+) ?MB(?:, children: (?P<children>[\d.]+) ?MB)?"),
     re.compile(r"^Peak (?P<which>GPU|CPU|device|host) memory(?: usage)?(?: during [\w ]+)?:\s*(?P<any>[\d.]+) ?MiB"),
+    # TensorRT-LLM's profiler (tensorrt_llm/profiler.py): `[MemUsage] Rank 0 Engine serialized - Allocated Memory: Host
+    # 0.3352 (GiB) Device 3.5739 (GiB)` at each step, `Peak Memory Usage: Host X (GiB) Device Y (GiB)`
+    re.compile(
+        r"(?:Allocated Memory|Peak Memory Usage): Host (?P<host>[\d.]+) \((?P<host_u>[KMG]i?B)\) "
+        r"Device (?P<dev>[\d.]+) \((?P<dev_u>[KMG]i?B)\)"
+    ),  # fmt: skip
+    # TensorRT-LLM's estimate of the engine's memory at runtime (builder.py)
+    re.compile(
+        r"^(?P<est>Activation memory size|Weights memory size|Max KV Cache memory size|Estimated max memory "
+        r"usage on runtime): (?P<est_v>[\d.]+) ?MiB"
+    ),  # fmt: skip
 ]
+_EST_KEYS = {"Activation memory size": "runtime_activation_mib", "Weights memory size": "runtime_weights_mib",
+             "Max KV Cache memory size": "runtime_kv_cache_mib",
+             "Estimated max memory usage on runtime": "runtime_estimate_mib"}  # fmt: skip
+
+
+def _mib(value: str, unit: str) -> float:
+    return float(value) * {"KiB": 1 / 1024, "KB": 1 / 1024, "MiB": 1, "MB": 1, "GiB": 1024, "GB": 1024}.get(unit, 1)
+
+
 _PEAK_KEYS = {"cpu": "allocator_cpu_mib", "gpu": "allocator_gpu_mib", "cpu_build": "build_cpu_mib",
               "phase": "build_phase_mib", "children": "children_mib"}  # fmt: skip
 
 
 def rule_build_peak_memory(records: list[LogRecord]) -> Iterator[Hit]:
-    """The peak CPU and GPU memory of a build: TensorRT's [MemUsageStats] (TensorRT 10) and TensorRT-LLM's
-    `Build phase peak memory`, all in one finding (MiB)."""
+    """The peak CPU and GPU memory of a build: TensorRT's [MemUsageStats] (TensorRT 10), TensorRT-LLM's `Build
+    phase peak memory` and its profiler's `[MemUsage]` steps (the largest), and TensorRT-LLM's estimate of the
+    engine's memory at runtime (weights, activations, KV cache), all in one finding (MiB)."""
     d: dict[str, Any] = {}
     lines: list[int] = []
     for r in records:
@@ -90,14 +111,25 @@ def rule_build_peak_memory(records: list[LogRecord]) -> Iterator[Hit]:
                     d[_PEAK_KEYS[g]] = float(v)
             if m.groupdict().get("any"):
                 d[f"peak_{m['which'].lower()}_mib"] = float(m["any"])
+            if m.groupdict().get("host"):  # the largest the profiler saw, over its steps
+                for k, v, u in (
+                    ("trtllm_host_mib", m["host"], m["host_u"]),
+                    ("trtllm_device_mib", m["dev"], m["dev_u"]),
+                ):
+                    d[k] = max(d.get(k, 0.0), round(_mib(v, u), 2))
+            if m.groupdict().get("est"):
+                d[_EST_KEYS[m["est"]]] = float(m["est_v"])
             lines.append(r.first)
             break
     if not lines:
         return
-    gpu = d.get("allocator_gpu_mib")
-    cpu = max((d[k] for k in ("allocator_cpu_mib", "build_cpu_mib", "build_phase_mib") if k in d), default=None)
+    gpu = max((d[k] for k in ("allocator_gpu_mib", "trtllm_device_mib") if k in d), default=None)
+    cpu = max((d[k] for k in ("allocator_cpu_mib", "build_cpu_mib", "build_phase_mib", "trtllm_host_mib") if k in d),
+              default=None)  # fmt: skip
     parts = [f"GPU {gpu:g} MiB" if gpu is not None else "", f"CPU {cpu:g} MiB" if cpu is not None else ""]
     parts += [f"{k.split('_')[1].upper()} {v:g} MiB" for k, v in d.items() if k.startswith("peak_")]
+    if "runtime_estimate_mib" in d:
+        parts.append(f"engine estimated at {d['runtime_estimate_mib']:g} MiB at runtime")
     message = "peak memory of the build: " + (", ".join(p for p in parts if p) or "stated")
     yield Hit("build_peak_memory", "performance", "info", message, lines[0], (), d, read=tuple(lines))
 
