@@ -128,3 +128,16 @@ def test_torchscript_unsupported_operators_and_converter_rejections():
     (fb,) = _by_kind(rejected)["torchtrt_fallback"]
     assert fb.detail["rejected"] == [{"converter": "_to_copy", "node": "_to_copy_6", "reason": "dtype torch.int64"}]
     assert fb.layers == ("_to_copy_6",)
+
+
+def test_a_subgraph_given_back_to_pytorch_whole_is_high():
+    # dynamo/backend/backends.py's warning when TensorRT conversion of a torch.compile subgraph fails (as quoted in a
+    # public report, after a Myelin error)
+    text = (
+        "ERROR: [Torch-TensorRT] - ICudaEngine::createExecutionContext: Error Code 1: Myelin\n"
+        "WARNING:torch_tensorrt.dynamo.backend.backends:TRT conversion failed on the subgraph. See trace above. "
+        "Returning GraphModule forward instead.\n"
+    )
+    (fb,) = _by_kind(text)["torchtrt_fallback"]
+    assert fb.severity == "high" and fb.detail["subgraphs_given_back"] == 1
+    assert "run in PyTorch whole" in fb.message

@@ -49,6 +49,12 @@ _REJECTED = re.compile(r"^(?P<conv>\S+) converter rejected node (?P<node>\S+?)(?
 _TS_HEAD = re.compile(r"(?:Method requested cannot be compiled by|Unsupported operators listed below)")
 _TS_OP = re.compile(r"^-\s+(?P<op>(?:aten|prim|trt|torchvision)::[\w.]+)")
 _TS_ONE = re.compile(r"^Unsupported operator: (?P<op>\S+)")
+# the dynamo / FX backends giving a whole subgraph back to PyTorch (dynamo/backend/backends.py, fx lowering)
+_GIVEN_BACK = re.compile(
+    r"(?P<what>TRT|FX2TRT) conversion failed on the subgraph\. See trace above\. Returning GraphModule forward instead"
+    r"|Conversion of module (?P<module>.{0,200}?) not currently fully supported or convertible"
+    r"|(?P<halt>Halting compilation on build failure since pass_through_build_failures)"
+)
 _NET_TIME = re.compile(r"^TRT INetwork construction elapsed time: (?P<t>\S+)")
 _BUILD_TIME = re.compile(r"^Build TRT engine elapsed time: (?P<t>\S+)")
 _ENGINE_MEM = re.compile(r"^TRT Engine uses: (?P<n>\d+) bytes of Memory")
@@ -141,6 +147,14 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
         elif m := _REJECTED.match(text):
             fb.setdefault("rejected", []).append({"converter": m["conv"], "node": m["node"], "reason": m["why"]})
             fb_lines.append(line)
+        elif m := _GIVEN_BACK.search(text):
+            if m["halt"]:
+                fb["halted"] = True
+            elif m["module"] is not None:
+                fb.setdefault("unsupported_modules", []).append(m["module"].strip()[:120])
+            else:
+                fb["subgraphs_given_back"] = fb.get("subgraphs_given_back", 0) + 1
+            fb_lines.append(line)
         elif m := _IN_TORCH.match(text):
             fb.setdefault("submodules_in_torch", []).append(m["name"])
             fb_lines.append(line)
@@ -198,9 +212,16 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
         named += [f"{x['node']} rejected by the {x['converter']} converter" + (f" ({x['reason']})" if x["reason"]
                   else "") for x in fb.get("rejected", [])[:3]]  # fmt: skip
         named += [f"submodule {s} runs in PyTorch" for s in fb.get("submodules_in_torch", [])]
+        if fb.get("subgraphs_given_back"):
+            named.insert(0, f"{fb['subgraphs_given_back']} subgraph(s) failed to convert and run in PyTorch whole")
+        if fb.get("unsupported_modules"):
+            named.insert(0, f"{len(fb['unsupported_modules'])} module(s) not convertible")
+        if fb.get("halted"):
+            named.insert(0, "compilation halted on the build failure (pass_through_build_failures)")
         msg = "left to PyTorch: " + "; ".join(named)
         layers = tuple(dict.fromkeys([*ops, *(x["node"] for x in fb.get("rejected", []))]))
-        yield Hit("torchtrt_fallback", "fallback", "medium", msg, fb_lines[0], layers, fb, read=tuple(fb_lines))
+        sev = "high" if {"subgraphs_given_back", "unsupported_modules", "halted"} & set(fb) else "medium"
+        yield Hit("torchtrt_fallback", "fallback", sev, msg, fb_lines[0], layers, fb, read=tuple(fb_lines))
     for name, e in engines.items():
         parts = [f"built in {e['build_s']:g} s" if e.get("build_s") is not None else ""]
         parts += [f"{e['operators']} operators" if "operators" in e else ""]
