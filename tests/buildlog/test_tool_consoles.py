@@ -334,3 +334,19 @@ def test_trtllm_profiler_memory_runtime_estimate_and_all_n_engines():
     assert m.detail["trtllm_host_mib"] == round(12.1 * 1024, 2) and m.detail["trtllm_device_mib"] == 4096.0
     assert "engine estimated at 14419.6 MiB at runtime" in m.message
     assert parse(text).unknown_lines == 0
+
+
+def test_profile_violation_tensorrt10_satisfy_profile_wrapped_as_posted():
+    # TensorRT 10's setInputShape check, as a public report pasted it (broken over unindented lines)
+    text = (
+        "[TRT] [E] IExecutionContext::setInputShape: Error Code 3: API Usage Error\n"
+        "(Parameter check failed, condition: satisfyProfile. Set dimension [1,1620]\n"
+        "for tensor input_values does not satisfy any optimization profiles.\n"
+        "Valid range for profile 0: [1,3240]..[1,12960].\n"
+        "In setInputShape at runtime/api/executionContext.cpp:2372)\n"
+    )
+    log = parse(text)
+    (pv,) = [f for f in log.findings if f.kind == "profile_violation"]
+    assert pv.layers == ("input_values",) and pv.detail["set"] == "1,1620"
+    assert (pv.detail["pmin"], pv.detail["pmax"]) == ("1,3240", "1,12960")
+    assert "profile 0 allows [1,3240]..[1,12960]" in pv.message and log.unknown_lines == 0

@@ -59,6 +59,7 @@ DIALECTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("trtllm", r"(?:" + _TS + r" )?\[TensorRT-LLM\](?:\[[^\]]*\])*?\[(?P<sev>" + _SEVW + r")\]\s?"),
         # ModelOpt's ONNX console (`2026-11-27 01:54:47,277 - [modelopt][onnx] - INFO - `)
         ("modelopt", r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - \[modelopt\](?:\[[\w.]+\])? - (?P<sev>" + _SEVW + r") - "),
+        ("modelopt", r"(?P<sev>" + _SEVW + r"):modelopt[\w.]*:"),  # Python logging's default format
         ("trtexec", _TS + r" \[(?P<sev>[VIWEF])\] (?:\[TRT\] )?"),
         # an application's Python logging around TensorRT (`[2025-10-28 12:21:44] [rtx_demo.utils.engine] [INFO] `)
         ("pylogging", r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] \[[\w.-]+\] \[(?P<sev>" + _SEVW + r")\] "),

@@ -108,6 +108,12 @@ def rule_myelin_region(records: list[LogRecord]) -> Iterator[Hit]:
 
 
 _PROFILE_BAD = [
+    # TensorRT 10 (executionContext.cpp): `Set dimension [1,1620] for tensor input_values does not satisfy any
+    # optimization profiles. Valid range for profile 0: [1,3240]..[1,12960].`
+    re.compile(
+        r"Set dimension \[(?P<set>[^\]]*)\] for tensor (?P<input>\S+) does not satisfy any optimization "
+        r"profiles?\.?(?:\s*Valid range for profile (?P<profile>\d+): \[(?P<pmin>[^\]]*)\]\.\.\[(?P<pmax>[^\]]*)\])?"
+    ),
     re.compile(
         r"(?:Static dimension mismatch while setting input shape for|setInputShape: .*? for) "
         r"(?P<input>[^\s.]+)\.? Set dimensions are \[(?P<set>[^\]]*)\]\. Expected dimensions are "
@@ -131,9 +137,16 @@ _PROFILE_BAD = [
 
 
 def rule_profile_violation(records: list[LogRecord]) -> Iterator[Hit]:
-    """A shape set at runtime that the engine's optimisation profile does not cover: the input and the shape."""
-    for r in records:
+    """A shape set at runtime that the engine's optimisation profile does not cover: the input and the shape (a
+    message a paste broke over unindented lines is read with up to 4 of them)."""
+    for i, r in enumerate(records):
         text = r.text.replace("\n", " ")
+        if re.search(r"setInputShape|setBindingDimensions|Set dimension|Supplied binding", text):
+            tail = [x for x in records[i + 1 : i + 5] if x.dialect == "unknown"]
+            tail = tail[: next((k for k, x in enumerate(records[i + 1 : i + 5]) if x.dialect != "unknown"), 4)]
+            text = " ".join([text, *(x.text.replace("\n", " ") for x in tail)])
+        else:
+            tail = []
         for rx in _PROFILE_BAD:
             m = rx.search(text)
             if not m:
@@ -147,8 +160,10 @@ def rule_profile_violation(records: list[LogRecord]) -> Iterator[Hit]:
                 says += f", engine expects [{d['exp']}]"
             if "max" in d:
                 says += f", profile allows {d['min']}..{d['max']} at index {d['idx']}, got {d['got']}"
+            if "pmax" in d:
+                says += f", profile {d['profile']} allows [{d['pmin']}]..[{d['pmax']}]"
             yield Hit("profile_violation", "build", "high", f"shape outside the optimization profile: {says}",
-                      r.first, (inp,) if inp else (), d)  # fmt: skip
+                      r.first, (inp,) if inp else (), d, read=tuple(x.first for x in tail))  # fmt: skip
             break
 
 
