@@ -141,3 +141,27 @@ def test_a_subgraph_given_back_to_pytorch_whole_is_high():
     (fb,) = _by_kind(text)["torchtrt_fallback"]
     assert fb.severity == "high" and fb.detail["subgraphs_given_back"] == 1
     assert "run in PyTorch whole" in fb.message
+
+
+def test_torchscript_partitioning_segments():
+    # Torch-TensorRT 1.x TorchScript partitioning (core/partitioning/SegmentedBlock's debug print)
+    text = """\
+DEBUG: [Torch-TensorRT] - Segment Block @0:
+    Target: TensorRT
+
+    Graph: graph(%x.1 : Tensor):
+  %3 : Tensor = aten::relu(%x.1)
+  return (%3)
+
+DEBUG: [Torch-TensorRT] - Segment Block @1:
+    Target: Torch
+
+    Graph: graph(%3 : Tensor):
+  %5 : bool = aten::__contains__(%3)
+  return (%5)
+"""
+    found = _by_kind(text)
+    (part,) = found["torchtrt_partition"]
+    assert part.detail["segments"] == {"TensorRT": 1, "Torch": 1}
+    (fb,) = found["torchtrt_fallback"]
+    assert fb.detail["torch_segments"] == [1] and "1 segment(s) run in Torch (@1)" in fb.message

@@ -55,6 +55,9 @@ _GIVEN_BACK = re.compile(
     r"|Conversion of module (?P<module>.{0,200}?) not currently fully supported or convertible"
     r"|(?P<halt>Halting compilation on build failure since pass_through_build_failures)"
 )
+# TorchScript partitioning (core/partitioning): `Segment Block @0:`, then an indented `Target: TensorRT` or `Torch`
+_SEGMENT = re.compile(r"^Segment Block @(?P<n>\d+):?$")
+_TARGET = re.compile(r"^Target: (?P<t>TensorRT|Torch)\b")
 _NET_TIME = re.compile(r"^TRT INetwork construction elapsed time: (?P<t>\S+)")
 _BUILD_TIME = re.compile(r"^Build TRT engine elapsed time: (?P<t>\S+)")
 _ENGINE_MEM = re.compile(r"^TRT Engine uses: (?P<n>\d+) bytes of Memory")
@@ -147,6 +150,18 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
         elif m := _REJECTED.match(text):
             fb.setdefault("rejected", []).append({"converter": m["conv"], "node": m["node"], "reason": m["why"]})
             fb_lines.append(line)
+        elif m := _SEGMENT.match(text):
+            section = f"segment:{m['n']}"
+            part_lines.append(line)
+        elif section and section.startswith("segment:") and (m := _TARGET.match(text)):
+            seg = part.setdefault("segments", {})
+            seg[m["t"]] = seg.get(m["t"], 0) + 1
+            if m["t"] == "Torch":
+                fb.setdefault("torch_segments", []).append(int(section.split(":")[1]))
+                fb_lines.append(line)
+            else:
+                part_lines.append(line)
+            section = None
         elif m := _GIVEN_BACK.search(text):
             if m["halt"]:
                 fb["halted"] = True
@@ -205,6 +220,8 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
             msg += f" ({part['coverage_pct']:g}%)" if "coverage_pct" in part else ""
         elif part.get("supported"):
             msg += f"; {len(part['supported'])} supported op kinds"
+        if part.get("segments"):
+            msg += "; segments: " + ", ".join(f"{n} {t}" for t, n in part["segments"].items())
         yield Hit("torchtrt_partition", "fallback", "info", msg, part_lines[0], (), part, read=tuple(part_lines))
     if fb_lines and (fb["ops"] or len(fb) > 1):
         ops = fb["ops"]
@@ -212,6 +229,10 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
         named += [f"{x['node']} rejected by the {x['converter']} converter" + (f" ({x['reason']})" if x["reason"]
                   else "") for x in fb.get("rejected", [])[:3]]  # fmt: skip
         named += [f"submodule {s} runs in PyTorch" for s in fb.get("submodules_in_torch", [])]
+        if fb.get("torch_segments"):
+            named.append(
+                f"{len(fb['torch_segments'])} segment(s) run in Torch (@{', @'.join(map(str, fb['torch_segments']))})"
+            )
         if fb.get("subgraphs_given_back"):
             named.insert(0, f"{fb['subgraphs_given_back']} subgraph(s) failed to convert and run in PyTorch whole")
         if fb.get("unsupported_modules"):
