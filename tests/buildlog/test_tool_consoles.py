@@ -350,3 +350,15 @@ def test_profile_violation_tensorrt10_satisfy_profile_wrapped_as_posted():
     assert pv.layers == ("input_values",) and pv.detail["set"] == "1,1620"
     assert (pv.detail["pmin"], pv.detail["pmax"]) == ("1,3240", "1,12960")
     assert "profile 0 allows [1,3240]..[1,12960]" in pv.message and log.unknown_lines == 0
+
+
+def test_ultralytics_engine_export_and_load_lines_name_the_engine():
+    # ultralytics/engine/exporter.py and nn/autobackend.py messages
+    text = (
+        "TensorRT: building FP16 engine as yolov8n.engine\n"
+        "TensorRT: export success ✅ 120.3s, saved as 'yolov8n.engine' (13.6 MB)\n"
+        "Loading yolov8n.engine for TensorRT inference...\n"
+    )
+    (e,) = _by_kind(text)["engine_file"]
+    assert e.count == 3 and e.detail["path"] == "yolov8n.engine"
+    assert [o["action"] for o in e.detail["occurrences"]] == ["building", "saved", "loaded"]

@@ -47,6 +47,11 @@ _ENGINE_IO = [
     (re.compile(r"^(?:Engine serialized to|serialize cuda engine to file:|Saved engine to) ?'?" + _PATH), "saved"),
     (re.compile(r"^Loading (?:bytes|engine|TensorRT engine|the engine)(?: from(?: bytes)?)?:? '?" + _PATH), "loaded"),
     (re.compile(r"^(?:deserialized trt engine from|Loaded engine from|Loading engine file):? ?'?" + _PATH), "loaded"),
+    # Ultralytics: `Loading yolov8n.engine for TensorRT inference...`, `TensorRT: building FP16 engine as
+    # yolov8n.engine`, `TensorRT: export success ✅ 120.3s, saved as 'yolov8n.engine' (13.6 MB)`
+    (re.compile(r"^Loading " + _PATH + r" for TensorRT inference"), "loaded"),
+    (re.compile(r"TensorRT: building (?:\w+ )?engine as '?" + _PATH), "building"),
+    (re.compile(r"TensorRT: export success\b.*?saved as '?" + _PATH), "saved"),
     (re.compile(r"^Building (?:a new )?(?:TensorRT )?engine (?:for .*?: |to )'?" + _PATH), "building"),
     (
         re.compile(r"(?:Rebuilding|Re-building|will rebuild|rebuild(?:ing)? the) (?:the )?engine\b.*?" + _PATH, re.I),
