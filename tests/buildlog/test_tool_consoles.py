@@ -279,7 +279,7 @@ def test_myelin_region_names_its_first_and_last_node_runner_and_errors():
 
 def test_tool_kinds_are_registered_for_gates_and_families():
     # suites' fail_on and the corpus bench look kinds up in config.findings; each tools module declares its own
-    from trtverify.buildlog import tools
+    from trtverify.buildlog.tools import registry as tools
     from trtverify.config.findings import FAMILIES, KINDS, TOOL_KINDS
 
     assert tools.KINDS == TOOL_KINDS

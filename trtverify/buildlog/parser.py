@@ -14,12 +14,13 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.buildlog import families, floor, performance, polygraphy, polygraphy_debug, tools
+from trtverify.buildlog import families, floor, performance, polygraphy, polygraphy_debug
 from trtverify.buildlog.findings import RULES, Finding, precision_fallback
 from trtverify.buildlog.folding import fold, gather
 from trtverify.buildlog.layers import EngineLayer, layer_table
 from trtverify.buildlog.lines import LogRecord, split_records
 from trtverify.buildlog.noise import noise_classes
+from trtverify.buildlog.tools import registry as tools
 from trtverify.util.errors import UsageError
 from trtverify.util.fsutil import FileTooLarge, read_capped
 from trtverify.util.record import Record
