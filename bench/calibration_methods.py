@@ -44,9 +44,11 @@ ONNX Runtime cannot run to calibrate; demo/shape_sweep is one random-weight 3x3 
 made to show a baked batch size, with nothing trained to lose.
 
     python bench/calibration_methods.py [--models fashion_mnist,shapes,...] [--ocr-dir DIR | --cache DIR]
-        [--modelopt-timeout 300] [--no-modelopt] [--work DIR] [--out bench/results]
+        [--modelopt-timeout 300] [--no-modelopt] [--work DIR] [--out bench/results] [--merge] [--reparse]
 
-Results: bench/results/calibration_methods.{md,json}. Run models one at a time on a shared machine.
+Results: bench/results/calibration_methods.{md,json}. Models run one after another; ``--merge`` keeps the other
+models' rows of an existing JSON (to rerun one model), ``--reparse`` rebuilds the tables from the layerwise
+results left in ``--work`` without rerunning anything.
 """
 
 from __future__ import annotations
@@ -127,17 +129,19 @@ def layerwise(model: Model, work: Path, rec: dict, outputs: list[str]) -> None:
 def read_layerwise(rec: dict, results: Path, outputs: list[str]) -> None:
     """The figures of one candidate from its layerwise results.json."""
     cand = json.loads(results.read_text())["stages"][0]["candidates"][0]
-    rows = cand["rows"]
+    # a tensor the candidate's rewrite left without an equivalent (not_comparable) has no metrics: not compared
+    rows = [r for r in cand["rows"] if r["metrics"].get("rel_l2") is not None]
 
     def rel(row: dict) -> float:
-        v = row["metrics"].get("rel_l2")
-        return float("inf") if v is None or isinstance(v, str) else float(v)
+        v = row["metrics"]["rel_l2"]
+        return float(v)  # results.json writes inf as the string "inf"
 
     worst = max(rows, key=rel)
     finite = [r for r in rows if np.isfinite(rel(r))]
     outs = [r for r in rows if r["tensor"] in outputs]
     rec.update(
         tensors=len(rows),
+        not_compared=[r["tensor"] for r in cand["rows"] if r["metrics"].get("rel_l2") is None],
         failing_tensors=sum(not r["passed"] for r in rows),
         worst_rel_l2=rel(worst),
         worst_tensor=worst["tensor"],
@@ -331,6 +335,7 @@ def reparse(json_path: Path, work: Path) -> int:
             if rec["status"] == "ok" and results.exists():
                 graph = onnx.load(rec["model"], load_external_data=False).graph
                 read_layerwise(rec, results, [o.name for o in graph.output])
+    doc["reparsed"] = time.strftime("%Y-%m-%d", time.gmtime())
     json_path.write_text(json.dumps(finite_json(doc), indent=1) + "\n")
     json_path.with_suffix(".md").write_text(markdown(doc))
     return 0
@@ -374,7 +379,14 @@ def markdown(doc: dict) -> str:
         f"onnxruntime {m.get('onnxruntime')}, "
         f"ModelOpt {m.get('modelopt')}, {m.get('cpus')} CPUs. Layerwise: `trtverify layerwise` with INT8's defaults "
         "(rel_l2 <= 0.25, cosine >= 0.97 on every tensor) on evaluation rows calibration did not see. "
-        f"ModelOpt bounded at {doc.get('modelopt_timeout_s')} s.",
+        f"ModelOpt bounded at {doc.get('modelopt_timeout_s')} s. e2e: the demo suite's e2e stage (Fashion-MNIST on "
+        "test rows 512-1999, the others on their whole validation set); OCR: proxies against FP32 (text-map IoU at "
+        "0.3; lines whose CTC decoding equals FP32's). The module's docstring gives the rows and why."
+        + (
+            f" Figures re-read from the run's layerwise results on {doc['reparsed']} (--reparse)."
+            if "reparsed" in doc
+            else ""
+        ),
         "",
         "| model | tool | method | calibration s | worst tensor rel_l2 | output rel_l2 | layerwise INT8 defaults "
         "| e2e metric (FP32) | candidate | drop |",
