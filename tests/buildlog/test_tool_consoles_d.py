@@ -66,6 +66,7 @@ def test_plugin_not_found_names_the_node_from_the_parsers_dump() -> None:
     )
     (f,) = _by_kind(text)["plugin_not_found"]
     assert "grid_sampler_3" in f.layers and "align_corners" not in f.layers
+    assert parse(text).unknown_lines == 0  # the dump's lines are read with the finding
 
 
 def test_modelopt_console_without_time_and_its_command_options() -> None:

@@ -156,15 +156,19 @@ def rule_plugin_not_found(records: list[LogRecord]) -> Iterator[Hit]:
     line before them."""
     ctx: dict[str, Any] = {}
     in_node = False  # inside the ONNX parser's dump of the node it failed on (`--- Begin node ---` ... `name: "X"`)
+    dump: list[int] = []  # the dump's lines, read with the finding that names its node
     for r in records:
         text = r.text
         if "Successfully created plugin" in text:
             ctx = {}
             continue
-        for part in text.split("\n"):
+        for i, part in enumerate(text.split("\n")):
             if "--- Begin node ---" in part:
                 ctx.pop("node", None)
+                dump = []
             in_node = (in_node or "--- Begin node ---" in part) and "--- End node ---" not in part
+            if in_node:
+                dump.append(min(r.first + i, r.last))
             if in_node and (m := _NODE_NAME.search(part)):
                 ctx.setdefault("node", m["node"])  # the node's own name comes before its attributes' names
         for rx in _PLUGIN_CONTEXT:
@@ -181,7 +185,8 @@ def rule_plugin_not_found(records: list[LogRecord]) -> Iterator[Hit]:
             info = {**ctx, **got}
             detail = {k: info[k] for k in ("plugin", "version", "namespace", "node") if info.get(k) is not None}
             layers = tuple(info[k] for k in ("plugin", "node") if info.get(k))
-            yield Hit("plugin_not_found", "fallback", "high", _msg(r), r.first, layers, detail)
+            read = tuple(dump) if "node" in detail else ()
+            yield Hit("plugin_not_found", "fallback", "high", _msg(r), r.first, layers, detail, read=read)
             break
 
 

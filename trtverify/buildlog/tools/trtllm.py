@@ -240,7 +240,7 @@ def rule_memory_shortfall(records: list[LogRecord]) -> Iterator[Hit]:
                 yield Hit("memory_shortfall", "build", "high", msg, r.first, (), d, key="memory_shortfall")
                 break
     for s in skips:
-        msg = s["text"] if not s["d"].get("requested_bytes") else f"{s['text']} [{_say(s['d'])}]"
+        msg = s["text"] if not s["d"].get("requested_bytes") else f"{_say(s['d'])}: {s['text']}"  # sizes first
         yield Hit("tactic_skipped_workspace", "tactics", "medium", msg, s["line"], (), s["d"], read=tuple(s["read"]))
 
 
