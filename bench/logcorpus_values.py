@@ -6,7 +6,9 @@ of the value (a build time, a peak memory, an engine path, an op name ...).
 
 A value counts as surfaced when a finding says it: the value's text appears in a finding's message, layers or
 detail, or (for a number) a number equal to it appears there. Lines that merely sit in `unknown_lines` do not count.
-Reported: values surfaced per family, and logs whose every value is surfaced.
+There is no normalisation: a duration or a count (`00:00:47`, `63 Layer(s)`) counts only where a finding says it as
+written, or as an equal number (47 would not do for `00:00:47`); the parser states such values as written beside
+their conversion. Reported: values surfaced per family, and logs whose every value is surfaced.
 
     python bench/logcorpus_values.py [--part d] [--out FILE] [--verbose]
 """

@@ -110,8 +110,10 @@ def test_plugin_not_found_named_from_parsing_node() -> None:  # a/011_onnx2trt_p
     f = _one(parse_file(_dev("a/011")).findings, "plugin_not_found")
     # line 2: `Could not register plugin creator -  ::PillarScatterPlugin version 1`; line 12: the assertion
     # (its `[8] ...` line 13 continues the `ERROR: ... In function` line),
-    # whose plugin is the op of `While parsing node number 4 [ScatterBEV -> "479"]`
-    assert f.lines == (2, 12) and f.layers == ("PillarScatterPlugin", "ScatterBEV")
+    # whose plugin is the op of `While parsing node number 4 [ScatterBEV -> "479"]`, and whose node is the one the
+    # parser's node dump names (`name: "onnx_graphsurgeon_node_0"` between `--- Begin node ---` and `--- End node ---`)
+    assert f.lines == (2, 12) and f.layers == ("PillarScatterPlugin", "ScatterBEV", "onnx_graphsurgeon_node_0")
+    assert f.detail["occurrences"][1]["node"] == "onnx_graphsurgeon_node_0"
 
 
 def test_strongly_typed_rtx_fp16_flag() -> None:  # a/016_rtx_strongly_typed_fp16_flag_rtx2.log

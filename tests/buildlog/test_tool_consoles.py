@@ -40,7 +40,7 @@ def test_trtllm_build_time_peak_memory_and_engine_written():
     found = _by_kind(TRTLLM)
     (t,) = found["trtllm_build_time"]
     assert t.detail["total_s"] == 107 and t.detail["networks"] == {"Unnamed Network 0": 52}
-    assert t.detail["serialization_s"] == 25 and "all engines 107 s" in t.message
+    assert t.detail["serialization_s"] == 25 and "all engines 00:01:47 (107 s)" in t.message
     (m,) = found["build_peak_memory"]
     assert m.detail["allocator_gpu_mib"] == 70725 and m.detail["build_cpu_mib"] == 176260
     assert m.detail["build_phase_mib"] == 176257.29 and m.detail["children_mib"] == 17.65
@@ -64,7 +64,11 @@ def test_memory_shortfalls_and_tactic_skips_carry_their_sizes():
     (short,) = found["memory_shortfall"]
     assert short.severity == "high" and short.count == 2 and short.detail["requested_bytes"] == 2833252352
     (skip,) = found["tactic_skipped_workspace"]
-    assert skip.detail == {"requested_bytes": 2833252352, "tactic": "0x0000000204040736"}
+    assert skip.detail == {
+        "requested_bytes": 2833252352,
+        "requested": "2833252352 bytes",
+        "tactic": "0x0000000204040736",
+    }
     # TensorRT 8.x prints the device request before the skip (the misspelling is TensorRT's)
     trt8 = (
         "[W] [TRT] Tactic Device request: 4229MB Available: 3748MB. Device memory is insufficient to use tactic.\n"
@@ -72,15 +76,22 @@ def test_memory_shortfalls_and_tactic_skips_carry_their_sizes():
     )
     (skip,) = _by_kind(trt8)["tactic_skipped_workspace"]
     assert skip.count == 1 and skip.detail["requested_bytes"] == 4434452480
-    assert skip.detail["available_bytes"] == 3748 << 20 and "GiB available" in skip.message
+    assert skip.detail["available_bytes"] == 3748 << 20 and "3748 MB available (3.66 GiB)" in skip.message
     assert parse(trt8).unknown_lines == 0
+    # where the skip repeats the request's figure without a unit, the figure is the request's MB (TensorRT 9.1
+    # under TensorRT-LLM: `Tactic Device request: 66048MB` then `requested size of 66048`), not 66048 bytes
+    same = trt8.replace("4229MB", "66048MB").replace("4434452480", "66048")
+    (skip,) = _by_kind(same)["tactic_skipped_workspace"]
+    assert skip.detail["requested_bytes"] == 66048 << 20 and skip.detail["requested_size"] == 66048
+    assert "66048 MB requested (64.5 GiB)" in skip.message
     # PyTorch's allocator, in a Torch-TensorRT or TensorRT-LLM log
     torch_oom = (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 23.65 GiB total capacity; "
         "20.10 GiB already allocated; 1.50 GiB free; 21.00 GiB reserved in total by PyTorch)\n"
     )
     (short,) = _by_kind(torch_oom)["memory_shortfall"]
-    assert short.detail == {"requested_bytes": 2 << 30, "available_bytes": int(1.5 * (1 << 30))}
+    assert short.detail == {"requested_bytes": 2 << 30, "available_bytes": int(1.5 * (1 << 30)),
+                            "requested": "2.00 GiB", "available": "1.50 GiB"}  # fmt: skip
 
 
 def test_tensorrt_rtx_run_version_options_and_runtime_cache():
@@ -117,7 +128,7 @@ def test_modelopt_quantization_console_real():
     assert (d["model"], d["mode"], d["calibration_method"]) == ("tiny.onnx", "int8", "entropy")
     assert (d["quantized_nodes"], d["nodes"], d["mha_partitions"], d["output"]) == (1, 12, 0, "tiny.int8.onnx")
     assert d["calibration_batches"] == 8 and d["calibrated_tensors"] == 2
-    assert "calibration entropy" in q.message and "wrote tiny.int8.onnx" in q.message
+    assert "calibration_method=entropy" in q.message and "wrote tiny.int8.onnx" in q.message
     assert log.unknown_lines == 0
     other = parse_file(CONSOLES / "modelopt_int8_max_exclude.log")
     (q,) = [f for f in other.findings if f.kind == "modelopt_quantization"]
@@ -158,7 +169,15 @@ def test_polygraphy_convert_inspect_and_profiles():
 """
     found = _by_kind(text)
     (prof,) = found["optimization_profiles"]
-    assert prof.detail["profiles"] == [{"name": "X", "min": "1, 2, 1, 1", "opt": "1, 2, 3, 3", "max": "1, 2, 5, 5"}]
+    assert prof.detail["profiles"] == [
+        {
+            "name": "X",
+            "min": "1, 2, 1, 1",
+            "opt": "1, 2, 3, 3",
+            "max": "1, 2, 5, 5",
+            "as_written": "X [min=[1, 2, 1, 1], opt=[1, 2, 3, 3], max=[1, 2, 5, 5]]",
+        }
+    ]
     (art,) = found["polygraphy_artifact"]
     assert art.detail == {"what": "tactic replay file", "path": "replay.json", "action": "loaded"}
     (e,) = found["engine_file"]
@@ -206,8 +225,12 @@ def test_verbose_builder_fusions_profile_violations_plugins_and_myelin():
     )
     (fu,) = _by_kind(fusions)["layer_fusion"]
     assert fu.detail["fusions"] == [
-        {"pass": "ConvReluFusion", "fused": ["/features/features.0/Conv", "/features/features.1/Relu"]},
-        {"pass": None, "fused": ["conv2", "relu2"]},
+        {
+            "pass": "ConvReluFusion",
+            "fused": ["/features/features.0/Conv", "/features/features.1/Relu"],
+            "as_written": "/features/features.0/Conv with /features/features.1/Relu",
+        },
+        {"pass": None, "fused": ["conv2", "relu2"], "as_written": "conv2 with relu2"},
     ]
     # the execution context's checks, TensorRT 8.x (setBindingDimensions) and 10.x (setInputShape)
     trt8 = (
@@ -304,8 +327,20 @@ def test_inspect_engine_layers_with_their_precision_and_trtexec_engine_paths():
     log = parse(text)
     (ins,) = [f for f in log.findings if f.kind == "polygraphy_inspect"]
     assert ins.detail["layers"] == [
-        {"name": "/conv/Conv", "op": "CaskConvolution", "output_dtype": "float16"},
-        {"name": "/relu/Relu", "op": "PointWiseV2", "output_dtype": "float32"},
+        {
+            "index": 0,
+            "name": "/conv/Conv",
+            "op": "CaskConvolution",
+            "as_written": "/conv/Conv [Op: CaskConvolution]",
+            "output_dtype": "float16",
+        },
+        {
+            "index": 1,
+            "name": "/relu/Relu",
+            "op": "PointWiseV2",
+            "as_written": "/relu/Relu [Op: PointWiseV2]",
+            "output_dtype": "float32",
+        },
     ]
     assert ins.detail["precision"] == {"float16": 1, "float32": 1} and log.unknown_lines == 0
     # trtexec names its engine only on its command line (tests/data/logcorpus/a/036's form)

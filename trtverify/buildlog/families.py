@@ -142,6 +142,9 @@ _PLUGIN_CONTEXT = [
 ]
 
 
+_NODE_NAME = re.compile(r'^(?:.*?: )?name: "(?P<node>[^"]+)"\s*$')
+
+
 def _clean(v: str | None) -> str | None:
     return v.rstrip(".") if v else v
 
@@ -152,11 +155,22 @@ def rule_plugin_not_found(records: list[LogRecord]) -> Iterator[Hit]:
     `IPluginCreator not found`) take it from the nearest `Searching for plugin` / `While parsing node ... [Op ->`
     line before them."""
     ctx: dict[str, Any] = {}
+    in_node = False  # inside the ONNX parser's dump of the node it failed on (`--- Begin node ---` ... `name: "X"`)
+    dump: list[int] = []  # the dump's lines, read with the finding that names its node
     for r in records:
         text = r.text
         if "Successfully created plugin" in text:
             ctx = {}
             continue
+        for i, part in enumerate(text.split("\n")):
+            if "--- Begin node ---" in part:
+                ctx.pop("node", None)
+                dump = []
+            in_node = (in_node or "--- Begin node ---" in part) and "--- End node ---" not in part
+            if in_node:
+                dump.append(min(r.first + i, r.last))
+            if in_node and (m := _NODE_NAME.search(part)):
+                ctx.setdefault("node", m["node"])  # the node's own name comes before its attributes' names
         for rx in _PLUGIN_CONTEXT:
             m = rx.search(text)
             if m:
@@ -169,9 +183,10 @@ def rule_plugin_not_found(records: list[LogRecord]) -> Iterator[Hit]:
             if "plugin" in got and got["plugin"] != ctx.get("plugin"):
                 ctx = got
             info = {**ctx, **got}
-            detail = {k: info[k] for k in ("plugin", "version", "namespace") if info.get(k) is not None}
-            layers = (info["plugin"],) if info.get("plugin") else ()
-            yield Hit("plugin_not_found", "fallback", "high", _msg(r), r.first, layers, detail)
+            detail = {k: info[k] for k in ("plugin", "version", "namespace", "node") if info.get(k) is not None}
+            layers = tuple(info[k] for k in ("plugin", "node") if info.get(k))
+            read = tuple(dump) if "node" in detail else ()
+            yield Hit("plugin_not_found", "fallback", "high", _msg(r), r.first, layers, detail, read=read)
             break
 
 

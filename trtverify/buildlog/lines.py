@@ -58,7 +58,11 @@ DIALECTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("trtllm", r"(?:" + _TS + r" )?\[TRT-LLM\](?:\s*\[[^\]]*\])*?\s*\[(?P<sev>[VIWEF])\]\s"),
         ("trtllm", r"(?:" + _TS + r" )?\[TensorRT-LLM\](?:\[[^\]]*\])*?\[(?P<sev>" + _SEVW + r")\]\s?"),
         # ModelOpt's ONNX console (`2026-11-27 01:54:47,277 - [modelopt][onnx] - INFO - `)
-        ("modelopt", r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - \[modelopt\](?:\[[\w.]+\])? - (?P<sev>" + _SEVW + r") - "),
+        # (the time may be missing: modelopt/onnx/logging_config.py prints its own fallback lines without one)
+        (
+            "modelopt",
+            r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - )?\[modelopt\](?:\[[\w.]+\])? - (?P<sev>" + _SEVW + r") - ",
+        ),
         ("modelopt", r"(?P<sev>" + _SEVW + r"):modelopt[\w.]*:"),  # Python logging's default format
         ("trtexec", _TS + r" \[(?P<sev>[VIWEF])\] (?:\[TRT\] )?"),
         # an application's Python logging around TensorRT (`[2025-10-28 12:21:44] [rtx_demo.utils.engine] [INFO] `)
@@ -66,6 +70,8 @@ DIALECTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("python", r"(?:" + _TS + r" )?\[TRT\] \[(?P<sev>[VIWEF])\] "),
         ("python", r"\[TensorRT\] (?P<sev>" + _SEVW + r"): "),
         ("trtexec", r"\[(?P<sev>[VIWEF])\] \[TRT\] "),
+        # jetson-inference's tensorNet (`#define LOG_TRT "[TRT]    "`): TensorRT's messages, severity in colour only
+        ("jetson", r"\[TRT\] {2,}(?P<sev>)(?=\S)"),
         ("polygraphy", r"\[(?P<sev>[VIWEFX!])\] "),
         ("deepstream", r"(?P<sev>" + _SEVW + r"): \[TRT\]:? "),
         ("torch_tensorrt", r"(?P<sev>" + _SEVW + r"|GRAPH): \[Torch-TensorRT[^\]]*\] - "),

@@ -43,10 +43,32 @@ def _table_line(lines: list[str], header: int) -> int:
     return above if above >= 1 and PROFILE_BANNER.search(lines[above - 1]) else header
 
 
+# trtexec's / tensorrt_rtx's totals after the summary (`Total Host Walltime: 2.47 s`, `Total GPU Compute Time: 2.46 s`)
+TOTAL = re.compile(r"\bTotal (?P<what>Host Walltime|GPU Compute Time): (?P<v>[-+0-9.eE]+) ?(?P<u>s|ms)\b")
+
+
+def _totals(lines: list[str]) -> tuple[dict[str, float], list[int]]:
+    found: dict[str, float] = {}
+    where: list[int] = []
+    for i, line in enumerate(lines):
+        if m := TOTAL.search(line):
+            key = "walltime_s" if m["what"] == "Host Walltime" else "gpu_compute_total_s"
+            found[key] = float(m["v"]) / (1000.0 if m["u"] == "ms" else 1.0)
+            where.append(i + 1)
+    return found, where
+
+
 def hits(text: str) -> list[Hit]:
     lines = text.split("\n")
     out: list[Hit] = []
     summaries = perf_summaries(text)
+    totals, total_lines = _totals(lines)
+    if totals and not summaries:  # only the summary's tail was pasted: its totals, and that the rest is cut
+        names = {"walltime_s": "total host walltime", "gpu_compute_total_s": "total GPU compute time"}
+        said = ", ".join(f"{names[k]} {v:g} s" for k, v in totals.items())
+        out.append(Hit("performance_summary", "performance", "info", f"performance summary cut short: {said} (no "
+                       "throughput or GPU compute mean line)", total_lines[0], (), dict(totals, cut_short=True),
+                       read=tuple(total_lines)))  # fmt: skip
     # the continuation lines of wrapped figures are read with the summary (its other rows: noise class `figures`)
     joined = tuple(i + 1 for i, (a, b) in enumerate(zip(lines, unwrap(lines), strict=True)) if a.strip() and not b)
     for start, perf in summaries:

@@ -105,7 +105,7 @@ _MEAN_ERROR = re.compile(r"Mean Error: Absolute=(?P<a>" + _NUM + r"), Relative=(
 _RUNNER_OLD = re.compile(r"^Runner: (?P<runner>.+?) *\| Stats: (?P<s>.*)$")
 _RUNNER_NEW = re.compile(r"^(?P<runner>\S+?): (?P<out>.+?) *\| Stats: (?P<s>.*)$")
 _DIFF = re.compile(r"^(?P<which>Absolute|Relative) Difference \| Stats: (?P<s>.*)$")
-_METRICS = re.compile(r"^Error Metrics: (?P<name>.+)$")
+_METRICS = re.compile(r"(?:^|\] )Error Metrics: (?P<name>.+)$")  # a paste's list marker may precede `[I]`
 _VERDICT = re.compile(r"^(?P<v>PASSED|FAILED) \| (?:Output: " + _Q + r"(?P<name>.*?)" + _Q + r" \| )?(?P<why>.+)$")
 _NOT_OUTPUT_VERDICT = re.compile(r"^(?:Iteration|Command|Runtime|Output|Errors detected|Value:|Mismatched|All outputs)")
 _ITER_RESULT = re.compile(r"^(?:FAILED \| Mismatched outputs|PASSED \| All outputs matched \| Outputs): \[(?P<n>.*)\]")
@@ -192,11 +192,12 @@ def _scan_compare(items: list[tuple[int, str]]) -> tuple[list[_Output], list[_Su
                 o.data["shape"] = _shape(ds.group("shape"))
             if tm := _TOLERANCE.search(m.group("rest")):
                 o.data["tolerance"] = _tol(tm.group("t"))
+                o.data["tolerance_as_written"] = tm.group("t")
                 if tm.group("check"):
                     o.data["check"] = tm.group("check")
         elif m := _REQUIRED.search(t):
             o = block(line)
-            o.data.update(_required(m.group("t")), check=m.group("check"))
+            o.data.update(_required(m.group("t")), check=m.group("check"), required_as_written=m.group("t"))
         elif m := _REQUIRED_OLD.search(t):
             o = block(line)
             o.data.update(_required(m.group("t")))
@@ -206,6 +207,7 @@ def _scan_compare(items: list[tuple[int, str]]) -> tuple[list[_Output], list[_Su
         elif m := _TOLERANCE.search(t):
             o = block(line)
             o.data["tolerance"] = _tol(m.group("t"))
+            o.data["tolerance_as_written"] = m.group("t")
             if m.group("check"):
                 o.data["check"] = m.group("check")
         elif m := _DIFF.match(t):
@@ -221,7 +223,7 @@ def _scan_compare(items: list[tuple[int, str]]) -> tuple[list[_Output], list[_Su
             if runner not in o.runners and len(o.runners) < 2:
                 o.runners.append(runner)
             o.data.setdefault("runner_stats", {})[runner] = _stats(m.group("s"))
-        elif m := _METRICS.match(t):
+        elif m := _METRICS.search(t):
             o = block(line)
             o.name = o.name or m.group("name")
         elif (m := _VERDICT.match(t)) and not _NOT_OUTPUT_VERDICT.match(m.group("why")):
@@ -290,12 +292,17 @@ def rule_polygraphy_compare(records: list[LogRecord]) -> Iterator[Hit]:
             d.update(verdict_from="accuracy_summary", **({"outputs_without_verdict": list(names)} if names else {}))
             hits.append(Hit("polygraphy_compare_failed", "comparison", "high", s.message, s.line, names, d))
     for o in outs:
-        measured = o.data.get("required") or "abs_diff" in o.data or "rel_diff" in o.data
+        measured = o.data.get("required") or {"abs_diff", "rel_diff", "runner_stats"} & set(o.data)
         if (o.status is None or o.verdict_line is None) and id(o) not in owner and measured:
             # a comparison pasted without its verdict: the numbers it reports, and that the verdict is not there
             detail = dict(_output_detail(o, None), verdict="not in the log")
             layers = (o.name,) if o.name else ()
-            message = f"Polygraphy compared '{o.name}'; its numbers are in the log, its PASSED/FAILED verdict is not"
+            said = [f"tolerance [{o.data['tolerance_as_written']}]" if "tolerance_as_written" in o.data else ""]
+            said += [f"minimum required {o.data['required_as_written']}" if "required_as_written" in o.data else ""]
+            said += ["cut before the error metrics" if not {"abs_diff", "rel_diff"} & set(o.data) else ""]
+            said_s = "".join(f"; {x}" for x in said if x)
+            message = (f"Polygraphy compared '{o.name}'{said_s}; its numbers are in the log, its PASSED/FAILED "
+                       "verdict is not")  # fmt: skip
             last = max(o.line, *o.lines)
             hits.append(Hit("polygraphy_compare_no_verdict", "comparison", "info", message, o.line, layers, detail,
                             span=(o.line, last)))  # fmt: skip

@@ -27,6 +27,9 @@ from trtverify.buildlog.tools.common import first_line
 _FUSION = re.compile(r"^(?:(?P<pass>\w+Fusion\w*|\w+Fuse\w*): )?Fusing (?P<a>.+?) with (?P<b>.+?)\s*$")
 
 
+_WEIGHTS = re.compile(r"^(?:convolution|deconvolution|conv) weights from (?P<layer>.+)$", re.I)
+
+
 def rule_layer_fusion(records: list[LogRecord]) -> Iterator[Hit]:
     """Which nodes the builder fused into what, one finding with every pair (and the fusion pass that did it)."""
     pairs: list[dict[str, Any]] = []
@@ -34,10 +37,13 @@ def rule_layer_fusion(records: list[LogRecord]) -> Iterator[Hit]:
     for r in records:
         m = _FUSION.match(first_line(r))
         if m and r.severity in ("verbose", "info", None):
-            pairs.append({"pass": m["pass"], "fused": [m["a"], m["b"]]})
+            a = m["a"]
+            if w := _WEIGHTS.match(a):  # `Fusing convolution weights from MatMul_243 with scale BN_244`
+                a = w["layer"]
+            pairs.append({"pass": m["pass"], "fused": [a, m["b"]], "as_written": f"{a} with {m['b']}"})
             lines.append(r.first)
     if pairs:
-        shown = "; ".join(f"{p['fused'][0]} + {p['fused'][1]}" for p in pairs[:5])
+        shown = "; ".join((f"{p['pass']}: " if p["pass"] else "") + p["as_written"] for p in pairs[:5])
         msg = f"{len(pairs)} layer fusion(s): {shown}" + (" ..." if len(pairs) > 5 else "")
         layers = tuple(dict.fromkeys(n for p in pairs for n in p["fused"]))[:50]
         yield Hit("layer_fusion", "tactics", "info", msg, lines[0], layers, {"fusions": pairs[:500]},
@@ -66,6 +72,45 @@ def rule_myelin_failure(records: list[LogRecord]) -> Iterator[Hit]:
             continue  # an assertion naming nothing stays the floor's log_error, with its quoted condition
         d = {"names": names[:8]}
         yield Hit("myelin_failure", "build", "high", first_line(r)[:300], r.first, tuple(names[:8]), d)
+
+
+_NOT_HANDLED = re.compile(r"\b(?P<what>ScalarOp|Op|Operation|op) not (?:handled|supported|implemented):\s*(?P<op>\w+)")
+_AT_SOURCE = re.compile(r"\bIn (?P<fn>\w+) at (?P<path>\S+?\.(?:cpp|cc|cu|h|hpp)):(?P<ln>\d+)")
+_CHECK = re.compile(
+    r"(?P<path>[\w/.-]+\.(?:cpp|cc|cu|h|hpp)):(?P<ln>\d+): (?P<check>D?CHECK\w*)\((?P<cond>.*)\) failed"
+)
+
+
+def rule_internal_failure(records: list[LogRecord]) -> Iterator[Hit]:
+    """TensorRT's compiler failing inside itself, as Myelin (the fused-graph compiler) prints it: an op it cannot
+    handle (`ScalarOp not handled: CAST_F32_TO_F16. In getEquivalentMyelinCoord at .../myelin/codeGenerator.cpp:3996`,
+    a message a paste may break over lines, read with up to 2 after it) or a failed internal check
+    (`mha_fusion.cpp:344: DCHECK(fc1_ && fc2_ && softmax_) failed.`): the op, the check and the source file:line."""
+    for i, r in enumerate(records):
+        text = r.text.replace("\n", " ")
+        op, chk = _NOT_HANDLED.search(text), _CHECK.search(text)
+        if not op and not chk:
+            continue
+        d: dict[str, Any] = {}
+        read = [r.first]
+        if op:
+            d.update(op=op["op"], what=op["what"])
+            tail = [x for x in records[i : i + 3] if x is r or x.dialect == "unknown"]
+            for x in tail:
+                if src := _AT_SOURCE.search(x.text.replace("\n", " ")):
+                    d.update(function=src["fn"], source=f"{src['path'].rsplit('/', 1)[-1]}:{src['ln']}",
+                             path=src["path"])  # fmt: skip
+                    read.append(x.first)
+                    break
+            msg = f"{op['what']} not handled: {op['op']}"
+            msg += f" (in {d['function']} at {d['source']})" if "source" in d else ""
+        else:
+            d.update(check=f"{chk['check']}({chk['cond']})", source=f"{chk['path'].rsplit('/', 1)[-1]}:{chk['ln']}")
+            msg = f"internal check failed at {d['source']}: {d['check']}"
+        myelin = "myelin" in text.lower() or "myelin" in d.get("path", "").lower()
+        d["myelin"] = myelin
+        yield Hit("myelin_failure", "build", "high", ("Myelin: " if myelin else "") + msg, r.first,
+                  (op["op"],) if op else (), d, read=tuple(read))  # fmt: skip
 
 
 _REGION = re.compile(r"\{?ForeignNode\[(?P<body>.+?)\]\}(?:\s*\((?P<runner>Myelin\[[^\]]*\])\))?")
@@ -154,6 +199,8 @@ def rule_profile_violation(records: list[LogRecord]) -> Iterator[Hit]:
             d = {k: v for k, v in m.groupdict().items() if v is not None}
             inp = d.get("input")
             says = f"input {inp}" if inp else "an input"
+            if inp and "Supplied binding" in m.group():  # as TensorRT names it: the binding's index
+                says = f"input bindings[{inp}]"
             if "set" in d:
                 says += f" set to [{d['set']}]"
             if "exp" in d:
@@ -184,6 +231,18 @@ def _number(n: str) -> str:
     return f"{int(n[:-4])}.{int(n[-4:-2])}.{int(n[-2:])}" if len(n) > 4 else f"{n[0]}.{n[1]}.{int(n[2:])}"
 
 
+_RTX_CMD = re.compile(r"^(?:\S*[$#>]\s+)?(?P<cmd>(?:\S*[/\\])?tensorrt_rtx(?:\.exe)?\s+--.*)$")
+
+
+def _rtx_options(run: dict[str, Any], cmd: str) -> None:
+    opts = {o["k"]: o["v"] if o["v"] is not None else True for o in _OPT.finditer(cmd)}
+    run["options"] = opts
+    for key, name in (("onnx", "model"), ("saveEngine", "engine_saved"), ("loadEngine", "engine_loaded"),
+                      ("runtimeCacheFile", "runtime_cache")):  # fmt: skip
+        if key in opts:
+            run[name] = opts[key]
+
+
 def rule_rtx(records: list[LogRecord]) -> Iterator[Hit]:
     """TensorRT-RTX: the run (`tensorrt_rtx` banner: version from its build number, model, engine, options, status),
     and the runtime cache and JIT / AOT lines."""
@@ -198,12 +257,11 @@ def rule_rtx(records: list[LogRecord]) -> Iterator[Hit]:
             if m["b"]:
                 run["build"] = int(m["b"])
             if m["cmd"] and "options" not in run:  # the RUNNING banner's command; PASSED / FAILED repeat it
-                opts = {o["k"]: o["v"] if o["v"] is not None else True for o in _OPT.finditer(m["cmd"])}
-                run["options"] = opts
-                for key, name in (("onnx", "model"), ("saveEngine", "engine_saved"), ("loadEngine", "engine_loaded"),
-                                  ("runtimeCacheFile", "runtime_cache")):  # fmt: skip
-                    if key in opts:
-                        run[name] = opts[key]
+                _rtx_options(run, m["cmd"])
+            run_lines.append(r.first)
+        elif (m := _RTX_CMD.match(text)) and "options" not in run:  # the command pasted above its output
+            _rtx_options(run, m["cmd"])
+            run.setdefault("tool", "tensorrt_rtx")
             run_lines.append(r.first)
         elif m := _RTX_VERSION.match(text):
             run.setdefault("version", m["version"])
@@ -229,7 +287,8 @@ def rule_rtx(records: list[LogRecord]) -> Iterator[Hit]:
                   {"events": cache}, read=tuple(cache_lines))  # fmt: skip
 
 
-RULES = (rule_layer_fusion, rule_myelin_failure, rule_myelin_region, rule_profile_violation, rule_rtx)
+RULES = (rule_layer_fusion, rule_myelin_failure, rule_internal_failure, rule_myelin_region, rule_profile_violation,
+         rule_rtx)  # fmt: skip
 KINDS = {
     "layer_fusion": ("tactics", "layer_fusion"),  # info: the fused pairs and the pass
     "myelin_failure": ("build", "myelin"),  # high: a Myelin error, with the tensor / op it names

@@ -47,6 +47,8 @@ _ENGINE_IO = [
     (re.compile(r"^(?:Engine serialized to|serialize cuda engine to file:|Saved engine to) ?'?" + _PATH), "saved"),
     (re.compile(r"^Loading (?:bytes|engine|TensorRT engine|the engine)(?: from(?: bytes)?)?:? '?" + _PATH), "loaded"),
     (re.compile(r"^(?:deserialized trt engine from|Loaded engine from|Loading engine file):? ?'?" + _PATH), "loaded"),
+    # an application's own loader around deserializeCudaEngine (`[info] load engine from file: X.trt`)
+    (re.compile(r"\b[Ll]oad(?:ing)? (?:the )?engine from(?: file)?:? '?" + _PATH), "loaded"),
     # Ultralytics: `Loading yolov8n.engine for TensorRT inference...`, `TensorRT: building FP16 engine as
     # yolov8n.engine`, `TensorRT: export success ✅ 120.3s, saved as 'yolov8n.engine' (13.6 MB)`
     (re.compile(r"^Loading " + _PATH + r" for TensorRT inference"), "loaded"),
@@ -84,6 +86,14 @@ _MISMATCH = [
 
 
 _CLI = re.compile(r"(?:^|\s)--(?P<io>save|load)Engine[= ](?P<path>\S+)")
+# a shell command pasted with the log (after a prompt `...$ ` / `# `, or a program run as `./x`): an engine file among
+# its arguments (`./infer ./model.plan ./foto.png`)
+_SHELL = re.compile(r"^(?:\S*[$#]\s+|(?=\.{1,2}/))(?P<cmd>\S+(?:\s+\S+)*)$")
+_ARG_ENGINE = re.compile(r"(?:^|\s|=)'?" + _PATH)
+_LISTED = re.compile(r"[\w.+@-]+(?:\s+[\w.+@-]+)*")  # a line of `ls` output: names only
+_LS = re.compile(r"(?:^|\s)ls(?:\s+-\w+)*\s+(?P<dir>[^\s;|&]+)\s*$")
+# TensorRT-LLM's builder (tensorrt_llm/builder.py save_config): `Config saved to <output_dir>/config.json.`
+_TRTLLM_CONFIG = re.compile(r"^Config saved to (?P<dir>\S+?)/config\.json\.?$")
 _ECHO = re.compile(r"^(?P<io>Save|Load) engine: (?P<path>\S+)$")  # trtexec's options echo (an empty one: not given)
 
 
@@ -93,8 +103,30 @@ def rule_engine_files(records: list[LogRecord]) -> Iterator[Hit]:
     it); a failed or missing load is high. One finding per path."""
     asked: list[Hit] = []  # named by a command line or options echo only: reported where nothing else names it
     told: set[str] = set()
+    listing: str | None = None  # the folder a pasted `ls DIR` lists on the lines after it
     for r in records:
         text = first_line(r).strip()
+        if listing is not None and r.dialect == "unknown" and _LISTED.fullmatch(text):
+            for m in _ARG_ENGINE.finditer(text):  # the engine files the listing shows
+                path = listing.rstrip("/") + "/" + m["path"]
+                said = f"engine file listed in {listing}: {m['path']}"
+                d = {"path": path, "action": "listed"}
+                asked.append(Hit("engine_file", "build", "info", said, r.first, (), d, key=f"engine_file:{path}"))
+            continue
+        listing = None
+        if (sh := _SHELL.match(text)) and r.dialect == "unknown":
+            if ls := _LS.search(sh["cmd"]):
+                listing = ls["dir"]
+                continue
+            for m in _ARG_ENGINE.finditer(sh["cmd"]):
+                asked.append(Hit("engine_file", "build", "info", f"engine {m['path']} named on the command line",
+                                 r.first, (), {"path": m["path"], "action": "command_line"},
+                                 key=f"engine_file:{m['path']}"))  # fmt: skip
+        if (m := _TRTLLM_CONFIG.match(text)) and r.dialect == "trtllm":
+            said = f"engine directory {m['dir']} (TensorRT-LLM wrote its config)"
+            d = {"path": m["dir"], "action": "engine_dir"}
+            yield Hit("engine_file", "build", "info", said, r.first, (), d, key=f"engine_file:{m['dir']}")
+            continue
         cli = [(m["io"].lower(), m["path"]) for m in (*_CLI.finditer(text), *filter(None, [_ECHO.match(text)]))]
         for io, path in cli:
             action = "saving" if io == "save" else "loading"
@@ -150,15 +182,21 @@ def rule_engine_version_mismatch(records: list[LogRecord]) -> Iterator[Hit]:
 
 
 _PROFILE = re.compile(
-    r"'?(?P<name>[\w./:-]+)'?,?\s*\[?min=\[(?P<min>[^\]]*)\],?\s*opt=\[(?P<opt>[^\]]*)\],?\s*max=\[(?P<max>[^\]]*)\]"
-)
+    r"'?(?P<name>[\w./:-]+)'?,?\s*\[?min=[\[(](?P<min>[^\])]*)[\])],?\s*opt=[\[(](?P<opt>[^\])]*)[\])],?\s*"
+    r"max=[\[(](?P<max>[^\])]*)[\])]\]?"
+)  # `x [min=[1, 3], opt=[..], max=[..]]`; Polygraphy 0.4x prints tuples: `x [min=(1, 77), opt=(1, 77), max=(4, 77)]`
+_INSPECT_PROFILE = re.compile(r"^- Profile: (?P<p>\d+)")
+_INSPECT_SHAPES = re.compile(
+    r"^(?:Tensor: (?P<t>\S+)\s+\(Input\)|Binding Index: \d+ \(Input\)\s*\[Name: (?P<b>[^\]]+)\]).*?\| Shapes: "
+    r"(?P<s>min=.*)$"
+)  # `Tensor: X (Input), Index: 0 | Shapes: min=(..), opt=.., max=..` (8.x: `Binding Index: 0 (Input) [Name: x]`)
 _INSPECT_HEAD = re.compile(r"^==== (?P<what>TensorRT Engine|ONNX Model|TensorRT Network|Trt Network) ====")
 _NAME = re.compile(r"^Name: (?P<name>.*?) \| (?P<rest>.*)$")
 _COUNT = re.compile(r"^---- (?P<n>\d+) (?P<what>[\w ]+?)\(s\)(?: \((?P<b>\d+) Binding\(s\) Each\))?(?P<tail>.*)----$")
 _DTYPE = re.compile(r"->\s*\{.*?\[dtype=(?P<dt>\w+)")
 _LAYERS_IN_NAME = re.compile(r"\((?P<n>\d+) layers?\)")
 _MEMORY = re.compile(r"^Device Memory: (?P<n>\d+) bytes")
-_LAYER = re.compile(r"^Layer (?P<i>\d+)\s*\| (?P<name>.+?) \[Op: (?P<op>[^\]]+)\]")
+_LAYER = re.compile(r"^Layer (?P<i>\d+)\s*\| (?P<w>(?P<name>.+?) \[Op: (?P<op>[^\]]+)\])")
 
 
 def rule_polygraphy_inspect(records: list[LogRecord]) -> Iterator[Hit]:
@@ -174,7 +212,8 @@ def rule_polygraphy_inspect(records: list[LogRecord]) -> Iterator[Hit]:
     def done() -> Iterator[Hit]:
         if cur is None:
             return
-        counts = ", ".join(f"{v} {k}" for k, v in cur.get("counts", {}).items())
+        cur.pop("profile", None)  # the cursor of `- Profile: N` sections
+        counts = ", ".join(cur.get("sections", []))  # as Polygraphy heads them: `63 Layer(s)`, `2 Profile(s) ...`
         msg = f"{cur['what']}" + (f" {cur['name']}" if cur.get("name") else "") + (f": {counts}" if counts else "")
         if cur.get("precision"):
             msg += "; layer outputs " + ", ".join(f"{k} {v}" for k, v in cur["precision"].items())
@@ -185,9 +224,9 @@ def rule_polygraphy_inspect(records: list[LogRecord]) -> Iterator[Hit]:
         if r.dialect in ("blank", "elision"):
             continue
         for line, text in lines_of(r):
-            if "min=[" in text and "max=[" in text:
+            if "min=" in text and "max=" in text and "| Shapes:" not in text:
                 for m in _PROFILE.finditer(text):
-                    profiles.append({k: m[k] for k in ("name", "min", "opt", "max")})
+                    profiles.append({**{k: m[k] for k in ("name", "min", "opt", "max")}, "as_written": m.group()})
                     prof_lines.append(line)
             if m := _INSPECT_HEAD.match(text):
                 yield from done()
@@ -202,12 +241,22 @@ def rule_polygraphy_inspect(records: list[LogRecord]) -> Iterator[Hit]:
                 lines.append(line)
             elif m := _COUNT.match(text):
                 cur["counts"][m["what"].strip().lower().replace(" ", "_") + "s"] = int(m["n"])
+                cur.setdefault("sections", []).append(text.strip("- "))
+                lines.append(line)
+            elif m := _INSPECT_PROFILE.match(text):
+                cur["profile"] = int(m["p"])
+                lines.append(line)
+            elif m := _INSPECT_SHAPES.match(text):
+                shapes = cur.setdefault("profile_shapes", {}).setdefault(str(cur.get("profile", 0)), {})
+                shapes[m["t"] or m["b"]] = m["s"]
                 lines.append(line)
             elif m := _MEMORY.match(text):
                 cur["device_memory_bytes"] = int(m["n"])
                 lines.append(line)
             elif m := _LAYER.match(text):
-                cur.setdefault("layers", []).append({"name": m["name"], "op": m["op"]})
+                layer = {"index": int(m["i"]), "name": m["name"], "op": m["op"], "as_written": m["w"]}
+                cur.setdefault("layers", []).append({**layer, **({"profile": cur["profile"]} if "profile" in cur
+                                                                  else {})})  # fmt: skip
                 lines.append(line)
             elif m := _DTYPE.search(text):
                 cur.setdefault("precision", {})[m["dt"]] = cur.setdefault("precision", {}).get(m["dt"], 0) + 1
@@ -218,7 +267,7 @@ def rule_polygraphy_inspect(records: list[LogRecord]) -> Iterator[Hit]:
                 lines.append(line)  # a layer's input tensors
     yield from done()
     if profiles:
-        names = ", ".join(f"{p['name']} min [{p['min']}] opt [{p['opt']}] max [{p['max']}]" for p in profiles[:4])
+        names = ", ".join(p["as_written"] for p in profiles[:6]) + (" ..." if len(profiles) > 6 else "")
         yield Hit(
             "optimization_profiles",
             "build",

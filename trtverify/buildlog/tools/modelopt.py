@@ -40,7 +40,8 @@ _RULES: list[tuple[re.Pattern[str], str, Any]] = [
     (re.compile(r"^Total number of quantized nodes: (?P<v>\d+)"), "quantized_nodes", _INT),
     (re.compile(r"^Quantizable op types: (?P<v>\[.*\])"), "quantizable_op_types", str),
     (re.compile(r"^Found (?P<v>\d+) MHA \(QK_AV\) Patterns"), "mha_partitions", _INT),
-    (re.compile(r"^No MHA partitions found in the model"), "mha_partitions", lambda _: 0),
+    (re.compile(r"^(?P<v>No) MHA partitions found in the model"), "mha_partitions", lambda _: 0),
+    (re.compile(r"^Model has dynamic inputs: \[(?P<v>.*)\]"), "dynamic_inputs", lambda v: re.findall(r"'([^']*)'", v)),
     (re.compile(r"^Disabling QDQ for all MHA nodes"), "mha_qdq_disabled", bool),
     (re.compile(r"^Found (?P<v>\d+) layer norm partitions"), "layernorm_partitions", _INT),
     (re.compile(r"^Found (?P<v>\d+) non-quantizable partitions"), "non_quantizable_partitions", _INT),
@@ -69,6 +70,12 @@ _OTHER = re.compile(
 
 
 _HIST = "Collecting tensor data and making histogram"
+# the command pasted above the console (`python -m modelopt.onnx.quantization --onnx_path=m.onnx --quantize_mode=fp8
+# --calibration_method=max --output_path=m.quant.onnx`; modelopt/onnx/quantization/__main__.py's options)
+_CMD = re.compile(r"-m modelopt\.onnx\.(?P<tool>quantization|autocast)\b(?P<args>.*)$")
+_CMD_OPT = re.compile(r"--(?P<k>\w+)(?:[= ](?P<v>[^-\s]\S*))?")
+_CMD_KEYS = {"onnx_path": "model", "quantize_mode": "mode", "calibration_method": "calibration_method",
+             "output_path": "output_path", "calibration_data": "calibration_data"}  # fmt: skip
 
 
 def rule_modelopt(records: list[LogRecord]) -> Iterator[Hit]:
@@ -79,6 +86,13 @@ def rule_modelopt(records: list[LogRecord]) -> Iterator[Hit]:
         if r.dialect not in ("modelopt", "unknown"):
             continue
         text = first_line(r)
+        if r.dialect == "unknown" and (m := _CMD.search(text)):
+            opts = {o["k"]: o["v"] for o in _CMD_OPT.finditer(m["args"])}
+            d["command_options"] = {k: v for k, v in opts.items() if v is not None}
+            d.update({name: opts[k] for k, name in _CMD_KEYS.items() if opts.get(k)})
+            autocast = m["tool"] == "autocast"
+            lines.append(r.first)
+            continue
         joined = r.text.count(_HIST) - text.startswith(_HIST)  # calibration passes joined to this record
         if d and joined > 0:
             d["histogram_passes"] = d.get("histogram_passes", 0) + joined
@@ -112,7 +126,8 @@ def rule_modelopt(records: list[LogRecord]) -> Iterator[Hit]:
         d.setdefault("calibration_batches", d["histogram_passes"])
     tool = "AutoCast" if autocast else "ModelOpt quantization"
     parts = [" ".join(p for p in (d.get("mode", "").upper(), f"of {d['model']}" if "model" in d else "") if p)]
-    parts += [f"calibration {d['calibration_method']}" if "calibration_method" in d else ""]
+    parts += [f"calibration_method={d['calibration_method']}" if "calibration_method" in d else ""]
+    parts += [f"dynamic inputs {', '.join(d['dynamic_inputs'])}" if d.get("dynamic_inputs") else ""]
     parts += [f"{d['calibration_batches']} calibration batches" if "calibration_batches" in d else ""]
     parts += ["RANDOM calibration data" if d.get("random_calibration_data") else ""]
     if "quantized_nodes" in d:
@@ -121,8 +136,13 @@ def rule_modelopt(records: list[LogRecord]) -> Iterator[Hit]:
         parts.append(f"{d['nodes_to_quantize']} nodes to quantize")
     parts += [f"{d['converted']} nodes converted" if "converted" in d else ""]
     parts += [f"{len(d['kept_high_precision'])} nodes kept in high precision" if "kept_high_precision" in d else ""]
-    parts += [f"{d['mha_partitions']} MHA partitions" if "mha_partitions" in d else ""]
-    parts += [f"wrote {d['output']}" if "output" in d else "no output written in the log"]
+    if "mha_partitions" in d:
+        parts += [f"{d['mha_partitions']} MHA partitions" if d["mha_partitions"] else "No MHA partitions found"]
+    if "output" in d:
+        parts += [f"wrote {d['output']}"]
+    else:
+        parts += [f"output {d['output_path']} (as the command asks) not written in the log" if "output_path" in d
+                  else "no output written in the log"]  # fmt: skip
     sev = "high" if d.get("random_calibration_data") or d.get("nothing_selected") else "info"
     msg = f"{tool}: " + ", ".join(p for p in parts if p)
     layers = tuple(d.get("kept_high_precision", []))

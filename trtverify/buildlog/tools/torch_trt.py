@@ -58,6 +58,8 @@ _GIVEN_BACK = re.compile(
 # TorchScript partitioning (core/partitioning): `Segment Block @0:`, then an indented `Target: TensorRT` or `Torch`
 _SEGMENT = re.compile(r"^Segment Block @(?P<n>\d+):?$")
 _TARGET = re.compile(r"^Target: (?P<t>TensorRT|Torch)\b")
+# torch_tensorrt/_compile.py, where `ir="default"`: `ir was set to default, using dynamo as ir`
+_IR = re.compile(r"^ir was set to default, using (?P<ir>\w+) as ir")
 _NET_TIME = re.compile(r"^TRT INetwork construction elapsed time: (?P<t>\S+)")
 _BUILD_TIME = re.compile(r"^Build TRT engine elapsed time: (?P<t>\S+)")
 _ENGINE_MEM = re.compile(r"^TRT Engine uses: (?P<n>\d+) bytes of Memory")
@@ -147,6 +149,9 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
         elif m := _SETTINGS.match(text):
             part["settings"] = _settings(m["s"])
             part_lines.append(line)
+        elif m := _IR.match(text):
+            part["ir"] = m["ir"]
+            part_lines.append(line)
         elif m := _REJECTED.match(text):
             fb.setdefault("rejected", []).append({"converter": m["conv"], "node": m["node"], "reason": m["why"]})
             fb_lines.append(line)
@@ -194,6 +199,7 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
             eng_lines.setdefault(current, []).append(line)
         elif m := _NET_TIME.match(text):
             engines.setdefault(current, {"submodule": current})["network_s"] = hms_seconds(m["t"])
+            engines[current]["network_time"] = m["t"]  # as written (H:MM:SS.ffffff)
             eng_lines.setdefault(current, []).append(line)
         elif m := _BUILD_TIME.match(text):
             engines.setdefault(current, {"submodule": current})["build_s"] = hms_seconds(m["t"])
@@ -222,6 +228,12 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
             msg += f"; {len(part['supported'])} supported op kinds"
         if part.get("segments"):
             msg += "; segments: " + ", ".join(f"{n} {t}" for t, n in part["segments"].items())
+        if "ir" in part:
+            msg += f"; using {part['ir']} as ir"
+        if part.get("settings"):
+            shown = [f"{k}={part['settings'][k]}" for k in ("precision", "enabled_precisions", "min_block_size")
+                     if k in part["settings"]]  # fmt: skip
+            msg += "; " + ", ".join(shown) if shown else ""
         yield Hit("torchtrt_partition", "fallback", "info", msg, part_lines[0], (), part, read=tuple(part_lines))
     if fb_lines and (fb["ops"] or len(fb) > 1):
         ops = fb["ops"]
@@ -244,7 +256,8 @@ def rule_torch_tensorrt(records: list[LogRecord]) -> Iterator[Hit]:
         sev = "high" if {"subgraphs_given_back", "unsupported_modules", "halted"} & set(fb) else "medium"
         yield Hit("torchtrt_fallback", "fallback", sev, msg, fb_lines[0], layers, fb, read=tuple(fb_lines))
     for name, e in engines.items():
-        parts = [f"built in {e['build_s']:g} s" if e.get("build_s") is not None else ""]
+        parts = [f"INetwork built in {e['network_time']} ({e['network_s']:g} s)" if e.get("network_s") else ""]
+        parts += [f"built in {e['build_s']:g} s" if e.get("build_s") is not None else ""]
         parts += [f"{e['operators']} operators" if "operators" in e else ""]
         parts += [f"{e['memory_bytes']} bytes of memory" if "memory_bytes" in e else ""]
         if len(e) == 1 and name in conv:

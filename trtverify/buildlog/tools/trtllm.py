@@ -41,12 +41,14 @@ def rule_trtllm_build_time(records: list[LogRecord]) -> Iterator[Hit]:
         text = first_line(r)
         if m := _ALL.match(text):
             d["total_s"] = hms_seconds(m["t"])
+            d["total"] = m["t"]  # as written (H:MM:SS)
         elif m := _SERIALIZED.match(text):
             d["serialization_s"] = d.get("serialization_s", 0.0) + (hms_seconds(m["t"]) or 0.0)
         elif m := _CONVERT.match(text):
             d["checkpoint_conversion_s"] = hms_seconds(m["t"])
         elif m := _ONE.match(text):
             d.setdefault("networks", {})[m["net"]] = hms_seconds(m["t"])
+            d.setdefault("networks_as_written", {})[m["net"]] = m["t"]
         elif trtllm and (m := _GENERATION.match(text)):
             d["engine_generation_s"] = d.get("engine_generation_s", 0.0) + float(m["s"])
         else:
@@ -54,8 +56,8 @@ def rule_trtllm_build_time(records: list[LogRecord]) -> Iterator[Hit]:
         lines.append(r.first)
     if not lines or not ({"total_s", "networks", "serialization_s", "checkpoint_conversion_s"} & set(d)):
         return
-    parts = [f"all engines {d['total_s']:g} s" if "total_s" in d else ""]
-    parts += [f"{n} {s:g} s" for n, s in d.get("networks", {}).items()]
+    parts = [f"all engines {d['total']} ({d['total_s']:g} s)" if "total_s" in d else ""]
+    parts += [f"{n} {d['networks_as_written'][n]} ({s:g} s)" for n, s in d.get("networks", {}).items()]
     parts += [f"serialization {d['serialization_s']:g} s" if "serialization_s" in d else ""]
     parts += [f"checkpoint conversion {d['checkpoint_conversion_s']:g} s" if "checkpoint_conversion_s" in d else ""]
     message = "TensorRT-LLM build time: " + ", ".join(p for p in parts if p)
@@ -155,6 +157,7 @@ _SKIP = re.compile(
     r"|Some tactics do not have sufficient workspace memory"
 )
 _GB = 1 << 30
+_ERROR_CODE = re.compile(r"Error Code \d+: OutOfMemory\b")
 
 
 def _sizes(m: re.Match[str]) -> dict[str, Any]:
@@ -163,14 +166,20 @@ def _sizes(m: re.Match[str]) -> dict[str, Any]:
     for key, name in (("req", "requested_bytes"), ("req2", "requested_bytes"), ("avail", "available_bytes"),
                       ("avail2", "available_bytes")):  # fmt: skip
         if g.get(key):
-            d[name] = to_bytes(g[key], g.get(key + "_u") if key in ("req", "avail") else None)
+            unit = g.get(key + "_u") if key in ("req", "avail") else None
+            d[name] = to_bytes(g[key], unit)
+            d[name.replace("_bytes", "")] = f"{g[key]} {unit or 'bytes'}"  # as written
     return d
 
 
 def _say(d: dict[str, Any]) -> str:
-    parts = [f"{d['requested_bytes'] / _GB:.3g} GiB requested" if "requested_bytes" in d else ""]
-    parts += [f"{d['available_bytes'] / _GB:.3g} GiB available" if "available_bytes" in d else ""]
-    return ", ".join(p for p in parts if p)
+    """`66048 MB requested (64.5 GiB), 32510 MB available (31.7 GiB)`: as written, and in GiB."""
+    parts = []
+    for key in ("requested", "available"):
+        if f"{key}_bytes" in d:
+            gib = f"{d[f'{key}_bytes'] / _GB:.3g} GiB"
+            parts.append(f"{d[key]} {key} ({gib})" if key in d else f"{gib} {key}")
+    return ", ".join(parts)
 
 
 _DEVICE_REQUEST = re.compile(
@@ -202,6 +211,12 @@ def rule_memory_shortfall(records: list[LogRecord]) -> Iterator[Hit]:
             kind = "skip" if m else "request"
             if last is not None and last["kind"] != kind and not last["paired"]:
                 request, skip = (last["d"], d) if kind == "skip" else (d, last["d"])
+                if request.get("requested", "").split()[0] == skip.get("requested", "").split(" ")[0]:
+                    # the skip line repeats the request's figure without its unit (TensorRT 8.x/9.x: `Tactic
+                    # Device request: 66048MB` then `requested size of 66048`): the request line's unit holds
+                    figure = int(skip["requested"].split()[0])
+                    skip = {k: v for k, v in skip.items() if k not in ("requested", "requested_bytes")}
+                    skip["requested_size"] = figure  # the skip line's figure, in the request line's unit
                 last["d"] = {**request, **skip}  # the skip line's exact bytes, the request line's available
                 if "available_bytes" in request:
                     last["d"]["available_bytes"] = request["available_bytes"]
@@ -219,11 +234,13 @@ def rule_memory_shortfall(records: list[LogRecord]) -> Iterator[Hit]:
             m = rx.search(text)
             if m:
                 d = _sizes(m)
-                msg = f"out of memory: {_say(d)}" if d else f"out of memory: {text[:200]}"
+                if err := _ERROR_CODE.search(text):
+                    d["error"] = err.group()  # `Error Code 2: OutOfMemory`: the error TensorRT raised
+                msg = f"out of memory: {_say(d)}" if "requested_bytes" in d else f"out of memory: {text[:200]}"
                 yield Hit("memory_shortfall", "build", "high", msg, r.first, (), d, key="memory_shortfall")
                 break
     for s in skips:
-        msg = s["text"] if not s["d"].get("requested_bytes") else f"{s['text']} [{_say(s['d'])}]"
+        msg = s["text"] if not s["d"].get("requested_bytes") else f"{_say(s['d'])}: {s['text']}"  # sizes first
         yield Hit("tactic_skipped_workspace", "tactics", "medium", msg, s["line"], (), s["d"], read=tuple(s["read"]))
 
 
