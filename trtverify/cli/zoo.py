@@ -149,10 +149,8 @@ def validate(files: list[Path], plugins: dict[str, str], stages: tuple[str, ...]
     if problems:
         for p in problems:
             click.echo(p, err=True)
-        bad = len(problems)
-        click.echo(
-            f"{bad} {'problem' if bad == 1 else 'problems'} in {len(files)} suite files; nothing was run", err=True
-        )
+        bad = len({p.split(":", 1)[0] for p in problems})
+        click.echo(f"problems in {bad} of {len(files)} suite files; nothing was run", err=True)
         sys.exit(EXIT_USAGE)
     return entries
 
