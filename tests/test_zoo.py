@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ROOT, run_cli
 from tests.test_results_schema import validate_junit
 from trtverify.config.loader import load_suite
-from trtverify.results.index import most_severe
+from trtverify.results.index import SuiteRow, build_index, most_severe, suite_row
 from trtverify.runner import CASE_WEIGHT, deal, zoo_cases
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -187,6 +187,13 @@ def test_the_gate_takes_the_most_severe_code():
     assert most_severe([1, 2]) == 2 and most_severe([2, 3]) == 3 and most_severe([3, 4, 1]) == 4
     assert most_severe([0, -9]) == 4 and most_severe([]) == 0
 
+    def row(code: int) -> SuiteRow:
+        return suite_row("s", Path("s.yaml"), "s", code, 0.0, None, None)
+
+    assert build_index("v", [row(0), row(1)], 1.0).exit_code == 1
+    stopped = build_index("v", [row(1), row(143), row(130)], 1.0)  # Ctrl-C or SIGTERM: the run's own code
+    assert (stopped.verdict, stopped.exit_code) == ("interrupted", 143)
+
 
 def test_one_suite_keeps_its_layout(tmp_path: Path):
     shutil.copy(ROOT / "tests" / "data" / "tiny" / "tiny.onnx", tmp_path)
@@ -197,3 +204,43 @@ def test_one_suite_keeps_its_layout(tmp_path: Path):
     r = run_cli("run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o"))
     assert r.code == 0, r.err
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["report.html", "results.json"]
+
+
+def test_sigterm_stops_every_suite_and_the_index_says_so(tmp_path: Path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    shutil.copy(ROOT / "tests" / "data" / "tiny" / "tiny.onnx", tmp_path)
+    (tmp_path / "hooks.py").write_text(
+        "import time\nimport numpy as np\n\n\ndef slow():\n    time.sleep(60)\n"
+        "    yield {'input': np.zeros((1, 1, 8, 8), np.float32)}\n"
+    )
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(
+            f"name: {name}\npython_path: [.]\nreference_dir: refs\n"
+            "models: {reference: tiny.onnx, candidates: {same: tiny.onnx}}\n"
+            "inputs: {hook: 'hooks:slow'}\nstages: {layerwise: {}}\n"
+        )
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = "import sys\nfrom trtverify.cli.main import main\nmain(sys.argv[1:])\n"
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, "run", str(tmp_path), "-j", "2", "--out", str(out)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not all((out / n / "run.log").is_file() for n in ("a", "b")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)  # the suites' processes are in their input hook
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert time.monotonic() - t0 < 30  # not the hooks' 60 s
+    index = _load(out / "index.json")
+    assert index["verdict"] == "interrupted" and index["exit_code"] == 143
+    assert {s["verdict"] for s in index["suites"]} == {"interrupted"}

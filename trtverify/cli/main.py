@@ -57,7 +57,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("suites", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="SUITE...")
+@click.argument("suite", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--stage", "stages", cls=Several, metavar="NAME", help="Run only these stages (several values, or repeat it)."
 )
@@ -109,7 +109,7 @@ def cli() -> None:
 )
 @click.option("--deal", "deal_text", hidden=True)  # a run of several suites: its cases' shards (cli/zoo.py)
 def run(
-    suites: tuple[Path, ...],
+    suite: tuple[Path, ...],
     stages: tuple[str, ...],
     out_dir: Path | None,
     update_reference: bool,
@@ -131,7 +131,8 @@ def run(
     from trtverify.runner import preflight
 
     shard = parse_shard(shard_text, quiet)
-    if len(suites) > 1 or suites[0].is_dir():
+    suites, suite = suite, suite[0]  # several suites, or one (the first)
+    if len(suites) > 1 or suite.is_dir():
         from trtverify.cli.zoo import run_many
 
         if samples_mode != "suite" or from_results is not None:
@@ -139,7 +140,6 @@ def run(
         options = dict(update_reference=update_reference, update_baseline=update_baseline, stages=stages)
         options.update(reference_dir=reference_dir, plugins=plugin_map(plugins))
         run_many(suites, out_dir or Path("reports") / "gate", jobs, options, shard, junit, quiet)
-    suite = suites[0]
     owners = [int(x) for x in deal_text.split(",") if x.strip()] if deal_text else None
     loaded = with_plugins(load_suite(suite), plugin_map(plugins))
     model_inputs = preflight(loaded)  # every suite error (exit 2) before a folder is made or a line printed

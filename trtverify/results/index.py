@@ -118,10 +118,10 @@ def build_index(
     version: str, rows: Sequence[SuiteRow], duration_s: float, shard: Shard | None = None, merged: int | None = None
 ) -> Index:
     code = most_severe(r.exit_code for r in rows)
-    if any(r.verdict == "interrupted" for r in rows):
-        verdict: Verdict = "interrupted"
-    else:
-        verdict = verdict_of(code)
+    verdict = verdict_of(code)
+    stopped = {r.exit_code for r in rows if r.verdict == "interrupted"}
+    if stopped:  # the run was stopped: it exits as a stopped run does (143 for SIGTERM, else 130)
+        verdict, code = "interrupted", max(stopped)
     return Index(
         trtverify_version=version,
         verdict=verdict,
