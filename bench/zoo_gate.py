@@ -30,7 +30,7 @@ from same_results import differences  # noqa: E402
 
 # timings, paths into the output folder, and latencies measured (repair's cost), which differ from run to run
 SKIP = {"started", "duration_s", "timings", "overhead_vs_inference", "merged", "model", "dirs", "latency_ms"}
-SKIP |= {"exports", "repair_json"}
+SKIP |= {"exports", "repair_json", "repaired_model"}
 
 
 def demo_suites() -> list[str]:
@@ -59,6 +59,10 @@ def _strip(x: object) -> object:
     if isinstance(x, list):
         return [_strip(v) for v in x]
     return x
+
+
+def _timed(run: dict) -> str:
+    return f"{run['wall_s']:.1f} s (load {run['loadavg_1m'][0]:.1f})"
 
 
 def main() -> None:
@@ -121,8 +125,9 @@ def main() -> None:
         "# The gate over the demo suites: one machine, -j 2, four shards merged",
         "",
         f"`python bench/zoo_gate.py`: the {len(names)} suites `make demo` runs ({', '.join(names)}), on a machine of "
-        f"{summary['cores']} cores shared with other work; {args.repeat} run(s) of each, median wall time."
-        " Peak memory: the peak resident memory of the command's whole process tree (bench/peakrss.py).",
+        f"{summary['cores']} cores shared with other work; {args.repeat} run(s) of each, median wall time"
+        " (of two runs: the slower). Peak memory: the peak resident memory of the command's whole process tree"
+        " (bench/peakrss.py).",
         "",
         "| run | wall time | peak memory |",
         "|---|---|---|",
@@ -132,7 +137,13 @@ def main() -> None:
         f"{max(sh['each_peak_mb']):.0f} MB per shard, {sh['merge_peak_mb']:.0f} MB merge |",
         f"| 4 shards one after another here (sum) | {sum(sh['each_wall_s']):.1f} s | |",
         "",
-        f"Shards' wall times: {', '.join(f'{w:.1f} s' for w in sh['each_wall_s'])}; peak memory: "
+        "Every run (wall time, 1-minute load average before it; 2 cores): "
+        + "; ".join(f"{k} {', '.join(_timed(x) for x in runs[k])}" for k in ("j1", "j2", "merge"))
+        + "; shards "
+        + "; ".join(", ".join(_timed(s) for s in x["shards"]) for x in runs["shards"])
+        + ".",
+        "",
+        f"Shards' wall times (first run): {', '.join(f'{w:.1f} s' for w in sh['each_wall_s'])}; peak memory: "
         f"{', '.join(f'{m:.0f} MB' for m in sh['each_peak_mb'])}.",
         "",
         "Merged results equal to the one-machine run's (timings, output paths and measured latencies apart): "

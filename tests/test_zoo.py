@@ -244,3 +244,24 @@ def test_sigterm_stops_every_suite_and_the_index_says_so(tmp_path: Path):
     index = _load(out / "index.json")
     assert index["verdict"] == "interrupted" and index["exit_code"] == 143
     assert {s["verdict"] for s in index["suites"]} == {"interrupted"}
+
+
+def test_suites_that_do_not_fit_in_memory_together_run_one_after_the_other(tmp_path: Path):
+    shutil.copy(ROOT / "tests" / "data" / "tiny" / "tiny.onnx", tmp_path)
+    for name, budget in (("a", 10**8), ("b", 10**8), ("c", 64), ("d", 64)):  # a, b: each needs more than free
+        (tmp_path / f"{name}.yaml").write_text(
+            f"name: {name}\nreference_dir: refs\nmodels: {{reference: tiny.onnx, candidates: {{same: tiny.onnx}}}}\n"
+            "inputs: {generate: {input: {shape: [1, 1, 8, 8]}}}\n"
+            f"stages: {{layerwise: {{memory_budget_mb: {budget}}}}}\n"
+        )
+    r = run_cli("run", str(tmp_path), "-j", "2", "--out", str(tmp_path / "out"))
+    assert r.code == 0, r.err
+    events = []
+    for line in r.err.splitlines():
+        if " started] " in line:
+            events.append(("start", line.split("] ")[1].split()[0]))
+        elif " done] " in line:
+            events.append(("done", line.split("] ")[1].split()[1]))
+    # c and d fit together; a and b need more than is free: each runs alone, when nothing else runs
+    assert events[:2] == [("start", "c"), ("start", "d")] and {e[1] for e in events[2:4]} == {"c", "d"}
+    assert events[4:] == [("start", "a"), ("done", "a"), ("start", "b"), ("done", "b")]

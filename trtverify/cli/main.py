@@ -125,8 +125,8 @@ def run(
     deal_text: str | None,
 ) -> None:
     """Run SUITE's stages; write results.json and report.html; exit non-zero on failure. Several suites (files,
-    or a folder of *.yaml): each into OUT/<name>/, with OUT/index.html, one JUnit file and the most severe exit
-    code of all."""
+    or a folder of *.yaml): each into OUT/<name>/ (OUT: --out, else reports/gate), with OUT/index.html,
+    one JUnit file and the most severe exit code of all (docs/ci.md)."""
     from trtverify.config.loader import load_suite, with_plugins
     from trtverify.runner import preflight
 
