@@ -265,3 +265,18 @@ def test_suites_that_do_not_fit_in_memory_together_run_one_after_the_other(tmp_p
     # c and d fit together; a and b need more than is free: each runs alone, when nothing else runs
     assert events[:2] == [("start", "c"), ("start", "d")] and {e[1] for e in events[2:4]} == {"c", "d"}
     assert events[4:] == [("start", "a"), ("done", "a"), ("start", "b"), ("done", "b")]
+
+
+def test_the_worst_check_is_the_most_failed_else_the_closest_tolerance():
+    from trtverify.compare.checks import limit_check
+    from trtverify.results.index import worst_check
+
+    count = limit_check("tensors compared", "layerwise", "tensors_compared", 12, 1, ">=")
+    near = limit_check("accuracy >= 0.85", "e2e", "accuracy", 0.86, 0.85, ">=")
+    far = limit_check("accuracy drop <= 0.01", "e2e", "accuracy_drop", 0.001, 0.01, "<=")
+    exact = limit_check("graph outputs compared", "layerwise", "outputs_compared", 1, 1, ">=")
+    assert worst_check([count, exact, far, near]) is near  # not the count sitting on its limit
+    assert worst_check([exact, count]) is exact
+    over = limit_check("rel_l2 <= 0.01", "layerwise", "rel_l2", 0.05, 0.01, "<=")
+    over_more = limit_check("max_abs <= 0.1", "layerwise", "max_abs", 1.0, 0.1, "<=")
+    assert worst_check([near, over, over_more]) is over_more and worst_check([]) is None

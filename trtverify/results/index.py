@@ -49,11 +49,19 @@ def badness(check: CheckResult) -> float:
     return over / abs(t) if t else over
 
 
+def _count(check: CheckResult) -> bool:
+    """A check on a count (`tensors compared >= 1`, `unmatched outputs <= 0`): a whole number against a whole
+    number. Passed, it sits on its limit and says nothing about how close the models are."""
+    v, t = check.value, check.threshold
+    return v is not None and t is not None and math.isfinite(v) and float(v).is_integer() and float(t).is_integer()
+
+
 def worst_check(checks: Sequence[CheckResult]) -> CheckResult | None:
-    """The check that failed by the most, else the one closest to its limit; None without checks."""
+    """The check that failed by the most, else the passed one closest to its limit (checks on counts last);
+    None without checks."""
     if not checks:
         return None
-    return max(checks, key=lambda c: (not c.passed, badness(c)))
+    return max(checks, key=lambda c: (not c.passed, c.passed and not _count(c), badness(c)))
 
 
 class StageRow(Record):
