@@ -38,29 +38,30 @@ def write_index_html(index: Index, path: Path) -> Path:
 
 
 def junit_many(runs: Sequence[tuple[str, Results | None, str | None]]) -> bytes:
-    """One JUnit document for several suites: each suite's test suites as `junit_xml` makes them (one per stage,
-    named `<suite>.<stage>`), and for a suite without results (a crash, a refusal) one test suite with an error."""
+    """One JUnit document for several suites: a test suite per suite, named by it, holding the test cases
+    `junit_xml` makes of it (one per check, class name `<suite>.<stage>`); a suite whose process died or was
+    stopped gets an `<error>` test case `suite runs` (a suite without results: that one alone)."""
     root = ET.Element("testsuites", name=f"trtverify {len(runs)} suites")
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    keys = ("tests", "failures", "errors", "skipped")
+    totals = dict.fromkeys(keys, 0)
     for name, results, error in runs:
-        if results is not None:
-            suites = list(ET.fromstring(junit_xml(results)))
-        else:
-            ts = ET.Element("testsuite", name=name, time="0", tests="1", failures="0", errors="1", skipped="0")
-            tc = ET.SubElement(ts, "testcase", classname=name, name="suite runs", time="0")
-            err = ET.SubElement(tc, "error", message=(error or "no results")[:500], type="suite")
-            err.text = error or "no results"
-            suites = [ts]
-        for ts in suites:
-            if results is not None and error:  # results kept, but the suite's process died or was stopped
-                tc = ET.SubElement(ts, "testcase", classname=ts.get("name", name), name="suite runs", time="0")
-                ET.SubElement(tc, "error", message=error[:500], type="suite").text = error
-                ts.set("tests", str(int(ts.get("tests", "0")) + 1))
-                ts.set("errors", str(int(ts.get("errors", "0")) + 1))
-                error = None  # once per suite
-            root.append(ts)
-            for k in totals:
-                totals[k] += int(ts.get(k, "0"))
+        suite = ET.SubElement(root, "testsuite", name=name)
+        counts = dict.fromkeys(keys, 0)
+        seconds = 0.0
+        for part in ET.fromstring(junit_xml(results)) if results is not None else []:
+            seconds += float(part.get("time", "0"))
+            for k in keys:
+                counts[k] += int(part.get(k, "0"))
+            suite.extend(part.findall("testcase"))
+        if error:
+            tc = ET.SubElement(suite, "testcase", classname=name, name="suite runs", time="0")
+            ET.SubElement(tc, "error", message=error[:500], type="suite").text = error
+            counts["tests"] += 1
+            counts["errors"] += 1
+        suite.set("time", f"{seconds:.3f}")
+        for k in keys:
+            suite.set(k, str(counts[k]))
+            totals[k] += counts[k]
     for k, v in totals.items():
         root.set(k, str(v))
     return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="utf-8")
