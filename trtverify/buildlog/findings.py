@@ -44,6 +44,7 @@ class Hit:
     detail: dict[str, Any] = field(default_factory=dict)
     key: str = ""  # fold key; defaults to the kind
     span: tuple[int, int] | None = None  # (first, last) line it read, where more than its own (a cache, a table)
+    read: tuple[int, ...] = ()  # other lines it read, scattered (a block's rows between unrelated lines)
 
 
 Rule = Callable[[list[LogRecord]], Iterator[Hit]]
@@ -180,14 +181,7 @@ def rule_calibration_progress(records: list[LogRecord]) -> Iterator[Hit]:
 
 # --- F3 tactics ---------------------------------------------------------------------------
 
-rule_tactic_skipped = _simple(
-    "tactic_skipped_workspace",
-    "tactics",
-    "medium",
-    r"(?:Skipping tactic (?P<layer>-?\w+) due to insuf+icient memory"
-    r"|^Tactic (?P<t>-?\w+) scratch requested: \d+, available: \d+"
-    r"|Some tactics do not have sufficient workspace memory)",
-)
+# tactic_skipped_workspace (with the sizes asked and available): tools/trtllm.py, rule_memory_shortfall
 rule_timing_cache = _simple(
     "timing_cache", "tactics", "info", r"^(?!.*(?:RUNNING TensorRT|# trtexec)).*(?:timing cache|TimingCache)"
 )
@@ -444,7 +438,6 @@ RULES: tuple[Rule, ...] = (
     rule_cache_written,
     rule_random_calibration,
     rule_calibration_progress,
-    rule_tactic_skipped,
     rule_timing_cache,
     rule_tactic_choice,
     rule_int64_cast,

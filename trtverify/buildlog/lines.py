@@ -53,7 +53,16 @@ DIALECTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?P<sev>[VIWEF]) (?:[\w./-]+:\d+\] )"
             r"(?:DefaultLogger |TF-TRT Warning: |TensorRT: )?",
         ),
+        # TensorRT-LLM's Python logger (`[TRT-LLM] [I] `, `[TRT-LLM] [rank0] [W] `) and C++ runtime
+        # (`[TensorRT-LLM][ERROR] `, `[TensorRT-LLM][INFO] `)
+        ("trtllm", r"(?:" + _TS + r" )?\[TRT-LLM\](?:\s*\[[^\]]*\])*?\s*\[(?P<sev>[VIWEF])\]\s"),
+        ("trtllm", r"(?:" + _TS + r" )?\[TensorRT-LLM\](?:\[[^\]]*\])*?\[(?P<sev>" + _SEVW + r")\]\s?"),
+        # ModelOpt's ONNX console (`2026-11-27 01:54:47,277 - [modelopt][onnx] - INFO - `)
+        ("modelopt", r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - \[modelopt\](?:\[[\w.]+\])? - (?P<sev>" + _SEVW + r") - "),
+        ("modelopt", r"(?P<sev>" + _SEVW + r"):modelopt[\w.]*:"),  # Python logging's default format
         ("trtexec", _TS + r" \[(?P<sev>[VIWEF])\] (?:\[TRT\] )?"),
+        # an application's Python logging around TensorRT (`[2025-10-28 12:21:44] [rtx_demo.utils.engine] [INFO] `)
+        ("pylogging", r"\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\] \[[\w.-]+\] \[(?P<sev>" + _SEVW + r")\] "),
         ("python", r"(?:" + _TS + r" )?\[TRT\] \[(?P<sev>[VIWEF])\] "),
         ("python", r"\[TensorRT\] (?P<sev>" + _SEVW + r"): "),
         ("trtexec", r"\[(?P<sev>[VIWEF])\] \[TRT\] "),

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.buildlog import families, floor, performance, polygraphy, polygraphy_debug
+from trtverify.buildlog import families, floor, performance, polygraphy, polygraphy_debug, tools
 from trtverify.buildlog.findings import RULES, Finding, precision_fallback
 from trtverify.buildlog.folding import fold, gather
 from trtverify.buildlog.layers import EngineLayer, layer_table
@@ -136,11 +136,13 @@ def parse(text: str) -> BuildLog:
     options = find_options(records)
     layers = layer_table(records)
     extra = precision_fallback(layers, _requested_precision(options)) + performance.hits(text)
-    hits = gather(records, extra, RULES + polygraphy.RULES + polygraphy_debug.RULES + families.RULES)
+    hits = gather(records, extra, RULES + polygraphy.RULES + polygraphy_debug.RULES + families.RULES + tools.RULES)
     covered = {h.line for h in hits}
     hits += floor.hits(records, covered)  # every error and warning reported
+    tools.attach_engine_files(hits, records)  # the engine file named in every finding about an engine
     findings = fold(hits)
     read = {x for h in hits for x in range(*(h.span[0], h.span[1] + 1) if h.span else (h.line, h.line + 1))}
+    read.update(x for h in hits for x in h.read)
     noise = noise_classes(records)
     unknown = sum(1 for r in records if not _recognised(r, read, noise))
     rtx = "rtx" in dialects or any("TensorRT-RTX" in r.text or "tensorrt_rtx" in r.text for r in records)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from trtverify.buildlog.findings import Hit
-from trtverify.toolout.perfsummary import perf_summaries
+from trtverify.toolout.perfsummary import perf_summaries, unwrap
 from trtverify.toolout.tables import parse_layer_listings, parse_profile_tables
 from trtverify.util.words import count
 
@@ -47,12 +47,20 @@ def hits(text: str) -> list[Hit]:
     lines = text.split("\n")
     out: list[Hit] = []
     summaries = perf_summaries(text)
+    # the continuation lines of wrapped figures are read with the summary (its other rows: noise class `figures`)
+    joined = tuple(i + 1 for i, (a, b) in enumerate(zip(lines, unwrap(lines), strict=True)) if a.strip() and not b)
     for start, perf in summaries:
         lat = perf.stats.get("latency") or perf.stats.get("gpu_compute") or {}
         parts = [f"throughput {perf.throughput_qps:g} qps" if perf.throughput_qps is not None else ""]
         parts += [f"latency mean {lat['mean']:g} ms" if "mean" in lat else ""]
         parts += [f"median {lat['median']:g} ms" if "median" in lat else ""]
         parts += [f"p99 {lat['p99']:g} ms" if "p99" in lat else ""]
+        gpu = perf.stats.get("gpu_compute") or {}
+        if "mean" in gpu and lat is not gpu:  # GPU compute mean, always, where the summary has it
+            parts += [f"GPU compute mean {gpu['mean']:g} ms"]
+        missing = [n for n, k in (("throughput", perf.throughput_qps), ("GPU compute", gpu)) if k in (None, {})]
+        if missing and len(perf.stats) + (perf.throughput_qps is not None) >= 1 and perf.format == "oneline":
+            parts += [f"(no {' or '.join(missing)} line: the summary is cut short)"]
         message = "performance summary: " + (", ".join(p for p in parts if p) or "no figures")
         if len(summaries) > 1:  # a log comparing runs: each summary a finding of its own, in order
             message = (
@@ -60,10 +68,10 @@ def hits(text: str) -> list[Hit]:
                 + (message.split(": ", 1)[1])
             )
             out.append(Hit("performance_summary", "performance", "info", message, start, (), perf.dump(),
-                           key=f"performance_summary:{start}"))  # fmt: skip
+                           key=f"performance_summary:{start}", read=joined))  # fmt: skip
         else:
             out.append(Hit("performance_summary", "performance", "info", message, _summary_line(lines), (),
-                           perf.dump()))  # fmt: skip
+                           perf.dump(), read=joined))  # fmt: skip
     for table in parse_profile_tables(text):
         if not table.rows:
             continue

@@ -66,7 +66,8 @@ def cli() -> None:
 @click.option(
     "--update-baseline",
     is_flag=True,
-    help="perf: rewrite the stored performance baseline (<reference dir>/<suite>/perf/) with this run's numbers.",
+    help="Rewrite the stored baselines of the stages run (<reference dir>/<suite>/perf/, e2e/, layerwise/) with this "
+    "run's numbers: perf's timings, e2e's metrics, layerwise's worst tensor (docs/baselines.md).",
 )
 @click.option(
     "--reference-dir",

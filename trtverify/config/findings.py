@@ -98,7 +98,30 @@ FLOOR_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/floor.py: wher
     "log_error": ("build", "log_error"),  # high: a line its tool marks as an error, an assertion failure or an abort
     "log_warning": ("build", "log_warning"),  # info: a line its tool marks as a warning
 }
-for _table in (PERFORMANCE_KINDS, POLYGRAPHY_KINDS, FAMILY_KINDS, FLOOR_KINDS):
+# trtverify/buildlog/tools/ (issue 39): TensorRT-LLM, Torch-TensorRT, ModelOpt, engine files, Polygraphy convert /
+# inspect, verbose builder lines, TensorRT-RTX; each module's KINDS, repeated here so that config needs no buildlog
+TOOL_KINDS: dict[str, tuple[str, str]] = {
+    "trtllm_build_time": ("performance", "build_time"),  # info: all engines, per network, serialization (s)
+    "build_peak_memory": ("performance", "build_memory"),  # info: peak CPU / GPU MiB of the build
+    "memory_shortfall": ("build", "build_memory"),  # high: an allocation that failed; requested / available bytes
+    "torchtrt_partition": ("fallback", "torchtrt_partition"),  # info: engines, ops supported, coverage, settings
+    "torchtrt_fallback": ("fallback", "torchtrt_fallback"),  # medium: ops left to PyTorch, with counts and why
+    "torchtrt_engine": ("build", "torchtrt_engine"),  # info: per TRT subgraph: build s, network s, memory, ops
+    "torchtrt_conversion": ("build", "torchtrt_engine"),  # info: the interpreter's node lines, per subgraph
+    "modelopt_quantization": ("calibration", "modelopt"),  # info (high: random data, nothing selected)
+    "engine_file": ("build", "engine_file"),  # info (high when missing / failed to load): path, action
+    "polygraphy_artifact": ("tactics", "polygraphy_convert"),  # info: tactic replay / timing cache saved or loaded
+    "engine_version_mismatch": ("build", "engine_version_mismatch"),  # high: both versions or tags, the fix
+    "polygraphy_inspect": ("performance", "polygraphy_inspect"),  # info: counts, memory, output precisions
+    "optimization_profiles": ("build", "polygraphy_convert"),  # info: min / opt / max per input
+    "layer_fusion": ("tactics", "layer_fusion"),  # info: the fused pairs and the pass
+    "myelin_failure": ("build", "myelin"),  # high: a Myelin error, with the tensor / op it names
+    "myelin_region": ("build", "myelin"),  # info: a ForeignNode's first / last node, runner, the errors it met
+    "profile_violation": ("build", "profile_violation"),  # high: input, shape set, profile bounds
+    "rtx_run": ("build", "rtx"),  # info: version (from the build number), model, engine, options, status
+    "rtx_runtime_cache": ("tactics", "rtx"),  # info: runtime cache written / loaded / reused, JIT lines
+}
+for _table in (PERFORMANCE_KINDS, POLYGRAPHY_KINDS, FAMILY_KINDS, FLOOR_KINDS, TOOL_KINDS):
     for _kind, (_category, _family) in _table.items():
         KINDS[_kind] = _category
         FAMILIES[_kind] = _family

@@ -125,6 +125,9 @@ class LayerwiseStage(Strict):
         default=2048, gt=0, description="bound on intermediate tensors held in memory at once"
     )
     lint: LayerwiseLint = Field(default_factory=LayerwiseLint, description="the precision lint as a gate")
+    max_increase_vs_baseline: float | None = Field(default=None, ge=0, description="each candidate's worst tensor "
+                                                   "rel_l2 - the stored baseline's (written by run --update-baseline) "
+                                                   "may not exceed this (docs/baselines.md)")  # fmt: skip
     detections: LayerwiseDetections = Field(default_factory=LayerwiseDetections, description="detection outputs "
                                             "compared box to box, and their checks")  # fmt: skip
 
@@ -194,11 +197,14 @@ class Gate(Strict):
         default=None, ge=0, le=1, description="(reference - candidate) / reference may not exceed this"
     )
     min: float | None = Field(default=None, description="the candidate's value may not fall below this")
+    max_drop_vs_baseline: float | None = Field(default=None, ge=0, description="the stored baseline's value (the "
+                                               "last release's, written by run --update-baseline) - candidate may not "
+                                               "exceed this (docs/baselines.md)")  # fmt: skip
 
     @model_validator(mode="after")
     def _some(self) -> Gate:
-        if self.max_drop is None and self.max_rel_drop is None and self.min is None:
-            raise ValueError(f"gate on '{self.metric}' needs max_drop, max_rel_drop or min")
+        if all(getattr(self, k) is None for k in ("max_drop", "max_rel_drop", "min", "max_drop_vs_baseline")):
+            raise ValueError(f"gate on '{self.metric}' needs max_drop, max_rel_drop, min or max_drop_vs_baseline")
         return self
 
 

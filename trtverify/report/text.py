@@ -74,6 +74,10 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
             line += f"; {count(n, 'tensor')} {why}, not compared"
         out.append(line)
         out += detection_lines(cand)
+        b = cand.vs_baseline
+        if b is not None and b.state == "compared" and b.change is not None:
+            out.append(f"          {cand.name}: worst rel_l2 {fmt(b.value)} at {b.tensor} against the baseline's "
+                       f"{fmt(b.baseline)} at {b.baseline_tensor} ({b.change:+.4g})")  # fmt: skip
         if cand.precision_mix and len(cand.precision_mix) > 1:
             mix = ", ".join(f"{k} {v}" for k, v in cand.precision_mix.items())
             out.append(f"          {cand.name}: compute nodes by precision: {mix}")
@@ -286,6 +290,11 @@ def _e2e(s: E2EResult) -> list[str]:
             f"{k} {fmt(ref.get(k))} -> {fmt(metrics.get(k))} ({cand.deltas.get(k, 0):+.4f})"
             for k in s.gated or []
             if k in ref
+        ]
+        parts += [
+            f"{k} against the baseline {fmt(b.baseline)} ({b.change:+.4f})"
+            for k, b in cand.vs_baseline.items()
+            if b.state == "compared" and b.change is not None
         ]
         out.append(f"          {cand.name}: " + ", ".join(parts))
         if cand.worst:

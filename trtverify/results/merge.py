@@ -84,6 +84,7 @@ def _layerwise(parts: Sequence[LayerwiseResult], order: Sequence[str]) -> Layerw
         samples=first.samples,
         reference=first.reference,
         candidates=cands,
+        baseline_file=next((p.baseline_file for p in parts if p.baseline_file), None),
     )
 
 

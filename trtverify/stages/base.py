@@ -73,7 +73,7 @@ class StageContext:
     progress: Progress = no_progress
     work: StageWork = StageWork()
     out_dir: Path | None = None  # where the run writes (a shard's e2e accumulator states go there)
-    update_baseline: bool = False  # perf: rewrite the stored performance baseline
+    update_baseline: bool = False  # rewrite the stored baselines (perf, e2e, layerwise: docs/baselines.md)
     chosen_by: str | None = None  # what chose `samples` instead of the suite's inputs (`--samples worst`)
     shape: str | None = None  # in a sweep: the shape set or batch size this run is at (its result's `shape`)
 

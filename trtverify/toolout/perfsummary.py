@@ -82,11 +82,32 @@ def _block_key(line: str) -> str | None:
     return None
 
 
+_CONTINUES = re.compile(rf"^(?:{NUM}\s*(?:ms|s|us)\b|(?:ms|s|us)\b|,|(?:max|mean|median|percentile)\b)", re.I)
+
+
+def unwrap(lines: list[str]) -> list[str]:
+    """A one-line summary figure a terminal or a paste wrapped (`... percentile(90%) = 1.4` / `ms, percentile(95%) =
+    ...`) joined again; the continuation's line left empty, so that line numbers stay."""
+    out = list(lines)
+    for i in range(len(out) - 1):
+        line = PREFIX.sub("", out[i].strip()).strip()
+        m = ONE_LINE.match(line)
+        if not m or m.group("what").strip().lower() not in NAMES:
+            continue
+        nxt = out[i + 1].strip()
+        if nxt and not nxt.startswith("[") and _CONTINUES.match(nxt) and _block_key(nxt) is None:
+            sep = "" if out[i].rstrip().endswith("=") or re.match(r"^[a-z]{1,2}\b", nxt) else " "
+            out[i] = out[i].rstrip() + sep + nxt
+            out[i + 1] = ""
+    return out
+
+
 def perf_summaries(text: str) -> list[tuple[int, PerfSummary]]:
     """Every performance summary in `text`, in order, with the 1-based line it starts on (its `=== Performance
     summary ===` banner, else its first figure): a log comparing two runs or two TensorRT versions holds several.
-    A summary ends where a quantity it already has appears again, or at the next banner."""
-    lines = text.splitlines()
+    A summary ends where a quantity it already has appears again, or at the next banner. Blank lines between its
+    lines are skipped and wrapped figures joined."""
+    lines = unwrap(text.splitlines())
     starts: list[int] = []
     seen: set[str] = set()
     for i, raw in enumerate(lines):

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from trtverify.config.registry import TASKS
 from trtverify.stages.base import StageResult
+from trtverify.stages.baseline import VsBaseline
 from trtverify.stages.e2e.classdata import INLINE_CLASSES, WORST_CLASSES, ClassData
 from trtverify.tasks.base import ConfusedPair
 from trtverify.util.record import Record, omitted, optional
@@ -52,6 +53,11 @@ class E2ECandidate(Record):
         description="the samples whose prediction changed (no other), most changed first"
     )  # type: ignore[valid-type]
     passed: bool = Field(description="every gate of this candidate passed")
+    vs_baseline: dict[str, VsBaseline] = omitted(
+        dict,
+        "gated metric -> this candidate against the stored baseline (max_drop_vs_baseline; after --update-baseline: "
+        "what was written)",
+    )
 
 
 class E2EResult(StageResult):
@@ -76,3 +82,6 @@ class E2EResult(StageResult):
     )
     shard_slice: list[int] | None = optional("[start, stop) of the dataset positions this shard evaluated")
     shard_states: dict[str, str] | None = optional("model -> its accumulator state file, for `trtverify merge`")
+    baseline_file: str | None = optional(
+        "the accuracy baseline compared with or written (reference_outputs/<suite>/e2e/baseline.json)"
+    )

@@ -26,6 +26,7 @@ from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import TASKS
 from trtverify.config.stages import E2EStage
 from trtverify.stages.base import StageContext, status_of, sum_timings, timed
+from trtverify.stages.e2e import drift
 from trtverify.stages.e2e.classdata import (
     CLASS_FILE,
     INLINE_CLASSES,
@@ -195,7 +196,9 @@ def run(ctx: StageContext) -> E2EResult:
     tag = f"b{cfg.batch_size}-" if cfg.batch_sizes else ""
     states = _save_states(ctx.out_dir, models, tag) if data is not None and ctx.out_dir is not None else {}
     class_file = f"e2e-{tag}classes.npz"
-    return finalize(task, models, len(indices), class_file, timings=timings, **loop, **sliced, **states)
+    result = finalize(task, models, len(indices), class_file, timings=timings, **loop, **sliced, **states)
+    path = drift.path_for(ctx.store.root, suite.name)  # --reference-dir moves it with the references
+    return drift.apply(result, ctx.loaded, path, update=ctx.update_baseline, sharded=data is not None, shape=ctx.shape)
 
 
 def task_metrics(ctx: StageContext, paths: dict[str, Path]) -> dict[str, Any]:
@@ -386,9 +389,13 @@ def merge_shards(loaded: LoadedSuite, shards: Sequence[tuple[Path, E2EResult]]) 
     note = f"merged from {count(len(shards), 'shard')}: {evaluated} of {count(len(task.reader), 'sample')}"
     # the class-data file's name the shards used (it tells the batch sizes of a sweep apart)
     class_file = next((s.class_data.path for _, s in shards if s.class_data is not None), CLASS_FILE)
-    return finalize(
+    result = finalize(
         task, models, evaluated, class_file, timings=timings, notes=[note], overhead_vs_inference=overhead(timings)
     )
+    # the baseline the shards would have compared with (their --reference-dir), else the suite's
+    recorded = next((s.baseline_file for _, s in shards if s.baseline_file), None)
+    path = Path(recorded) if recorded else drift.path_for(loaded.suite.reference_dir, loaded.suite.name)
+    return drift.apply(result, loaded, path, update=False, sharded=False, shape=shards[0][1].shape)
 
 
 def _load_state(path: Path) -> dict[str, np.ndarray]:

@@ -9,6 +9,7 @@ from pydantic import Field
 from trtverify.compare.checks import Histogram
 from trtverify.lint.findings import LintFinding
 from trtverify.stages.base import StageResult
+from trtverify.stages.baseline import VsBaseline
 from trtverify.stages.layerwise.detmodels import DetectionRow
 from trtverify.util.record import Record, optional
 
@@ -203,6 +204,10 @@ class LayerwiseCandidate(Record):
         "(clipped share, step against the median |x|), the worst first"
     )
     lint: list[LintFinding] = Field(description="static precision lint of the candidate model")
+    vs_baseline: VsBaseline | None = optional(
+        "its worst tensor's rel_l2 against the stored baseline's (max_increase_vs_baseline; after --update-baseline: "
+        "what was written)"
+    )
     passed: bool
 
 
@@ -220,3 +225,6 @@ class LayerwiseResult(StageResult):
     samples: int | None = optional()
     reference: LayerwiseReference | None = optional()
     candidates: list[LayerwiseCandidate] | None = optional()
+    baseline_file: str | None = optional(
+        "the accuracy baseline compared with or written (reference_outputs/<suite>/layerwise/baseline.json)"
+    )

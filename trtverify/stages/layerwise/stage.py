@@ -39,7 +39,7 @@ from trtverify.graph.onnxinfo import load_onnx
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
 from trtverify.stages.base import StageContext, status_of
-from trtverify.stages.layerwise import detections
+from trtverify.stages.layerwise import detections, drift
 from trtverify.stages.layerwise import plugins as around_plugins
 from trtverify.stages.layerwise import ranges as quant_ranges
 from trtverify.stages.layerwise.localize import Evidence, root_causes
@@ -455,7 +455,7 @@ def run(ctx: StageContext) -> LayerwiseResult:
         raise BackendError("; ".join(f"{n}: {exc}" if len(broken) > 1 else str(exc) for n, exc in broken))
     for n, exc in broken:
         checks.append(failed_check(f"{n}: loads and runs", NAME, "runs", {"reason": str(exc)}, candidate=n))
-    return LayerwiseResult(
+    result = LayerwiseResult(
         status=status_of(checks),
         checks=checks,
         notes=notes,
@@ -464,3 +464,4 @@ def run(ctx: StageContext) -> LayerwiseResult:
         reference=reference,
         candidates=candidates,
     )
+    return drift.apply(ctx, samples, result)
