@@ -139,6 +139,13 @@ def test_every_problem_of_every_suite_is_reported_before_anything_runs(tmp_path:
     assert f"{tmp_path / 'd.yml'}:3: models.reference:" in r.err
     assert "problems in 3 of 4 suite files; nothing was run" in r.err
     assert not (tmp_path / "out").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run_cli("run", str(tmp_path / "a.yaml"), str(tmp_path / "nope.yaml"), str(empty), str(tmp_path / "a.yaml"))
+    assert r.code == 2
+    assert f"{tmp_path / 'nope.yaml'}: no such suite file or folder" in r.err
+    assert f"{empty}: no suite files (*.yaml, *.yml) in this folder" in r.err
+    assert f"{tmp_path / 'a.yaml'}: given twice" in r.err
 
 
 HOOKS = """\

@@ -35,23 +35,26 @@ def suite_files(paths: tuple[Path, ...]) -> list[Path]:
     not hidden), sorted by name. A YAML file in a folder that is not a valid suite is an error, not skipped: a
     suite silently left out would let a release through."""
     out: list[Path] = []
+    problems = []
     for p in paths:
         if p.is_dir():
             found = sorted(
                 f for f in p.iterdir() if f.suffix in SUFFIXES and f.is_file() and not f.name.startswith(".")
             )
             if not found:
-                raise UsageError(f"{p}: no suite files (*.yaml, *.yml) in this folder")
+                problems.append(f"{p}: no suite files (*.yaml, *.yml) in this folder")
             out += found
         elif p.exists():
             out.append(p)
         else:
-            raise UsageError(f"{p}: no such suite file or folder")
+            problems.append(f"{p}: no such suite file or folder")
     seen: dict[Path, Path] = {}
     for p in out:
         if p.resolve() in seen:
-            raise UsageError(f"{p}: given twice (also as {seen[p.resolve()]})")
+            problems.append(f"{p}: given twice (also as {seen[p.resolve()]})")
         seen[p.resolve()] = p
+    if problems:  # every one at once, as for the suites' contents
+        raise UsageError("\n".join(problems))
     return out
 
 
