@@ -106,6 +106,7 @@ def test_the_shards_split_whole_cases_of_every_suite(zoo: Path):
                 if not st.get("sharded_away"):
                     ran.setdefault((name, st["name"], st.get("shape")), []).append(i)
                     assert "shard_slice" not in st  # e2e runs whole in one shard, not sliced
+            assert (zoo / f"s{i}" / name / "run.log").is_file()  # each suite has a case in each of the 3 shards
     assert all(len(v) == 1 or k[1] == "layerwise" for k, v in ran.items())  # layerwise: one shard per candidate
     assert {i for v in ran.values() for i in v} == {1, 2, 3}
 
@@ -289,3 +290,24 @@ def test_the_worst_check_is_the_most_failed_else_the_closest_tolerance():
     over = limit_check("rel_l2 <= 0.01", "layerwise", "rel_l2", 0.05, 0.01, "<=")
     over_more = limit_check("max_abs <= 0.1", "layerwise", "max_abs", 1.0, 0.1, "<=")
     assert worst_check([near, over, over_more]) is over_more and worst_check([]) is None
+
+
+def test_a_suite_with_no_case_in_a_shard_is_written_without_a_process(tmp_path: Path):
+    shutil.copy(ROOT / "tests" / "data" / "tiny" / "tiny.onnx", tmp_path)
+    for name in ("a", "b"):  # one case each (layerwise, one candidate): one suite per shard
+        (tmp_path / f"{name}.yaml").write_text(
+            f"name: {name}\nreference_dir: refs\nmodels: {{reference: tiny.onnx, candidates: {{same: tiny.onnx}}}}\n"
+            "inputs: {generate: {input: {shape: [1, 1, 8, 8]}}}\nstages: {layerwise: {}}\n"
+        )
+    for i in (1, 2):
+        r = run_cli("run", str(tmp_path), "--shard", f"{i}/2", "--out", str(tmp_path / f"s{i}"))
+        assert r.code == 0, r.err
+        assert r.err.count("every case runs in another shard") == 1
+    for i in (1, 2):
+        for name in ("a", "b"):
+            stages = _load(tmp_path / f"s{i}" / name / "results.json")["stages"]
+            idle = all(s.get("sharded_away") for s in stages)
+            assert idle == (not (tmp_path / f"s{i}" / name / "run.log").exists())  # no process for an idle suite
+    r = run_cli("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m"))
+    assert r.code == 0, r.err
+    assert [s["verdict"] for s in _load(tmp_path / "m" / "index.json")["suites"]] == ["passed", "passed"]
