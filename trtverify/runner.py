@@ -84,6 +84,33 @@ def cases(loaded: LoadedSuite) -> list[tuple[str, str | None, str | None]]:
     return out
 
 
+# rough relative cost of a case, for dealing the cases of several suites over shards (`deal`)
+CASE_WEIGHT = {"e2e": 4, "repair": 4, "layerwise": 2, "perf": 2, "framework": 1, "buildlog": 1}
+
+
+def zoo_cases(loaded: LoadedSuite) -> list[tuple[str, str | None, str | None]]:
+    """The whole cases of a suite run with others (`trtverify run A.yaml B.yaml --shard I/N`): `cases`, and each
+    run of e2e (one per batch size of a sweep) whole, not sliced: a shard then loads only the models it runs."""
+    out = cases(loaded)
+    if loaded.suite.stages.e2e is not None:
+        out += [("e2e", None, f"batch={b}" if b is not None else None) for _, b in _variants(loaded, "e2e")]
+    return out
+
+
+def deal(suites: Sequence[LoadedSuite], count: int) -> list[list[int]]:
+    """The owner shard (1..count) of every case (`zoo_cases`) of every suite: the heaviest cases first (by
+    CASE_WEIGHT, then suite and case order), each to the shard with the least weight so far (the lowest index
+    on a tie). Deterministic; the shards' weights differ by at most one case's weight."""
+    flat = [(i, k, CASE_WEIGHT.get(c[0], 1)) for i, s in enumerate(suites) for k, c in enumerate(zoo_cases(s))]
+    owners = [[0] * len(zoo_cases(s)) for s in suites]
+    load = [0] * count
+    for i, k, w in sorted(flat, key=lambda x: (-x[2], x[0], x[1])):
+        shard = min(range(count), key=lambda j: (load[j], j))
+        load[shard] += w
+        owners[i][k] = shard + 1
+    return owners
+
+
 def select_stages(loaded: LoadedSuite, requested: Sequence[str]) -> list[str]:
     configured = loaded.suite.stages.configured()
     if not requested:
@@ -98,18 +125,32 @@ def select_stages(loaded: LoadedSuite, requested: Sequence[str]) -> list[str]:
     return [n for n in configured if n in requested]
 
 
-def make_plan(loaded: LoadedSuite, requested: Sequence[str] = (), shard: Shard | None = None) -> list[StagePlan]:
+def make_plan(
+    loaded: LoadedSuite,
+    requested: Sequence[str] = (),
+    shard: Shard | None = None,
+    owners: Sequence[int] | None = None,
+) -> list[StagePlan]:
     """What each selected stage runs, per shape set or batch size of a sweep: everything, or this shard's cases
     (whole cases round robin; in a sweep, each shape set of a stage or candidate is a case) and, for e2e, this
-    shard's dataset slice at every batch size."""
+    shard's dataset slice at every batch size. `owners`: the shard of each of `zoo_cases` (from `deal`, in a run
+    of several suites): e2e is then a whole case too."""
     plans = []
     owner = {case: k % shard.count + 1 for k, case in enumerate(cases(loaded))} if shard is not None else {}
+    if shard is not None and owners is not None:
+        dealt = zoo_cases(loaded)
+        if len(owners) != len(dealt) or not all(1 <= o <= shard.count for o in owners):
+            raise UsageError(f"{loaded.path}: the deal of its {len(dealt)} cases does not fit shard {shard}")
+        owner = dict(zip(dealt, owners))
     for name in select_stages(loaded, requested):
         for shape_set, batch in _variants(loaded, name):
             label = shape_label(shape_set) if shape_set is not None else None
             at = f" at {label}" if label else ""
             if shard is None:
                 work, why = StageWork(), ""
+            elif name == "e2e" and owners is not None:
+                o = owner[(name, None, f"batch={batch}" if batch is not None else None)]
+                work, why = (StageWork() if o == shard.index else None), f"runs in shard {o}/{shard.count}"
             elif name == "e2e":
                 work, why = StageWork(data=shard), ""
             elif name == "layerwise":
@@ -281,6 +322,7 @@ def run_suite(
     *,
     stages: Sequence[str] = (),
     shard: Shard | None = None,
+    owners: Sequence[int] | None = None,
     plans: Sequence[StagePlan] | None = None,
     done: Sequence[StageResult] = (),
     **kw: Any,
@@ -290,7 +332,7 @@ def run_suite(
 
     `done`: the results of the plan's first stages, kept from an earlier worker of this run that crashed after
     them (cli/supervise.py); they are not run again."""
-    plans = list(plans) if plans is not None else make_plan(loaded, stages, shard)
+    plans = list(plans) if plans is not None else make_plan(loaded, stages, shard, owners)
     if kw.get("samples_override") is not None:  # the chosen samples are fed as they are: a swept stage runs once
         plans = _unswept(plans)
     if len(done) > len(plans) or any(r.name != p.name or r.shape != p.label for r, p in zip(done, plans)):
@@ -339,21 +381,24 @@ def run_stages(
     the stages feed every one of them, whatever their `samples: N` (`run_suite` runs a swept stage once then)."""
     if model_inputs is None:  # `preflight` not run by the caller yet
         model_inputs = preflight(loaded)
-    if samples_override is not None:
+    idle = all(p.work is None for p in plans[len(done) :])  # every stage runs in another shard
+    if idle:  # no inputs to make, no candidate to convert
+        samples: list[dict[str, Any]] = []
+    elif samples_override is not None:
         samples = samples_override
         check_samples(samples, model_inputs, "the samples chosen with --samples")
     else:
         samples = build_samples(loaded)
         check_samples(samples, model_inputs, f"inputs of {loaded.path}")
     warning = nonfinite_inputs(samples)
-    loaded = with_recipes_made(loaded, samples, out_dir, progress)
+    loaded = loaded if idle else with_recipes_made(loaded, samples, out_dir, progress)
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
     results: list[StageResult] = list(done)
     crashed = native.resume().dead
     for i, plan in enumerate(plans):
         if i < len(done):
             continue
-        stage_loaded, feeds = _for_plan(plan, loaded, samples, model_inputs)
+        stage_loaded, feeds = _for_plan(plan, loaded, samples, model_inputs) if plan.work else (loaded, samples)
         ctx = StageContext(
             stage_loaded,
             feeds,

@@ -29,6 +29,7 @@ from trtverify.cli.options import (
     unclaimed_folder,
 )
 from trtverify.cli.run import execute, finish, stopped_lines
+from trtverify.cli.shardenv import parse_shard
 from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
 from trtverify.util.words import count, plural
 
@@ -56,7 +57,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("suite", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("suite", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--stage", "stages", cls=Several, metavar="NAME", help="Run only these stages (several values, or repeat it)."
 )
@@ -95,12 +96,21 @@ def cli() -> None:
     "shard_text",
     metavar="I/N",
     help=(
-        "Run shard I of N (from 1): whole cases of the tensor stages, a dataset slice of e2e; combine "
-        "with `trtverify merge`."
+        "Run shard I of N (from 1): whole cases of the tensor stages, a dataset slice of e2e (several suites: whole "
+        "cases of every suite); combine with `trtverify merge`. auto: I and N from the CI or batch system's "
+        "environment (docs/ci.md)."
     ),
 )
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="Several suites: at most N at once, each in its own process [default: as many as the cores and the "
+    "memory fit].",
+)
+@click.option("--deal", "deal_text", hidden=True)  # a run of several suites: its cases' shards (cli/zoo.py)
 def run(
-    suite: Path,
+    suite: tuple[Path, ...],
     stages: tuple[str, ...],
     out_dir: Path | None,
     update_reference: bool,
@@ -112,13 +122,26 @@ def run(
     junit: Path | None,
     plugins: tuple[str, ...],
     shard_text: str | None,
+    jobs: int | None,
+    deal_text: str | None,
 ) -> None:
-    """Run SUITE's stages; write results.json and report.html; exit non-zero on failure."""
+    """Run SUITE's stages; write results.json and report.html; exit non-zero on failure. Several suites (files,
+    or a folder of *.yaml): each into OUT/<name>/ (OUT: --out, else reports/gate), with OUT/index.html,
+    one JUnit file and the most severe exit code of all (docs/ci.md)."""
     from trtverify.config.loader import load_suite, with_plugins
     from trtverify.runner import preflight
-    from trtverify.stages.base import Shard
 
-    shard = Shard.parse(shard_text) if shard_text is not None else None
+    shard = parse_shard(shard_text, quiet)
+    suites, suite = suite, suite[0]  # several suites, or one (the first)
+    if len(suites) > 1 or suite.is_dir():
+        from trtverify.cli.zoo import run_many
+
+        if samples_mode != "suite" or from_results is not None:
+            raise TrtVerifyError("--samples worst and --from-results take one suite, not several")
+        options = dict(update_reference=update_reference, update_baseline=update_baseline, stages=stages)
+        options.update(reference_dir=reference_dir, plugins=plugin_map(plugins))
+        run_many(suites, out_dir or Path("reports") / "gate", jobs, options, shard, junit, quiet)
+    owners = [int(x) for x in deal_text.split(",") if x.strip()] if deal_text else None
     loaded = with_plugins(load_suite(suite), plugin_map(plugins))
     model_inputs = preflight(loaded)  # every suite error (exit 2) before a folder is made or a line printed
     out = out_dir or suite_out(loaded)
@@ -158,6 +181,7 @@ def run(
         update_baseline,
         chosen_by,
         model_inputs,
+        owners,
     )
 
 
@@ -203,6 +227,10 @@ def merge(
     from trtverify.results.merge import merge_runs
     from trtverify.util.fsutil import folder_lock
 
+    if (dirs[0] / "index.json").is_file():  # the shards of a run of several suites
+        from trtverify.cli.zoo import merge_many
+
+        merge_many(dirs, out_dir or Path("reports") / "gate", junit, quiet)
     results = merge_runs(dirs, suite_path)
     out = out_dir or _merged_out(results, suite_path)
     if out_dir is None:  # never over another suite's results without --out naming the folder

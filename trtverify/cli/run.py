@@ -144,6 +144,7 @@ def execute(
     update_baseline: bool = False,
     chosen_by: str | None = None,
     model_inputs: Any = None,
+    owners: Any = None,
 ) -> None:
     """Run `loaded` into `out` under its lock; `model_inputs`: what `runner.preflight` gave, where the command ran it
     already."""
@@ -167,6 +168,7 @@ def execute(
             samples_override=samples_override,
             chosen_by=chosen_by,
             model_inputs=model_inputs,
+            owners=owners,
         )
         write_report(results, out / "report.html")
         finish(results, out, quiet, junit)

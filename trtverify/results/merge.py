@@ -118,6 +118,8 @@ def merge_runs(dirs: Sequence[Path], suite_path: Path | None = None) -> Results:
             cfg = loaded.suite.stages.layerwise
             order = loaded.suite.candidates_of(cfg) if cfg is not None else list(loaded.suite.models.candidates)
             stages.append(_layerwise([s for _, s in ran], order).model_copy(update={"shape": shape}))
+        elif name == "e2e" and len(ran) == 1 and ran[0][1].shard_slice is None:  # a whole case (several suites)
+            stages.append(ran[0][1])
         elif name == "e2e":
             loaded = loaded or _suite(first, suite_path)
             merged_e2e: E2EResult = merge_shards(loaded, ran)
