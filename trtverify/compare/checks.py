@@ -10,7 +10,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from trtverify.compare.metrics import CompareError, compare
+from trtverify.compare.metrics import CompareError, Comparison, compare, judged, rejudged
 from trtverify.config.checks import METRICS, Better, Check, better_of
 from trtverify.util.record import Record, omitted, optional
 
@@ -148,6 +148,7 @@ class TensorSeries:
     samples: int = 0
     histogram: bool = False
     hist: dict[str, Any] = field(default_factory=dict)
+    comparisons: list[Comparison] = field(default_factory=list)  # one per sample compared, as `values`
 
     def add(self, ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]]) -> None:
         self.samples += 1
@@ -161,6 +162,7 @@ class TensorSeries:
             return
         for k, v in c.metrics.items():
             self.values.setdefault(k, []).append(v)
+        self.comparisons.append(c)
         if self.histogram:
             counts, exact, nonfinite, looked = error_histogram(ref, cand)
             h = self.hist
@@ -188,8 +190,31 @@ class TensorSeries:
             total=h["total"],
         )
 
+    @property
+    def zero_reference(self) -> int:
+        """Samples whose reference is all zeros and whose candidate is not, in a tensor with a nonzero reference
+        elsewhere: judged against the tensor's typical magnitude (`metrics.judged`)."""
+        return sum(1 for m, c in zip(judged(self.comparisons), self.comparisons) if m is not c.metrics)
+
+    def judged(self) -> dict[str, tuple[list[float], list[int]]]:
+        """Per metric key, the values checks read and the position in `values` of each: `values`, but a
+        zero-reference sample's rel_l2 and sqnr against the tensor's typical magnitude and its cosine left out
+        (a zero vector has no direction)."""
+        per_sample = judged(self.comparisons)
+        if all(m is c.metrics for m, c in zip(per_sample, self.comparisons)):
+            return {k: (v, list(range(len(v)))) for k, v in self.values.items()}
+        out: dict[str, tuple[list[float], list[int]]] = {}
+        for k in self.values:
+            pairs = [
+                (m[k], i)
+                for i, (m, c) in enumerate(zip(per_sample, self.comparisons))
+                if m is c.metrics or m[k] == m[k]  # NaN where rejudged: that sample does not decide this metric
+            ]
+            out[k] = ([v for v, _ in pairs], [i for _, i in pairs])
+        return out
+
     def metric_summaries(self) -> dict[str, MetricSummary]:
-        return {key: summarize(vals, better_of(key)) for key, vals in self.values.items()}
+        return {key: summarize(vals, better_of(key)) for key, (vals, _) in self.judged().items()}
 
     def worst(self) -> dict[str, float]:
         """The worst value of each metric across samples."""
@@ -207,6 +232,54 @@ class TensorSeries:
             **self.nonfinite,
             errors=list(self.errors),
         )
+
+
+class Worst:
+    """The worst value of each metric over a tensor's samples, taken as they stream by (NaN where no sample has a
+    finite one); a zero-reference sample is held aside and `rejudged` at the end against the typical magnitude of
+    the samples where the reference is not zero (no second pass over tensors)."""
+
+    def __init__(self) -> None:
+        self._worst: dict[str, float] = {}
+        self._sq = 0.0
+        self._n = 0
+        self._zero: list[Comparison] = []
+
+    def add(self, c: Comparison) -> None:
+        if c.zero_reference:
+            self._zero.append(c)
+            self._take(self._worst, dict.fromkeys(c.metrics, math.nan))  # its keys, decided at the end
+            return
+        if c.ref_sq > 0.0 and math.isfinite(c.ref_sq):
+            self._sq += c.ref_sq
+            self._n += c.compared
+        self._take(self._worst, c.metrics)
+
+    @staticmethod
+    def _take(into: dict[str, float], metrics: dict[str, float]) -> None:
+        for k, v in metrics.items():
+            w = into.get(k, math.nan)
+            if w != w or (v == v and (v > w if better_of(k) == "lower" else v < w)):
+                into[k] = v
+
+    @property
+    def zero_reference(self) -> int:
+        """Samples judged against the tensor's typical magnitude."""
+        return len(self._zero) if self._n else 0
+
+    def result(self) -> dict[str, float]:
+        out = dict(self._worst)
+        for c in self._zero:
+            self._take(out, rejudged(c, self._sq / self._n) if self._n else c.metrics)
+        return out
+
+
+def worst_of(comparisons: Sequence[Comparison]) -> dict[str, float]:
+    """The worst value of each metric over samples (`Worst`)."""
+    w = Worst()
+    for c in comparisons:
+        w.add(c)
+    return w.result()
 
 
 def extras_for(checks: Sequence[Check]) -> dict[str, dict[str, Any]]:
@@ -239,9 +312,11 @@ def evaluate(series: TensorSeries, checks: Sequence[Check], *, stage: str, candi
     )
     if mism:
         failed.append("nonfinite_mismatch <= 0")
+    per_key = series.judged()
+    zero_ref = series.zero_reference
     for check in checks:
         key = check.key
-        vals = series.values.get(key, [])
+        vals, where_in = per_key.get(key, ([], []))
         if not vals:
             result = CheckResult(
                 name=f"{prefix}: {check.condition}",
@@ -258,7 +333,10 @@ def evaluate(series: TensorSeries, checks: Sequence[Check], *, stage: str, candi
             summary = summarize(vals, METRICS[check.metric].better)
             failing = [i for i, v in enumerate(vals) if not check.passes(v)]
             pick = np.nanargmax if check.max is not None else np.nanargmin
-            worst_idx = int(pick(vals)) if len(vals) > 1 and not all(v != v for v in vals) else 0
+            worst_idx = where_in[int(pick(vals))] if len(vals) > 1 and not all(v != v for v in vals) else where_in[0]
+            info: dict[str, Any] = {"samples_failed": len(failing), "samples": len(vals)}
+            if zero_ref:  # judged against the tensor's typical magnitude, not their own (zero) one
+                info["zero_reference_samples"] = zero_ref
             result = CheckResult(
                 name=f"{prefix}: {check.condition}",
                 metric=key,
@@ -267,7 +345,7 @@ def evaluate(series: TensorSeries, checks: Sequence[Check], *, stage: str, candi
                 op=check.op,
                 passed=check.passes(summary.worst) and not failing,
                 worst_sample=worst_idx,
-                detail={"samples_failed": len(failing), "samples": len(vals)},
+                detail=info,
                 stage=stage,
                 **where,
             )

@@ -6,12 +6,16 @@ Conventions (reference `a`, candidate `b`):
   where the two sides disagree about being finite (or hold different non-finite values);
   any such position fails the comparison, whatever the thresholds;
 - 0/0 ratios are 0 (identical), x/0 ratios are +inf (a real difference against nothing);
+- across samples of one tensor, a sample whose reference is all zeros has no scale of its own: `judged`
+  measures its difference against the tensor's typical magnitude (the reference's mean square over the
+  samples where it is not all zeros); only a tensor whose reference is zero on every sample keeps +inf;
 - a tensor with no elements cannot be compared: it is reported as an error, never a pass.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +40,45 @@ class Comparison:
     cand_nan: int
     cand_inf: int
     nonfinite_mismatch: int
+    # float64 sums over the positions compared (finite on both sides): what `judged` rescales a zero reference by
+    ref_sq: float = 0.0
+    diff_sq: float = 0.0
+    compared: int = 0
+
+    @property
+    def zero_reference(self) -> bool:
+        """The reference is all zeros where compared while the candidate is not: no relative error of its own."""
+        return self.compared > 0 and self.ref_sq == 0.0 and self.diff_sq > 0.0
+
+
+def typical_square(per_sample: Sequence[Comparison]) -> tuple[float, int]:
+    """(sum of squares, elements) of the reference over the samples where it is not all zeros."""
+    live = [c for c in per_sample if c.ref_sq > 0.0 and math.isfinite(c.ref_sq)]
+    return sum(c.ref_sq for c in live), sum(c.compared for c in live)
+
+
+def rejudged(c: Comparison, mean_sq: float) -> dict[str, float]:
+    """A zero-reference sample's metrics against a tensor's typical magnitude (`mean_sq`, the reference's mean
+    square where it is not zero, > 0): rel_l2 = ||b - a|| / sqrt(mean_sq * its elements), what rel_l2 means on
+    the tensor's other samples; sqnr follows; cosine NaN (a zero vector has no direction: it cannot decide the
+    tensor's cosine). The absolute metrics are its own."""
+    scale = mean_sq * c.compared
+    m = dict(c.metrics)
+    if math.isfinite(c.diff_sq):  # a difference too large to square stays inf / -inf
+        m["rel_l2"] = math.sqrt(c.diff_sq / scale)
+        m["sqnr"] = 10.0 * math.log10(scale / c.diff_sq)
+    m["cosine"] = math.nan
+    return m
+
+
+def judged(per_sample: Sequence[Comparison]) -> list[dict[str, float]]:
+    """Each sample's metrics, a zero-reference sample's `rejudged` against the tensor's typical magnitude (the
+    same dict where nothing changed). Where the reference is zero on every sample, nothing rescales it: rel_l2
+    stays +inf (a dead tensor that came alive is a real error)."""
+    sq, n = typical_square(per_sample)
+    if not n or not any(c.zero_reference for c in per_sample):
+        return [c.metrics for c in per_sample]
+    return [rejudged(c, sq / n) if c.zero_reference else c.metrics for c in per_sample]
 
 
 def _ratio(num: float, den: float) -> float:
@@ -82,8 +125,9 @@ def topk_agreement(a: np.ndarray, b: np.ndarray, k: int) -> float:
     return float(np.mean(np.all(ta == tb, axis=1)))
 
 
-def _core(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    """Base metrics of two finite flat arrays: elementwise work in their type, sums in float64."""
+def _core(a: np.ndarray, b: np.ndarray) -> tuple[dict[str, float], float, float]:
+    """Base metrics of two finite flat arrays: elementwise work in their type, sums in float64; with the sums of
+    squares of the reference and of the difference."""
     d = b - a
     saa = float(np.add.reduce(a * a, dtype=np.float64))
     sbb = float(np.add.reduce(b * b, dtype=np.float64))
@@ -95,7 +139,7 @@ def _core(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     # fmax skips NaN (0/0: identical zeros count as 0) and keeps inf (x/0)
     max_rel = float(np.fmax.reduce(rel))
     mean_abs = float(np.add.reduce(absd, dtype=np.float64)) / absd.size
-    return _finish(float(absd.max()), mean_abs, 0.0 if max_rel != max_rel else max_rel, saa, sbb, sdd, sab)
+    return _finish(float(absd.max()), mean_abs, 0.0 if max_rel != max_rel else max_rel, saa, sbb, sdd, sab), saa, sdd
 
 
 def _finish(
@@ -127,7 +171,7 @@ BLOCK = 1 << 16
 _FUSED = (np.dtype(np.float16), np.dtype(np.float32))
 
 
-def _core_blocks(ref: np.ndarray, cand: np.ndarray) -> dict[str, float] | None:
+def _core_blocks(ref: np.ndarray, cand: np.ndarray) -> tuple[dict[str, float], float, float] | None:
     """`_core` of two float16/float32 tensors, block by block, without a whole-tensor temporary; None where a
     value is not finite or a square overflows float32 (the caller then takes the path that counts and redoes)."""
     a, b = ref.reshape(-1), cand.reshape(-1)
@@ -161,7 +205,7 @@ def _core_blocks(ref: np.ndarray, cand: np.ndarray) -> dict[str, float] | None:
                     rel = float(np.fmax.reduce(d.astype(np.float64) / np.abs(x.astype(np.float64))))
             if rel == rel:
                 max_rel = max(max_rel, rel)
-    return _finish(max_abs, sabs / n, max_rel, saa, sbb, sdd, sab)
+    return _finish(max_abs, sabs / n, max_rel, saa, sbb, sdd, sab), saa, sdd
 
 
 def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] | None = None) -> Comparison:
@@ -179,7 +223,8 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
     if not extra and ref.dtype in _FUSED and cand.dtype in _FUSED:
         fused = _core_blocks(ref, cand)
         if fused is not None:
-            return Comparison(fused, int(ref.size), 0, 0, 0, 0, 0)
+            metrics, saa, sdd = fused
+            return Comparison(metrics, int(ref.size), 0, 0, 0, 0, 0, saa, sdd, int(ref.size))
     a, b = _working(ref), _working(cand)
 
     # fast path: a finite float64 sum proves every element finite (one pass per side)
@@ -201,15 +246,16 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
         a, b = a[both], b[both]
 
     metrics: dict[str, float] = {}
+    saa = sdd = 0.0
     if a.size == 0:
         for name in BASE_METRICS:
             metrics[name] = math.nan
     else:
         with np.errstate(over="ignore"):
-            metrics = _core(a, b)
+            metrics, saa, sdd = _core(a, b)
         if a.dtype == np.float32 and any(math.isinf(metrics[k]) for k in ("max_rel", "rel_l2", "sqnr", "max_abs")):
             # float32 products can overflow where float64 would not (|x| > 1.8e19): redo in float64
-            metrics = _core(a.astype(np.float64), b.astype(np.float64))
+            metrics, saa, sdd = _core(a.astype(np.float64), b.astype(np.float64))
 
     for name, params in (extra or {}).items():
         spec = METRICS[name]
@@ -229,4 +275,4 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
         else:
             raise KeyError(f"metric {name} takes no parameters")
 
-    return Comparison(metrics, int(ref.size), ref_nan, ref_inf, cand_nan, cand_inf, mismatch)
+    return Comparison(metrics, int(ref.size), ref_nan, ref_inf, cand_nan, cand_inf, mismatch, saa, sdd, int(a.size))

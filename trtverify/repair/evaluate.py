@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
+from trtverify.compare.checks import Worst
 from trtverify.compare.metrics import CompareError, compare
 from trtverify.compare.pairing import pair_names
 from trtverify.compare.semantic import resolve
 from trtverify.config.backends import Backends, OnnxRuntimeOptions
-from trtverify.config.checks import Check, better_of
+from trtverify.config.checks import Check
 from trtverify.graph.lightmodel import GraphBytes
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.stages.layerwise.reference import as_written, update_max_abs
@@ -113,7 +114,7 @@ def evaluate(
     any tensor non-finite where the reference is finite fails as well. Sample i is the reference's row first + i."""
     t0 = time.perf_counter()
     overflows: dict[str, list[str]] = {}
-    worst: dict[str, dict[str, float]] = {}
+    worst: dict[str, Worst] = {}  # a zero-reference sample judged against the tensor's typical magnitude
     bad: dict[str, int] = {}
     with OnnxRuntimeBackend(candidate, ref.options) as backend:
         cand: Any = backend.graph().info
@@ -136,17 +137,13 @@ def evaluate(
                     continue
                 if cmp.nonfinite_mismatch:
                     bad[r] = bad.get(r, 0) + cmp.nonfinite_mismatch
-                w = worst.setdefault(r, {})
-                for k, v in cmp.metrics.items():
-                    if v != v:
-                        continue
-                    if k not in w or (v > w[k] if better_of(k) == "lower" else v < w[k]):
-                        w[k] = v
+                worst.setdefault(r, Worst()).add(cmp)
             del out
+    worst_of = {r: {k: v for k, v in w.result().items() if v == v} for r, w in worst.items()}
     checked_names = ref.outputs if tensors == "outputs" else [r for r, _ in pairs]
     failed, checked = [], {}
     for t in checked_names:
-        m = worst.get(t, {})
+        m = worst_of.get(t, {})
         checked[t] = {c.metric: m.get(c.metric, math.nan) for c in checks}
         for c in checks:
             v = m.get(c.metric, math.nan)
@@ -155,7 +152,7 @@ def evaluate(
     nonfinite = [r for r in ref.order if r in bad]
     failed += [f"{t}: {bad[t]} non-finite values where the reference's are finite" for t in nonfinite]
     failed += [f"{t}: the cast to FP16 overflows (read by {', '.join(users)})" for t, users in overflows.items()]
-    errors = {r: m["rel_l2"] for r, m in worst.items() if "rel_l2" in m}
+    errors = {r: m["rel_l2"] for r, m in worst_of.items() if "rel_l2" in m}
     seconds = time.perf_counter() - t0
     return Evaluation(keep, not failed, checked, failed, nonfinite, errors, overflows, seconds)
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.backends.base import Backend, candidate_backend
+from trtverify.compare.checks import worst_of
 from trtverify.compare.metrics import CompareError, Comparison, compare
 from trtverify.compare.parallel import mapper
 from trtverify.config.checks import Check
@@ -33,7 +34,7 @@ from trtverify.stages.base import StageContext, timed
 from trtverify.stages.layerwise.isolation import build_isolation_model, isolation_groups
 from trtverify.stages.layerwise.models import RootCause, Row
 from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written, budget_bytes
-from trtverify.stages.layerwise.stream import Outputs, chunks_for, stream, worst_of
+from trtverify.stages.layerwise.stream import Outputs, chunks_for, stream
 from trtverify.util import halfcast
 
 KEY_METRICS = ("rel_l2", "cosine", "max_abs", "sqnr", "mean_abs", "max_rel")
@@ -149,7 +150,7 @@ def isolate(
     def progress(done: int, steps: int) -> None:
         ctx.progress(NAME, done, steps, f"{label}: isolate")
 
-    local: dict[str, list[dict[str, float]]] = {}
+    local: dict[str, list[Comparison]] = {}
     nonfinite: dict[str, int] = {}
     mismatched: dict[str, str] = {}
     t0 = time.perf_counter()
@@ -174,7 +175,7 @@ def isolate(
                     if "shape mismatch" in str(c):  # its own doing: it was fed the reference's inputs
                         mismatched.setdefault(rname, str(c))
                     continue
-                local.setdefault(rname, []).append(c.metrics)
+                local.setdefault(rname, []).append(c)
                 nonfinite[rname] = nonfinite.get(rname, 0) + c.nonfinite_mismatch
     timed(timings, f"{label}.isolate_s", time.perf_counter() - t0)
     out = {}

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from trtverify.backends.base import Backend, Feed
-from trtverify.config.checks import better_of
 from trtverify.util.tensorstore import plan_chunks
 
 Outputs = dict[str, np.ndarray]
@@ -52,12 +51,3 @@ def exposing(backend: Backend, feeds: Sequence[Feed]) -> ChunkOpener:
 def chunks_for(names: Sequence[str], nbytes: dict[str, int], budget_bytes: int) -> list[list[str]]:
     """`names` in runs that fit a third of the memory budget (the rest holds the other side's tensors)."""
     return plan_chunks(list(names), nbytes, max(budget_bytes // 3, 1))
-
-
-def worst_of(per_sample: Sequence[dict[str, float]]) -> dict[str, float]:
-    """The worst value of each metric over samples (NaN when no sample has a finite one)."""
-    out: dict[str, float] = {}
-    for k in per_sample[0]:
-        finite = [m[k] for m in per_sample if m[k] == m[k]]
-        out[k] = (max(finite) if better_of(k) == "lower" else min(finite)) if finite else float("nan")
-    return out
