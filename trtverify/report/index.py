@@ -13,6 +13,7 @@ from trtverify.report.junit import junit_xml
 from trtverify.results.index import Index
 from trtverify.results.models import Results
 from trtverify.util.fsutil import atomic_write, atomic_write_text
+from trtverify.util.words import count
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
@@ -29,6 +30,7 @@ def render_index(index: Index) -> str:
     )
     env.filters["fmt"] = fmt
     env.filters["margin"] = margin
+    env.filters["counted"] = count
     return env.get_template("index.html.j2").render(ix=index)
 
 
