@@ -256,7 +256,9 @@ def _loader() -> Any:
     return CachedLoader(str(_TEMPLATES))
 
 
-def render(results: Results) -> str:
+def environment() -> Any:
+    """The reports' Jinja environment (a suite's report and the index of several): autoescaped, strict, with
+    every filter the templates use."""
     import jinja2
 
     env = jinja2.Environment(
@@ -285,6 +287,11 @@ def render(results: Results) -> str:
     env.filters["counted"] = count  # {{ n | counted("tensor") }}: 1 tensor, 2 tensors
     env.filters["plural"] = plural  # {{ "check" | plural(n) }}
     env.filters["pct"] = lambda v: f"{v:.1%}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)
+    return env
+
+
+def render(results: Results) -> str:
+    env = environment()
     stages = results.stages
     to_rows, to_layers = build_links(stages)
     engine_links = perf_links(stages)

@@ -8,30 +8,15 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from trtverify.report.format import fmt, margin
+from trtverify.report.html import environment
 from trtverify.report.junit import junit_xml
 from trtverify.results.index import Index
 from trtverify.results.models import Results
 from trtverify.util.fsutil import atomic_write, atomic_write_text
-from trtverify.util.words import count
-
-_TEMPLATES = Path(__file__).parent / "templates"
 
 
 def render_index(index: Index) -> str:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
-        autoescape=True,  # suite, stage and check names are user data
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["fmt"] = fmt
-    env.filters["margin"] = margin
-    env.filters["counted"] = count
-    return env.get_template("index.html.j2").render(ix=index)
+    return environment().get_template("index.html.j2").render(ix=index)  # suite and check names: escaped
 
 
 def write_index_html(index: Index, path: Path) -> Path:
