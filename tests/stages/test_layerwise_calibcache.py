@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_cli
+from tests.stages.test_layerwise_ranges import _cnn  # the same three-Conv ReLU CNN the range report is tested on
 from trtverify.toolout import calibcache
 from trtverify.util.errors import UsageError
 
@@ -35,15 +36,6 @@ SUITE = (
 
 def _hex(scale: float) -> str:
     return struct.pack(">f", scale).hex()
-
-
-def _cnn(path: Path) -> Path:
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1),
-                              torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, padding=1)).eval()  # fmt: skip
-    torch.onnx.export(net, (torch.rand(1, 3, 16, 16),), str(path), input_names=["x"], output_names=["y"],
-                      opset_version=17, dynamo=False)  # fmt: skip
-    return path
 
 
 def _max_abs(model: Path, rows: np.ndarray) -> dict[str, float]:
