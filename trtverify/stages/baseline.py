@@ -14,10 +14,12 @@ import datetime as _dt
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field
 
+from trtverify.compare.checks import CheckResult
+from trtverify.stages.base import status_of
 from trtverify.util.errors import UsageError
 from trtverify.util.fsutil import FileTooLarge, atomic_write_json, read_capped
 from trtverify.util.record import Record, optional
@@ -131,3 +133,20 @@ def lookup(
 
 def finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
+
+
+R = TypeVar("R", bound=Record)
+
+
+def gated(result: R, cands: list[Any], checks: list[CheckResult], notes: list[str], path: Path) -> R:
+    """A stage's result once its candidates were gated against the baseline at `path` (e2e and layerwise alike):
+    the candidates and checks with the vs-baseline ones added, the status they give, the notes, the file."""
+    return result.model_copy(
+        update={
+            "candidates": cands,
+            "checks": checks,
+            "status": status_of(checks),
+            "notes": notes,
+            "baseline_file": str(path),
+        }  # fmt: skip
+    )

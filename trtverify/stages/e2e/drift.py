@@ -15,7 +15,6 @@ from trtverify.compare.checks import CheckResult, failed_check, limit_check
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.stages import E2EStage, Gate
 from trtverify.stages import baseline as store
-from trtverify.stages.base import status_of
 from trtverify.stages.e2e.models import E2ECandidate, E2EResult
 from trtverify.util.fsutil import sha256_file
 from trtverify.util.words import count
@@ -155,12 +154,4 @@ def apply(
                     not_run.setdefault(v.why, []).append(f"{c.name} {m}")
         for why, names in not_run.items():
             notes.append(f"max_drop_vs_baseline gates not run for {', '.join(names)}: {why}")
-    return result.model_copy(
-        update={
-            "candidates": cands,
-            "checks": checks,
-            "status": status_of(checks),
-            "notes": notes,
-            "baseline_file": str(path),
-        }  # fmt: skip
-    )
+    return store.gated(result, cands, checks, notes, path)

@@ -13,7 +13,7 @@ from trtverify.compare.checks import CheckResult, failed_check, limit_check
 from trtverify.config.loader import LoadedSuite
 from trtverify.data.reference import hash_samples
 from trtverify.stages import baseline as store
-from trtverify.stages.base import StageContext, status_of
+from trtverify.stages.base import StageContext
 from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult
 from trtverify.util.fsutil import sha256_file
 from trtverify.util.words import count
@@ -116,12 +116,4 @@ def apply(ctx: StageContext, samples: list[dict[str, np.ndarray]], result: Layer
             cands.append(c.model_copy(update={"vs_baseline": vs, "passed": c.passed and check.passed}))
         for why, names in not_run.items():
             notes.append(f"max_increase_vs_baseline not run for {', '.join(names)}: {why}")
-    return result.model_copy(
-        update={
-            "candidates": cands,
-            "checks": checks,
-            "status": status_of(checks),
-            "notes": notes,
-            "baseline_file": str(path),
-        }  # fmt: skip
-    )
+    return store.gated(result, cands, checks, notes, path)
