@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +247,7 @@ def convert(
     from trtverify.convert.calibdata import check_rows
     from trtverify.convert.fp16 import to_fp16
     from trtverify.convert.int8 import keep_fp32, record_calibration
+    from trtverify.convert.output import save_checked
     from trtverify.graph.onnxinfo import check_graph
 
     check_graph(reference)  # a cycle, external data missing: exit 2 naming the file, before any lowering
@@ -277,10 +279,9 @@ def convert(
     model = onnx.load(str(reference))
     if precision == "fp16":
         try:
-            converted = to_fp16(model, keep)
+            made = to_fp16(model, keep)
         except ValueError as exc:
             raise UsageError(f"{reference}: {exc}") from exc
-        onnx.save(converted, str(output))
     else:
         if calibration is None:
             raise UsageError("--precision int8 needs --calibration X.npz (rows of real inputs)")
@@ -288,14 +289,17 @@ def convert(
         check = check_rows(reference, feeds, keep_outlier_rows)
         for line in check.warnings():
             click.echo(f"warning: {line}", err=True)
-        record = _calibrate(reference, output, [feeds[i] for i in check.kept], method)
-        try:
-            made = keep_fp32(onnx.load(str(output)), model, keep) if keep else onnx.load(str(output))
-        except ValueError as exc:
-            raise UsageError(f"{reference}: {exc}") from exc
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{output.name}.", dir=output.parent) as tmp:
+            quantized = Path(tmp) / output.name  # never at -o until it is checked
+            record = _calibrate(reference, quantized, [feeds[i] for i in check.kept], method)
+            try:
+                made = keep_fp32(onnx.load(str(quantized)), model, keep) if keep else onnx.load(str(quantized))
+            except ValueError as exc:
+                raise UsageError(f"{reference}: {exc}") from exc
         record_calibration(made, record)
-        onnx.save(made, str(output))
-    onnx.checker.check_model(str(output), full_check=True)
+    for line in save_checked(made, output, reference, precision):  # written only once it loads
+        click.echo(f"warning: {line}", err=True)
     click.echo(f"written: {output}")
 
 

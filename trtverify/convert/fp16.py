@@ -27,6 +27,11 @@ from trtverify.graph.onnxgraph import GraphIndex, elem_types
 FP16_MAX = 65504.0
 # ops whose float inputs the ONNX spec types as float32 only: they stay FP32
 FP32_ONLY_OPS = frozenset({"NonMaxSuppression", "RoiAlign", "Range"})
+# ops reading or making sequences and optionals: the element type of a sequence is the model's, FP32
+CONTAINER_OPS = frozenset({
+    "SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceErase", "SequenceLength", "SequenceEmpty",
+    "SplitToSequence", "ConcatFromSequence", "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement",
+})  # fmt: skip
 # float inputs that must stay float32 whatever the node computes in (op -> input positions)
 FP32_INPUTS = {"Resize": frozenset({1, 2}), "Upsample": frozenset({1})}
 # attributes naming the element type a node produces
@@ -66,7 +71,7 @@ def to_fp16(model: Any, keep: Iterable[str] = ()) -> Any:
 
     def fp32_node(i: int) -> bool:
         n = g.nodes[i]
-        return labels[i] in keep or n.op_type in FP32_ONLY_OPS or i in g.subgraph_nodes
+        return labels[i] in keep or n.op_type in FP32_ONLY_OPS | CONTAINER_OPS or i in g.subgraph_nodes
 
     constant_nodes = {
         n.output[0]: n for n in g.nodes if n.op_type == "Constant" and n.output and n.output[0] in is_float
@@ -117,6 +122,15 @@ def to_fp16(model: Any, keep: Iterable[str] = ()) -> Any:
             new_nodes.append(helper.make_node("Cast", [name], [casts[key]], name=f"{name}__cast_to_{suffix}", to=want))
         return casts[key]
 
+    def _outer_fp32(name: str) -> str | None:
+        """What a subgraph reads for outer float `name`: the FP32 value (a cast where it is made in FP16)."""
+        if alias.get(name, name) not in is_float:
+            return None
+        target = alias.get(name, name)
+        if target in inits or target in constant_nodes:
+            return constant_as(target, FLOAT)
+        return value_as(target, FLOAT)
+
     for i, node in enumerate(g.nodes):
         if node.op_type == "Constant" and node.output and node.output[0] in constant_nodes:
             continue  # emitted where read, in the type each reader needs
@@ -127,6 +141,8 @@ def to_fp16(model: Any, keep: Iterable[str] = ()) -> Any:
         n.CopyFrom(node)
         if not n.name:
             n.name = labels[i]
+        if i in g.subgraph_nodes:  # its bodies compute in FP32: outer values they read, as FP32 under one name
+            _rename_outer_reads(n, _outer_fp32, set())
         forced = FP32_INPUTS.get(node.op_type, frozenset())
         for pos, name in enumerate(node.input):
             if not name or alias.get(name, name) not in is_float:
@@ -165,4 +181,54 @@ def to_fp16(model: Any, keep: Iterable[str] = ()) -> Any:
     out.graph.initializer.extend(t for name, t in inits.items() if name in read)
     out.graph.initializer.extend(t for name, t in new_inits.items() if name not in inits)
     del out.graph.value_info[:]
+    _initializer_inputs(out, model)
     return out
+
+
+def _scope_names(graph: Any) -> set[str]:
+    """Names a (sub)graph defines itself: its inputs, initializers and node outputs."""
+    names = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    names |= {t.name for t in graph.sparse_initializer}
+    return names | {o for n in graph.node for o in n.output if o}
+
+
+def _rename_outer_reads(node: Any, rename: Any, local: set[str]) -> None:
+    """In the subgraphs of `node` (recursively), every read of an outer-scope name `x` (not defined in a subgraph on
+    the way down, `local`) made a read of `rename(x)` where that is not None: node inputs and subgraph outputs."""
+    from trtverify.graph.onnxgraph import subgraphs
+
+    for sub in subgraphs(node):
+        inner = local | _scope_names(sub)
+        for sn in sub.node:
+            for pos, x in enumerate(sn.input):
+                if x and x not in inner:
+                    new = rename(x)
+                    if new is not None and new != x:
+                        sn.input[pos] = new
+            _rename_outer_reads(sn, rename, inner)
+        for o in sub.output:  # a branch may pass an outer value on as its output
+            if o.name and o.name not in inner:
+                new = rename(o.name)
+                if new is not None and new != o.name:
+                    o.name = new
+
+
+def _initializer_inputs(out: Any, model: Any) -> None:
+    """Graph inputs consistent with the new initializers: inputs that named an initializer the rewrite dropped are
+    dropped too (else they become inputs with no value), and below IR version 4, where every initializer must also
+    be a graph input, the new initializers (`X__fp16`) are added as inputs."""
+    from onnx import helper
+
+    had = {t.name for t in model.graph.initializer}
+    has = {t.name for t in out.graph.initializer}
+    kept = [vi for vi in out.graph.input if vi.name not in had or vi.name in has]
+    if len(kept) != len(out.graph.input):
+        del out.graph.input[:]
+        out.graph.input.extend(kept)
+    if out.ir_version < 4:
+        listed = {vi.name for vi in out.graph.input}
+        out.graph.input.extend(
+            helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+            for t in out.graph.initializer
+            if t.name not in listed
+        )

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from trtverify.config.models import Candidate
+from trtverify.convert.output import save_checked
 from trtverify.util.errors import UsageError
-from trtverify.util.fsutil import atomic_write, sha256_file
+from trtverify.util.fsutil import sha256_file
 
 
 def recipe_key(reference: Path, spec: Candidate, calibration: Sequence[dict[str, np.ndarray]]) -> str:
@@ -81,8 +82,10 @@ def make(
             record_calibration(made, record)
     except ValueError as exc:
         raise UsageError(f"models.candidates.{name}: {exc}") from exc
-    data = made.SerializeToString()
-    atomic_write(path, lambda f: f.write(data))
+    try:
+        save_checked(made, path, reference, f"models.candidates.{name}")  # as `convert -o`: written once it loads
+    except UsageError as exc:
+        raise UsageError(f"models.candidates.{name}: {exc}") from exc
     return path
 
 

@@ -109,7 +109,12 @@ def emulate(model: Any, kinds: frozenset[int]) -> tuple[Any, int]:
         read_as[name] = f"{name}{SUFFIX[FP16]}_read"
         return helper.make_node("Cast", [name], [read_as[name]], name=f"{read_as[name]}_cast", to=FLOAT)
 
-    inputs = {vi.name: vi.type.tensor_type.elem_type for vi in g.input if vi.type.tensor_type.elem_type in kinds}
+    widened = {t.name for t in g.initializer} - set(stored)  # now FP32 (below IR 4 also listed as graph inputs)
+    inputs = {
+        vi.name: vi.type.tensor_type.elem_type
+        for vi in g.input
+        if vi.type.tensor_type.elem_type in kinds and vi.name not in widened and vi.name not in stored
+    }
     renamed_inputs: dict[str, str] = {}
     for name, kind in stored.items():  # exact widening, computed when the graph runs, never stored
         if kind == FP16:
@@ -161,7 +166,9 @@ def emulate(model: Any, kinds: frozenset[int]) -> tuple[Any, int]:
     del g.node[:]
     g.node.extend(nodes)
     for vi in [*g.input, *g.output]:
-        if vi.type.tensor_type.elem_type in kinds - {FP16}:
+        if vi.type.tensor_type.elem_type in kinds - {FP16} or (
+            vi.name in widened and vi.type.tensor_type.elem_type in kinds
+        ):
             vi.type.tensor_type.elem_type = FLOAT
     kept = [vi for vi in g.value_info if vi.type.tensor_type.elem_type not in kinds - {FP16}]
     del g.value_info[:]

@@ -27,6 +27,7 @@ class WriteError(TrtVerifyError):
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK  # what open() makes a new file: the mode of files written through a temporary one
 
 
 class FileTooLarge(ValueError):
@@ -57,7 +58,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     except OSError as exc:
         raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; results and reports are for sharing (CI artifacts)
+        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600; results and reports are for sharing (CI artifacts)
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()

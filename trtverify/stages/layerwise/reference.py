@@ -148,5 +148,7 @@ def reference_pass(
                     ref.shape[name] = tuple(arr.shape)
                     ref.nbytes[name] = int(arr.nbytes)
                 update_max_abs(ref.max_abs, name, arr)
+    # what ONNX Runtime gave no tensor for (a sequence, a map) is neither compared nor fed to isolation runs
+    ref.order = [t for t in ref.order if t in ref.dtype]
     timed(timings, "reference_s", time.perf_counter() - t0)
     return ref

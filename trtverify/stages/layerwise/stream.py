@@ -26,12 +26,13 @@ def stream(
     """(chunk, sample index, outputs) for every chunk and sample, chunk by chunk.
 
     `progress(done, total)` is called after each step; the outputs of a step are dropped when
-    the caller asks for the next one, so at most one step's tensors are held here."""
+    the caller asks for the next one, so at most one step's tensors are held here. Values that are no tensors
+    (ONNX Runtime gives a sequence as a list, a map as a dict) are left out: layerwise compares tensors."""
     steps = len(chunks) * samples
     for ci, chunk in enumerate(chunks):
         with open_chunk(chunk) as infer:
             for si in range(samples):
-                out = infer(si)
+                out = {k: v for k, v in infer(si).items() if isinstance(v, np.ndarray)}
                 yield chunk, si, out
                 del out
                 progress(ci * samples + si + 1, steps)

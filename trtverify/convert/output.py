@@ -1,0 +1,119 @@
+"""A converted model written only once it is proven to load: `convert -o` and the suite's recipes.
+
+The model is written to a temporary file in the destination folder, checked there (onnx.checker with
+full_check, which runs shape inference through every subgraph, and an ONNX Runtime CPU session, made inside a
+native.Operation as every session is, so a crash is contained like any other), and only then renamed over the
+destination. On any failure nothing is at the destination: an old file there is left untouched.
+
+A check the converted model fails is first tried on the model it was made from:
+- ONNX Runtime cannot load the reference either: a UsageError (exit 2) naming the reference and ONNX Runtime's
+  message: there is nothing a conversion can be checked against;
+- onnx.checker rejects the reference too, while ONNX Runtime loads both: written, with a warning (exporters write
+  such files and ONNX Runtime and TensorRT take them);
+- the reference passes what the converted model fails: the conversion is wrong, a bug here (ConversionBug, exit 4),
+  the reason named.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtverify.util import native
+from trtverify.util.errors import EXIT_INTERNAL, TrtVerifyError, UsageError
+from trtverify.util.fsutil import FILE_MODE, WriteError
+
+
+class ConversionBug(TrtVerifyError):
+    """The converted model fails a check its reference passes: nothing written (exit 4, the reason named)."""
+
+    exit_code = EXIT_INTERNAL
+
+
+@dataclass(frozen=True)
+class Problems:
+    checker: str | None = None  # onnx.checker's message
+    onnxruntime: str | None = None  # ONNX Runtime's message when it cannot make a CPU session
+
+    def __bool__(self) -> bool:
+        return bool(self.checker or self.onnxruntime)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())[:600]
+
+
+def problems(path: Path) -> Problems:
+    """What stops the ONNX file at `path` from being a model: onnx.checker's and ONNX Runtime's objections."""
+    import onnx
+
+    checker = None
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError: the message is the finding
+        checker = _first_line(exc)
+    import onnxruntime as ort
+
+    try:
+        with native.Operation(
+            f"creating an ONNX Runtime {ort.__version__} CPU session to check the converted {Path(path).name}",
+            key=f"convert-check:{Path(path).name}",
+            model=str(path),
+        ):
+            so = ort.SessionOptions()
+            so.log_severity_level = 3  # its warnings (old opsets, unused initializers) are not findings here
+            ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - ORT raises its own types (Fail, InvalidGraph, NotImplemented, ...)
+        return Problems(checker, _first_line(exc))
+    return Problems(checker, None)
+
+
+def save_checked(model: Any, path: Path, reference: Path, what: str = "converted") -> list[str]:
+    """Write `model` (a ModelProto made from the file `reference`) to `path` once it loads; warnings to show.
+    Raises UsageError (the reference cannot load), ConversionBug (the conversion broke it) or WriteError, with
+    nothing at `path` changed."""
+    import onnx
+
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    tmp = Path(name)
+    try:
+        try:
+            onnx.save(model, str(tmp))
+        except OSError as exc:
+            kept = "the previous file is unchanged" if path.exists() else "nothing was written"
+            raise WriteError(f"cannot write {path}: {exc.strerror or exc} ({kept})") from exc
+        warnings = _verdict(problems(tmp), reference, path, what)
+        os.chmod(tmp, FILE_MODE)  # mkstemp makes 0600
+        os.replace(tmp, path)
+        return warnings
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _verdict(found: Problems, reference: Path, path: Path, what: str) -> list[str]:
+    if not found:
+        return []
+    before = problems(reference)
+    kept = "the previous file is unchanged" if path.exists() else "nothing was written"
+    if found.onnxruntime and before.onnxruntime:
+        raise UsageError(
+            f"{reference}: ONNX Runtime cannot load it ({before.onnxruntime}); trtverify converts models ONNX Runtime "
+            f"loads, {kept} at {path}"
+        )
+    if found.onnxruntime or (found.checker and not before.checker):
+        why = f"ONNX Runtime cannot load it: {found.onnxruntime}" if found.onnxruntime else found.checker
+        raise ConversionBug(
+            f"the {what} model made from {reference} is not valid ({why}), while {reference.name} is: a bug in "
+            f"trtverify, please report it with the model; {kept} at {path}"
+        )
+    return [f"{reference} fails onnx.checker ({before.checker}), and so does {path.name}; ONNX Runtime loads both"]
