@@ -20,7 +20,7 @@ from trtverify.plugins.onnxops import label, plugin_nodes
 from trtverify.plugins.registry import Plugins
 from trtverify.util import native
 from trtverify.util.deps import require
-from trtverify.util.errors import BackendError, MissingDependency, UsageError
+from trtverify.util.errors import BackendError, LoadError, MissingDependency, UsageError
 
 CPU = "CPUExecutionProvider"
 
@@ -190,7 +190,7 @@ class OnnxRuntimeBackend(Backend):
             try:
                 return ort.InferenceSession(model.data, sess_options=so, providers=list(self.options.providers))
             except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
-                raise BackendError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
+                raise LoadError(f"ONNX Runtime cannot load {self.model_path}: {exc}") from exc
 
     # -- model -----------------------------------------------------------------------------
     def inputs(self) -> list[TensorMeta]:

@@ -106,6 +106,11 @@ def _generated_inputs(reference: Path, dims: Sequence[str], seed: int) -> dict[s
     for m in inputs:
         if m.shape is None:
             raise UsageError(f"{reference}: input '{m.name}' has no declared shape; pass --inputs FILE.npz")
+        if m.dtype in ("object", "string"):
+            raise UsageError(
+                f"{reference}: input '{m.name}' is a string tensor; inputs are generated only for numbers, pass "
+                "--inputs FILE.npz"
+            )
         dtype = (
             m.dtype
             if m.dtype in ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")

@@ -66,6 +66,11 @@ class BackendError(TrtVerifyError):
     exit_code = EXIT_CHECK_FAILED
 
 
+class LoadError(BackendError):
+    """A backend cannot load a model at all (exit 1 for a model under test; for the reference, which every
+    comparison needs, the stage makes it a UsageError: exit 2, nothing compared)."""
+
+
 def unknown(what: str, value: str, known: list[str] | dict[str, object]) -> str:
     """'unknown metric 'cosin'; did you mean 'cosine'? (known: ...)' — one wording everywhere."""
     import difflib

@@ -110,6 +110,9 @@ def build_isolation_model(
         boundary.update(grp.boundary)
     g = light_model.graph
     inputs = [helper.make_tensor_value_info(b, input_dtypes[b], None) for b in sorted(boundary)]
+    if light_model.ir_version < 4:  # below IR version 4 every initializer must also be a graph input
+        inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in g.initializer
+                   if t.name not in boundary]  # fmt: skip
     outputs = []
     for name in out_map:
         vi = onnx.ValueInfoProto()

@@ -16,6 +16,7 @@ from trtverify.config.stages import LayerwiseStage
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.stages.base import StageContext, timed
 from trtverify.stages.layerwise.stream import chunks_for, exposing, stream
+from trtverify.util.errors import LoadError, UsageError
 from trtverify.util.tensorstore import TensorStore
 
 NAME = "layerwise"
@@ -113,6 +114,19 @@ def estimate_sizes(model: Any, feed: dict[str, np.ndarray], names: Sequence[str]
 
 
 def reference_pass(
+    ctx: StageContext,
+    cfg: LayerwiseStage,
+    samples: list[dict[str, np.ndarray]],
+    workdir: Path,
+    timings: dict[str, float],
+) -> ReferencePass:
+    try:
+        return _reference_pass(ctx, cfg, samples, workdir, timings)
+    except LoadError as exc:  # nothing can be compared with a reference that does not load: a usage error
+        raise UsageError(f"models.reference: {exc}; layerwise compares against a reference ONNX Runtime loads") from exc
+
+
+def _reference_pass(
     ctx: StageContext,
     cfg: LayerwiseStage,
     samples: list[dict[str, np.ndarray]],
