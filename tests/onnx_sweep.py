@@ -110,10 +110,10 @@ def sweep_model(folder: str, path: Path, tmp: Path) -> Row:
     work = tmp / f"{folder}-{row.name}"
     work.mkdir(parents=True, exist_ok=True)
     out16 = work / "fp16.onnx"
-    row.results["self"] = call("layerwise", str(path), str(path), "--out", str(work / "self"), "-q")
+    row.results["self"] = call("layerwise", str(path), str(path), "--out", str(work / "self"))
     row.results["convert"] = call("convert", str(path), "--precision", "fp16", "-o", str(out16))
     if row.results["convert"].code != 0:
         row.left_file = out16.exists()
     else:
-        row.results["fp16"] = call("layerwise", str(path), str(out16), "--out", str(work / "fp16"), "-q")
+        row.results["fp16"] = call("layerwise", str(path), str(out16), "--out", str(work / "fp16"))
     return row

@@ -20,7 +20,7 @@ from trtverify.plugins.onnxops import label, plugin_nodes
 from trtverify.plugins.registry import Plugins
 from trtverify.util import native
 from trtverify.util.deps import require
-from trtverify.util.errors import BackendError, LoadError, MissingDependency, UsageError
+from trtverify.util.errors import BackendError, LoadError, MissingDependency, RunError, UsageError
 
 CPU = "CPUExecutionProvider"
 
@@ -223,7 +223,7 @@ class OnnxRuntimeBackend(Backend):
             except (UsageError, BackendError):  # a plugin's reference: not found (exit 2), or it failed (named)
                 raise
             except Exception as exc:
-                raise BackendError(f"ONNX Runtime failed running {self.model_path.name}: {exc}") from exc
+                raise RunError(f"ONNX Runtime failed running {self.model_path.name}: {exc}") from exc
         return dict(zip(names, values))
 
     # -- intermediates ---------------------------------------------------------------------

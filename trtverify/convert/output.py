@@ -92,7 +92,11 @@ def save_checked(model: Any, path: Path, reference: Path, what: str = "converted
         except OSError as exc:
             kept = "the previous file is unchanged" if path.exists() else "nothing was written"
             raise WriteError(f"cannot write {path}: {exc.strerror or exc} ({kept})") from exc
-        warnings = _verdict(problems(tmp), reference, path, what)
+        found = problems(tmp)
+        said = {str(tmp): str(path), tmp.name: path.name}  # messages name the file as it will be, not the temporary
+        for k, v in said.items():
+            found = Problems(*(m.replace(k, v) if m else m for m in (found.checker, found.onnxruntime)))
+        warnings = _verdict(found, reference, path, what)
         os.chmod(tmp, FILE_MODE)  # mkstemp makes 0600
         os.replace(tmp, path)
         return warnings
@@ -111,7 +115,9 @@ def _verdict(found: Problems, reference: Path, path: Path, what: str) -> list[st
             f"loads, {kept} at {path}"
         )
     if found.onnxruntime or (found.checker and not before.checker):
-        why = f"ONNX Runtime cannot load it: {found.onnxruntime}" if found.onnxruntime else found.checker
+        why = "; ".join(
+            m for m in (found.checker, found.onnxruntime and f"ONNX Runtime cannot load it: {found.onnxruntime}") if m
+        )
         raise ConversionBug(
             f"the {what} model made from {reference} is not valid ({why}), while {reference.name} is: a bug in "
             f"trtverify, please report it with the model; {kept} at {path}"

@@ -71,6 +71,11 @@ class LoadError(BackendError):
     comparison needs, the stage makes it a UsageError: exit 2, nothing compared)."""
 
 
+class RunError(BackendError):
+    """A backend loaded a model but failed running it on the inputs given (for the reference: a UsageError, as
+    LoadError)."""
+
+
 def unknown(what: str, value: str, known: list[str] | dict[str, object]) -> str:
     """'unknown metric 'cosin'; did you mean 'cosine'? (known: ...)' — one wording everywhere."""
     import difflib

@@ -16,7 +16,7 @@ from trtverify.config.stages import LayerwiseStage
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.stages.base import StageContext, timed
 from trtverify.stages.layerwise.stream import chunks_for, exposing, stream
-from trtverify.util.errors import LoadError, UsageError
+from trtverify.util.errors import LoadError, RunError, UsageError
 from trtverify.util.tensorstore import TensorStore
 
 NAME = "layerwise"
@@ -124,6 +124,11 @@ def reference_pass(
         return _reference_pass(ctx, cfg, samples, workdir, timings)
     except LoadError as exc:  # nothing can be compared with a reference that does not load: a usage error
         raise UsageError(f"models.reference: {exc}; layerwise compares against a reference ONNX Runtime loads") from exc
+    except RunError as exc:  # nor with one that fails on these inputs (generated ones may not suit it)
+        raise UsageError(
+            f"models.reference: {exc}; the reference must run on the inputs compared: give it inputs it takes "
+            "(trtverify layerwise --inputs FILE.npz; a suite's inputs:)"
+        ) from exc
 
 
 def _reference_pass(
