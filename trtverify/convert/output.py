@@ -7,9 +7,11 @@ destination. On any failure nothing is at the destination: an old file there is 
 
 A check the converted model fails is first tried on the model it was made from:
 - ONNX Runtime cannot load the reference either: a UsageError (exit 2) naming the reference and ONNX Runtime's
-  message: there is nothing a conversion can be checked against;
-- onnx.checker rejects the reference too, while ONNX Runtime loads both: written, with a warning (exporters write
-  such files and ONNX Runtime and TensorRT take them);
+  message: there is nothing a conversion can be checked against; except where the reference has plugin nodes
+  (ops outside the ONNX domains, which TensorRT runs and ONNX Runtime has no kernels for): written, checked with
+  onnx.checker only, with a warning;
+- onnx.checker rejects the reference too (an input declared without a shape below IR version 4, say): written,
+  with a warning (exporters write such files, and ONNX Runtime and TensorRT take them);
 - the reference passes what the converted model fails: the conversion is wrong, a bug here (ConversionBug, exit 4),
   the reason named.
 """
@@ -25,6 +27,8 @@ from typing import Any
 from trtverify.util import native
 from trtverify.util.errors import EXIT_INTERNAL, TrtVerifyError, UsageError
 from trtverify.util.fsutil import FILE_MODE, WriteError
+
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
 
 
 class ConversionBug(TrtVerifyError):
@@ -109,12 +113,13 @@ def _verdict(found: Problems, reference: Path, path: Path, what: str) -> list[st
         return []
     before = problems(reference)
     kept = "the previous file is unchanged" if path.exists() else "nothing was written"
-    if found.onnxruntime and before.onnxruntime:
+    plugins = _plugin_ops(reference) if found.onnxruntime and before.onnxruntime else []
+    if found.onnxruntime and before.onnxruntime and not plugins:
         raise UsageError(
             f"{reference}: ONNX Runtime cannot load it ({before.onnxruntime}); trtverify converts models ONNX Runtime "
-            f"loads, {kept} at {path}"
+            f"loads (or that it loads but for their plugin nodes), {kept} at {path}"
         )
-    if found.onnxruntime or (found.checker and not before.checker):
+    if (found.onnxruntime and not before.onnxruntime) or (found.checker and not before.checker):
         why = "; ".join(
             m for m in (found.checker, found.onnxruntime and f"ONNX Runtime cannot load it: {found.onnxruntime}") if m
         )
@@ -122,4 +127,21 @@ def _verdict(found: Problems, reference: Path, path: Path, what: str) -> list[st
             f"the {what} model made from {reference} is not valid ({why}), while {reference.name} is: a bug in "
             f"trtverify, please report it with the model; {kept} at {path}"
         )
-    return [f"{reference} fails onnx.checker ({before.checker}), and so does {path.name}; ONNX Runtime loads both"]
+    warnings = []
+    if found.checker:
+        warnings.append(f"{reference} fails onnx.checker ({before.checker}), and so does {path.name}")
+    if found.onnxruntime:
+        warnings.append(
+            f"ONNX Runtime cannot load {reference.name} (its plugin nodes: {', '.join(plugins)}), nor {path.name}: "
+            f"{path.name} is checked with onnx.checker only"
+        )
+    return warnings
+
+
+def _plugin_ops(reference: Path) -> list[str]:
+    """Op types of the nodes outside the ONNX domains (TensorRT plugins, a training operator), which ONNX Runtime
+    has no kernels for; the reason a model it cannot load may still be converted."""
+    import onnx
+
+    model = onnx.load(str(reference), load_external_data=False)
+    return sorted({n.op_type for n in model.graph.node if n.domain not in STANDARD_DOMAINS})
