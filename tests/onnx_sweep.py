@@ -39,7 +39,8 @@ class Result:
         lines = [x for x in self.err.strip().splitlines() if x.strip()]
         if self.code == 4:  # the exception line of the traceback
             return lines[-1][:200] if lines else ""
-        return (lines[0] if lines else "")[:200]
+        said = [x for x in lines if "error" in x.lower()]  # a stage's `user error: ...`, the CLI's `error: ...`
+        return ((said or lines or [""])[0]).strip()[:200]
 
 
 @dataclass

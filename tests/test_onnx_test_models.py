@@ -96,3 +96,22 @@ def test_every_onnx_package_test_model(tmp_path: Path):
     assert data_root().is_dir()
     for folder, path in models():
         _check(sweep_model(folder, path, tmp_path), tmp_path)
+
+
+def test_an_input_declared_without_a_shape(tmp_path: Path):
+    """pytorch-converted/test_Conv2d (IR version 3) with its input's shape left out, as old exporters wrote inputs:
+    onnx.checker rejects such a file below IR version 4 (`Field 'shape' of 'type' is required but missing`), ONNX
+    Runtime loads it. convert writes the FP16 model, saying the reference fails the checker too; layerwise, which
+    cannot generate an input of unknown rank, is exit 2 asking for --inputs."""
+    from tests.onnx_sweep import call
+
+    model = onnx.load(str(data_root() / "pytorch-converted" / "test_Conv2d" / "model.onnx"))
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    ref = tmp_path / "noshape.onnx"
+    onnx.save(model, str(ref))
+    out = tmp_path / "noshape16.onnx"
+    r = call("convert", str(ref), "--precision", "fp16", "-o", str(out))
+    assert r.code == 0 and "Field 'shape' of 'type' is required but missing" in r.err, r.err
+    assert problems(out).onnxruntime is None
+    r = call("layerwise", str(ref), str(out), "--out", str(tmp_path / "lw"))
+    assert r.code == 2 and "input '0' has no declared shape; pass --inputs" in r.err, r.err
