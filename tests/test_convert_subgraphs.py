@@ -10,6 +10,8 @@ bodies' own constants were not.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +114,19 @@ def test_a_conversion_that_breaks_the_model_is_never_written(gated: Path, tmp_pa
     assert exc.value.exit_code == 4 and str(gated) in str(exc.value)
     assert dest.read_bytes() == b"an older file"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gated16.onnx", "kept.onnx"]
+
+
+def test_temporary_files_of_a_crashed_check_are_removed(gated: Path, tmp_path: Path):
+    """A worker that ONNX Runtime crashed while checking a model leaves its temporary file (`.NAME.PID.X.tmp`); the
+    next write to that destination removes it, and leaves one of a process that still runs."""
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    orphan = tmp_path / f".g16.onnx.{dead.pid}.abc123.tmp"
+    live = tmp_path / f".g16.onnx.{os.getpid()}.def456.tmp"
+    orphan.write_bytes(b"x")
+    live.write_bytes(b"x")
+    save_checked(onnx.load(str(gated)), tmp_path / "g16.onnx", gated)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "g16.onnx"])
 
 
 def test_convert_of_a_model_onnx_runtime_cannot_load_is_exit_2_and_writes_nothing(tmp_path: Path):

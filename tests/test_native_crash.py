@@ -112,6 +112,16 @@ def test_repair_on_a_model_whose_lowered_forms_crash_onnx_runtime(encoder: Path,
     _no_lock(out)
 
 
+def test_convert_checks_loading_without_the_optimisation_that_crashes(encoder: Path, tmp_path: Path):
+    """convert's load check of what it writes makes its session with ONNX Runtime's graph optimisations off: the
+    FP16 encoder, whose ORT_ENABLE_ALL session crashes, is written (loading is what is checked)."""
+    out = tmp_path / "enc16.onnx"
+    r = run_cli("convert", str(encoder / "enc.onnx"), "--precision", "fp16", "-o", str(out))
+    assert r.code == 0 and out.is_file(), r.err
+    assert subprocess.run([sys.executable, "-c", CRASHES, str(out)], capture_output=True).returncode < 0
+    assert [p.name for p in tmp_path.iterdir()] == ["enc16.onnx"]
+
+
 def test_a_suite_with_perf_on_a_candidate_that_crashes_keeps_the_other_stages(encoder: Path, tmp_path: Path):
     suite = encoder / "perf.yaml"
     suite.write_text(

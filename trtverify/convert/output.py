@@ -18,6 +18,7 @@ A check the converted model fails is first tried on the model it was made from:
 
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import Any
 
 from trtverify.util import native
 from trtverify.util.errors import EXIT_INTERNAL, TrtVerifyError, UsageError
-from trtverify.util.fsutil import FILE_MODE, WriteError
+from trtverify.util.fsutil import FILE_MODE, WriteError, pid_alive
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
 
@@ -41,6 +42,7 @@ class ConversionBug(TrtVerifyError):
 class Problems:
     checker: str | None = None  # onnx.checker's message
     onnxruntime: str | None = None  # ONNX Runtime's message when it cannot make a CPU session
+    crashed: bool = False  # making the session crashed the process (a worker before this one)
 
     def __bool__(self) -> bool:
         return bool(self.checker or self.onnxruntime)
@@ -51,8 +53,11 @@ def _first_line(exc: BaseException) -> str:
     return " ".join(text.split())[:600]
 
 
-def problems(path: Path) -> Problems:
-    """What stops the ONNX file at `path` from being a model: onnx.checker's and ONNX Runtime's objections."""
+def problems(path: Path, named: Path | None = None) -> Problems:
+    """What stops the ONNX file at `path` from being a model: onnx.checker's and ONNX Runtime's objections.
+    `named`: the file it is to become (a temporary file's destination), what the session's crash record names, so
+    that a fresh worker knows the operation that crashed the one before."""
+    named = Path(path) if named is None else Path(named)
     import onnx
 
     checker = None
@@ -64,13 +69,18 @@ def problems(path: Path) -> Problems:
 
     try:
         with native.Operation(
-            f"creating an ONNX Runtime {ort.__version__} CPU session to check the converted {Path(path).name}",
-            key=f"convert-check:{Path(path).name}",
-            model=str(path),
+            f"creating an ONNX Runtime {ort.__version__} CPU session to check {named.name}",
+            key=f"convert-check:{named.absolute()}",
+            model=str(named),
         ):
             so = ort.SessionOptions()
             so.log_severity_level = 3  # its warnings (old opsets, unused initializers) are not findings here
+            # loading is what is checked: its graph optimisations, which crash on some FP16 graphs at ORT_ENABLE_ALL
+            # (docs/reliability.md), are another matter, left to the sessions that run the model
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+    except native.NativeCrash as exc:  # it crashed a worker before this one: not tried again
+        return Problems(checker, _first_line(exc), crashed=True)
     except Exception as exc:  # noqa: BLE001 - ORT raises its own types (Fail, InvalidGraph, NotImplemented, ...)
         return Problems(checker, _first_line(exc))
     return Problems(checker, None)
@@ -85,7 +95,8 @@ def save_checked(model: Any, path: Path, reference: Path, what: str = "converted
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        _remove_orphans(path)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
     except OSError as exc:
         raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
@@ -96,10 +107,10 @@ def save_checked(model: Any, path: Path, reference: Path, what: str = "converted
         except OSError as exc:
             kept = "the previous file is unchanged" if path.exists() else "nothing was written"
             raise WriteError(f"cannot write {path}: {exc.strerror or exc} ({kept})") from exc
-        found = problems(tmp)
+        found = problems(tmp, path)
         said = {str(tmp): str(path), tmp.name: path.name}  # messages name the file as it will be, not the temporary
         for k, v in said.items():
-            found = Problems(*(m.replace(k, v) if m else m for m in (found.checker, found.onnxruntime)))
+            found = Problems(*(m.replace(k, v) if m else m for m in (found.checker, found.onnxruntime)), found.crashed)
         warnings = _verdict(found, reference, path, what)
         os.chmod(tmp, FILE_MODE)  # mkstemp makes 0600
         os.replace(tmp, path)
@@ -108,11 +119,22 @@ def save_checked(model: Any, path: Path, reference: Path, what: str = "converted
         tmp.unlink(missing_ok=True)
 
 
+def _remove_orphans(path: Path) -> None:
+    """Temporary files for `path` left by a process that is gone (a worker that ONNX Runtime crashed while checking
+    one): `.NAME.PID.XXXX.tmp` whose PID no longer runs."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
 def _verdict(found: Problems, reference: Path, path: Path, what: str) -> list[str]:
     if not found:
         return []
-    before = problems(reference)
     kept = "the previous file is unchanged" if path.exists() else "nothing was written"
+    if found.crashed:  # ONNX Runtime's crash, not a finding about either model: exit 1, as for any model it crashes on
+        raise native.NativeCrash(f"{found.onnxruntime}; {kept} at {path}")
+    before = problems(reference)
     plugins = _plugin_ops(reference) if found.onnxruntime and before.onnxruntime else []
     if found.onnxruntime and before.onnxruntime and not plugins:
         raise UsageError(

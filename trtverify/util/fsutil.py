@@ -157,7 +157,7 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -224,7 +224,7 @@ def folder_lock(folder: Path, what: str = "--out") -> Iterator[Path]:
                 text = lock.read_text(encoding="ascii", errors="replace").strip()
             except FileNotFoundError:
                 continue  # released meanwhile: try again
-            if text.isdigit() and int(text) != os.getpid() and _pid_alive(int(text)):
+            if text.isdigit() and int(text) != os.getpid() and pid_alive(int(text)):
                 raise TrtVerifyError(
                     f"{what} {folder}: another trtverify run (pid {text}) is writing there; wait for it to end "
                     f"or choose another folder (if no such run exists, delete {lock})"
