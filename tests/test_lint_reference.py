@@ -37,7 +37,7 @@ def scaled_model(value: float, name: str = "") -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
         [w],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def findings(ref: onnx.ModelProto, cand: onnx.ModelProto) -> tuple[list, Matched]:
