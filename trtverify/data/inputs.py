@@ -297,8 +297,45 @@ def loc_parent(names: dict[str, tuple[str | int, ...]]) -> tuple[str | int, ...]
     return next(iter(names.values()))[:-1]
 
 
+FLOATS = ("float16", "float32", "float64")  # what a float array is cast to where the model declares it
+
+
+def dtype_mismatch(name: str, given: Any, declared: str) -> str | None:
+    """None when an array of dtype `given` feeds an input declared `declared` (the same type, or float to float,
+    which the backends cast), else what is wrong and what to do."""
+    given = np.dtype(given)
+    if str(given) == declared or (given.kind == "f" and declared in FLOATS):
+        return None
+    return (
+        f"input '{name}': {given} given, the model takes {declared} (give it as {declared}; a suite converts an "
+        f"inputs file's array with inputs.arrays.{name}.dtype: {declared})"
+    )
+
+
+def shared_dim_mismatch(feed: dict[str, np.ndarray], declared: dict[str, TensorMeta]) -> str | None:
+    """None when the inputs agree on every dynamic dimension they share by name (input_ids and attention_mask
+    both [batch, seq]), else the first disagreement, naming both inputs."""
+    seen: dict[str, tuple[str, int, int]] = {}  # dimension name -> (input, axis, size) where first met
+    for name, arr in feed.items():
+        shape = declared[name].shape if name in declared else None
+        if shape is None or len(shape) != np.ndim(arr):
+            continue
+        for axis, dim in enumerate(shape):
+            if not isinstance(dim, str) or not dim:
+                continue
+            size = int(np.shape(arr)[axis])
+            first = seen.setdefault(dim, (name, axis, size))
+            if first[2] != size:
+                return (
+                    f"input '{first[0]}' has {dim}={first[2]} (axis {first[1]}) but input '{name}' has {dim}={size} "
+                    f"(axis {axis}); the model declares both with the dimension '{dim}', so they must agree"
+                )
+    return None
+
+
 def check_samples(samples: list[dict[str, np.ndarray]], model_inputs: Sequence[TensorMeta], source: str) -> None:
-    """Every sample must feed exactly the model's inputs with fitting shapes."""
+    """Every sample must feed exactly the model's inputs with fitting shapes, types the backends take, and the
+    same size wherever the model names a dimension the same in two inputs."""
     if not samples:
         raise UsageError(f"{source}: no input samples; comparing zero samples is never a pass")
     declared = {m.name: m for m in model_inputs}
@@ -306,6 +343,10 @@ def check_samples(samples: list[dict[str, np.ndarray]], model_inputs: Sequence[T
         why = feed_mismatch(feed, declared)
         if why:
             raise UsageError(f"{source}: sample {i} {why}")
+        for name, arr in feed.items():
+            why = dtype_mismatch(name, np.asarray(arr).dtype, declared[name].dtype)
+            if why:
+                raise UsageError(f"{source}: sample {i}, {why}")
         for name, arr in feed.items():
             why = shape_matches(declared[name].shape, tuple(arr.shape))
             if why and why.startswith("dimension 0 "):
@@ -315,3 +356,13 @@ def check_samples(samples: list[dict[str, np.ndarray]], model_inputs: Sequence[T
                 )
             if why:
                 raise UsageError(f"{source}: sample {i}, input '{name}': {why}")
+        why = shared_dim_mismatch(feed, declared)
+        if why:
+            raise UsageError(f"{source}: sample {i}: {why}")
+
+
+def inputs_source(loaded: LoadedSuite) -> str:
+    """How errors in the suite's samples name where they came from: the suite, and its inputs file or hook."""
+    cfg = loaded.suite.inputs
+    where = f" ({cfg.file})" if cfg.file is not None else f" (inputs.hook '{cfg.hook}')" if cfg.hook else ""
+    return f"inputs of {loaded.path}{where}"
