@@ -5,30 +5,19 @@ is a usage error (exit 2) that names what is wrong, found before any model runs.
 from __future__ import annotations
 
 import shutil
-import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import DATA
+from tests.conftest import DATA, main_in_process
 
 BERT = DATA / "bert" / "bert_tiny.onnx"
 
 
 def trtverify(*argv: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
-    """`trtverify ARGV` in this process (no supervising fork); its exit code and stderr."""
-    from trtverify.cli.main import main
-
-    monkeypatch.setenv("TRTVERIFY_SUPERVISE", "0")
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with pytest.raises(SystemExit) as exited:
-            main(list(argv))
-    finally:
-        for s, h in handlers.items():
-            signal.signal(s, h)
-    return int(exited.value.code or 0), capsys.readouterr().err
+    r = main_in_process(list(argv), capsys, monkeypatch)
+    return r.code, r.err
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import numpy as np
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.models import GeneratedInput
 from trtverify.graph.onnxinfo import TensorMeta, feed_mismatch, graph_io, load_io, shape_matches
-from trtverify.util.errors import Problem, SuiteError, UsageError
+from trtverify.util.errors import Problem, SuiteError, UsageError, did_you_mean
 from trtverify.util.hooks import load_hook
 from trtverify.util.words import count
 
@@ -259,7 +259,11 @@ def static_input_problems(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta
     for name, loc in names.items():
         if name not in declared:
             problems.append(
-                loaded.problem(loc, f"'{name}' is not an input of {ref} (its inputs: {', '.join(declared)})")
+                loaded.problem(
+                    loc,
+                    f"'{name}' is not an input of {ref}{did_you_mean(name, declared)} (its inputs: "
+                    f"{', '.join(declared)})",
+                )
             )
     if names:
         for name in declared:
@@ -287,7 +291,8 @@ def static_input_problems(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta
                 problems.append(
                     loaded.problem(
                         ("models", "pytorch", "input_names", i),
-                        f"'{name}' is not an input of {ref} (its inputs: {', '.join(declared)})",
+                        f"'{name}' is not an input of {ref}{did_you_mean(name, declared)} (its inputs: "
+                        f"{', '.join(declared)})",
                     )
                 )
     return problems
