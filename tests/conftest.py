@@ -61,14 +61,16 @@ def main_in_process(argv: list[str], capsys: pytest.CaptureFixture[str], monkeyp
     monkeypatch.setenv("TRTVERIFY_SUPERVISE", "0")
     capsys.readouterr()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    code = 0
     try:
-        with pytest.raises(SystemExit) as exited:
-            main(list(argv))
+        main(list(argv))
+    except SystemExit as exc:
+        code = int(exc.code or 0)
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
     captured = capsys.readouterr()
-    return CliResult(int(exited.value.code or 0), captured.out, captured.err)
+    return CliResult(code, captured.out, captured.err)
 
 
 @pytest.fixture
