@@ -13,8 +13,8 @@ from pathlib import Path
 import onnx
 import torch
 import torchvision
-from torchvision.models.detection.ssd import SSD
 from torchvision.models.detection.anchor_utils import DefaultBoxGenerator
+from torchvision.models.detection.ssd import SSD
 
 HERE = Path(__file__).resolve().parent
 
