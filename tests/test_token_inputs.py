@@ -67,3 +67,19 @@ def test_matching_token_inputs_run(bert, tmp_path, capsys, monkeypatch):
                           "-q", capsys=capsys, monkeypatch=monkeypatch)  # fmt: skip
     assert code == 0, err
     assert (tmp_path / "o" / "results.json").is_file()
+
+
+def test_generated_inputs_disagreeing_on_a_shared_dimension_are_found_by_validate(bert, tmp_path, capsys, monkeypatch):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        "name: t\nmodels: {reference: bert.onnx, candidates: {same: bert.onnx}}\n"
+        "inputs:\n  generate:\n"
+        "    input_ids: {shape: [1, 8], dtype: int64, range: [0, 99]}\n"
+        "    attention_mask: {shape: [1, 16], dtype: int64, range: [0, 1]}\n"
+        "stages: {layerwise: {}}\n",
+        encoding="utf-8",
+    )
+    code, err = trtverify("validate", str(suite), capsys=capsys, monkeypatch=monkeypatch)
+    assert code == 2 and f"{suite}:4: inputs.generate: input 'input_ids' has seq=8" in err, err
+    suite.write_text(suite.read_text().replace("[1, 16]", "[1, 8]"), encoding="utf-8")
+    assert trtverify("validate", str(suite), capsys=capsys, monkeypatch=monkeypatch)[0] == 0

@@ -284,6 +284,11 @@ def static_input_problems(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta
                             f"{spec.dtype} but {ref} declares {declared[name].dtype}",
                         )
                     )
+        for k, shapes in enumerate(cfg.shapes or [{}]):  # each set of a sweep, over the generated shapes
+            sizes = {n: tuple(shapes.get(n, spec.shape)) for n, spec in cfg.generate.items() if n in declared}
+            why = shared_dim_mismatch({n: np.broadcast_to(np.float32(0), s) for n, s in sizes.items()}, declared)
+            if why:
+                problems.append(loaded.problem(("inputs", "shapes", k) if cfg.shapes else ("inputs", "generate"), why))
     pt = loaded.suite.models.pytorch
     if pt is not None and pt.input_names is not None:
         for i, name in enumerate(pt.input_names):
