@@ -72,3 +72,25 @@ def test_the_run_prints_no_runtime_warning(gate):
     log = (gate[0] / "fp16_ship" / "run.log").read_text()
     assert "FAILED: suite 'fp16_ship'" in log  # the suite's own output is there
     assert "RuntimeWarning" not in log, log
+
+
+def test_a_candidate_none_of_whose_checks_failed_is_not_passed_where_a_stage_could_not_run():
+    """A stage error (or a stopped run) may have left a candidate unchecked: its verdict is error, not passed."""
+    from trtverify.compare.checks import limit_check
+    from trtverify.results.index import candidate_rows
+    from trtverify.results.models import Results
+    from trtverify.stages.base import StageError, StageResult
+
+    good = limit_check("b: rel_l2 <= 0.01", "layerwise", "rel_l2", 0.001, 0.01, "<=", candidate="b")
+    bad = limit_check("a: rel_l2 <= 0.01", "layerwise", "rel_l2", 0.5, 0.01, "<=", candidate="a")
+    layerwise = StageResult(name="layerwise", status="failed", checks=[bad, good])
+    ran = Results.model_construct(stages=[layerwise], complete=True)
+    assert [(r.candidate, r.verdict) for r in candidate_rows("s", ran)] == [("a", "failed"), ("b", "passed")]
+    crashed = StageResult(name="e2e", status="error", error=StageError(kind="crash", message="killed", exit_code=4))
+    for results in (
+        Results.model_construct(stages=[layerwise, crashed], complete=True),
+        Results.model_construct(stages=[layerwise], complete=False),
+    ):
+        rows = candidate_rows("s", results)
+        assert [(r.candidate, r.verdict) for r in rows] == [("a", "failed"), ("b", "error")]
+        assert rows[0].worst_check is bad and rows[1].failed == 0 and rows[1].checks == 1
