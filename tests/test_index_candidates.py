@@ -46,7 +46,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return base / "out", r.out
 
 
-@pytest.mark.slow  # the folder run of the fixture: about 6 s alone
+@pytest.mark.slow  # the fixture runs a suite in a process of its own
 def test_the_index_says_which_candidate_can_ship(gate):
     out, printed = gate
     index = json.loads((out / "index.json").read_text())
@@ -62,7 +62,7 @@ def test_the_index_says_which_candidate_can_ship(gate):
     assert "FAILED      fp16_ship/fp16: fp16: " in printed and "PASSED      fp16_ship/fp16_repaired" in printed
 
 
-@pytest.mark.slow  # the folder run of the fixture: about 6 s alone
+@pytest.mark.slow  # the fixture runs a suite in a process of its own
 def test_the_suite_report_opens_with_its_failing_checks_then_the_lint(gate):
     html = (gate[0] / "fp16_ship" / "report.html").read_text()
     why, lint = html.index('aria-label="why"'), html.index('aria-label="high lint findings"')
@@ -70,7 +70,7 @@ def test_the_suite_report_opens_with_its_failing_checks_then_the_lint(gate):
     assert "constant_saturated" in html[lint:]  # the lint the FP16 model has: the BatchNorm variance of 1e8
 
 
-@pytest.mark.slow  # the folder run of the fixture: about 6 s alone
+@pytest.mark.slow  # the fixture runs a suite in a process of its own
 def test_the_run_prints_no_runtime_warning(gate):
     log = (gate[0] / "fp16_ship" / "run.log").read_text()
     assert "FAILED: suite 'fp16_ship'" in log  # the suite's own output is there
