@@ -94,7 +94,7 @@ def build_pair(out: Path, blocks: int = 12, hidden: int = 3584, tokens: int = 16
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, tokens, hidden])
     for nodes, inits, path in ((nodes32, inits32, fp32_path), (nodes16, inits16, fp16_path)):
         graph = helper.make_graph(nodes, "big_mlp", [x], [y], initializer=inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=8)
         model.ir_version = 8
         onnx.save(model, str(path))
     return {

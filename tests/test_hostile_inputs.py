@@ -552,7 +552,7 @@ def _onnx_models(folder: Path) -> dict[str, Path]:
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
             initializer=list(inits),
         )
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
         m.ir_version = 8
         return m
 

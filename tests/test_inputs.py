@@ -125,7 +125,7 @@ def _fixed_batch_model(path: Path, batch: int = 4) -> Path:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3, 8, 8])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

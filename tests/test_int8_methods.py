@@ -210,7 +210,8 @@ def test_auto_on_a_graph_whose_plugin_has_no_reference_falls_back_to_minmax(tmp_
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("trt.plugins", 1)]
     onnx.save(
-        helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]), opset_imports=opsets), tmp_path / "p.onnx"
+        helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]), opset_imports=opsets, ir_version=8),
+        tmp_path / "p.onnx",
     )
     np.savez(tmp_path / "c.npz", x=np.random.default_rng(1).random((8, 1, 8, 8)).astype(np.float32))
     out = tmp_path / "q.onnx"

@@ -41,7 +41,7 @@ def _mlp(dtype=np.float32, hidden: int = 64, seed: int = 0) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, hidden])],
         initializer=inits,
     )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     m.ir_version = 8
     return m
 

@@ -37,7 +37,7 @@ def scaled_model(value: float, name: str = "") -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
         [w],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def findings(ref: onnx.ModelProto, cand: onnx.ModelProto) -> tuple[list, Matched]:
@@ -86,3 +86,43 @@ def test_renamed_constant_is_matched_by_consumer_and_slot_and_a_change_is_found(
     kinds = {f.kind for f in lint_candidate(tmp_path / "cand.onnx", reference=DEMO / "fashion_cnn_fp32.onnx")}
     assert "constant_changed" in kinds
     assert "constant_changed" not in {f.kind for f in lint_candidate(tmp_path / "cand.onnx")}
+
+
+BERT = ROOT / "tests" / "data" / "bert_mask"
+
+
+def test_the_references_own_inf_mask_fill_kept_in_fp32_is_not_the_candidates():
+    """The Hugging Face BERT's TorchScript export (tests/data/bert_mask) in FP16 with its mask's Where nodes kept
+    in FP32 (what repair used to keep): their -inf fill is the reference's, as it is there; only a lint of the
+    candidate alone, which cannot tell, reports it."""
+    from trtverify.convert.fp16 import to_fp16
+
+    ref = onnx.load(str(BERT / "bert_ts.onnx"))
+    wheres = [n.name for n in ref.graph.node if n.op_type == "Where" and "/attention/self/" in n.name]
+    cand = to_fp16(ref, keep=wheres)
+    alone = lint_candidate(cand)
+    assert sum(f.kind == "nonfinite_initializer" for f in alone) == 2  # one -inf per layer
+    against = lint_candidate(cand, reference=ref)
+    assert not [f for f in against if f.kind == "nonfinite_initializer"]
+    # a non-finite constant the candidate made (NaN where the reference has its -inf) is still reported
+    nan = onnx.ModelProto()
+    nan.CopyFrom(cand)
+    const = next(n for n in nan.graph.node if n.op_type == "Constant" and n.output[0].endswith("Constant_10_output_0"))
+    const.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array([np.nan], np.float32)))
+    found = [f for f in lint_candidate(nan, reference=ref) if f.kind == "nonfinite_initializer"]
+    assert [f.tensor for f in found] == [const.output[0]]
+
+
+def test_a_finfo_min_mask_fill_saturated_to_65504_is_what_the_conversion_meant():
+    """The dynamo export's fill, finfo(float32).min, becomes -65504 in FP16 (ours and ONNX Runtime's converter):
+    still the type's extreme, no constant_saturated; a weight beyond 65504 is still reported."""
+    from trtverify.convert.fp16 import to_fp16
+
+    ref = onnx.load(str(BERT / "bert_dynamo.onnx"))
+    for cand in (to_fp16(ref), fp16(ref)):
+        kinds = {f.kind for f in lint_candidate(cand, reference=ref)}
+        assert "constant_saturated" not in kinds, kinds
+    gamma = next(t for t in ref.graph.initializer if t.name == "bert.embeddings.LayerNorm.weight")
+    gamma.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(gamma) * np.float32(1e5), gamma.name))
+    found = [f for f in lint_candidate(to_fp16(ref), reference=ref) if f.kind == "constant_saturated"]
+    assert [f.detail["reference"] for f in found] == ["bert.embeddings.LayerNorm.weight"]

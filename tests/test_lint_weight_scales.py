@@ -27,7 +27,7 @@ def _conv(path: Path, spread: float) -> Path:
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 8, 8])],
         [numpy_helper.from_array(w, "w")],
     )  # fmt: skip
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
     return path
 
 
@@ -71,7 +71,7 @@ def test_a_float_weight_quantized_by_one_scale_is_measured_on_its_float_channels
          numpy_helper.from_array(np.array(0, np.int8), "z")],
     )  # fmt: skip
     path = tmp_path / "qdq.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
     (f,) = _findings(path)
     assert f.tensor == "w" and f.node == "q" and f.detail["spread"] == pytest.approx(1000, rel=1e-3)
     assert f.detail["starved_channels"] == 2
@@ -91,7 +91,7 @@ def _constant_weights(path: Path, opset: int) -> Path:
     ]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                           [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8])])  # fmt: skip
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8), str(path))
     return path
 
 
@@ -131,7 +131,7 @@ def test_modelopt_int8_of_constant_node_weights_is_per_channel(tmp_path: Path) -
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                           [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 8, 8])])  # fmt: skip
     ref = tmp_path / "constw.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(ref))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(ref))
     np.savez(tmp_path / "calib.npz", x=np.random.default_rng(0).random((8, 3, 8, 8), dtype=np.float32))
     out = tmp_path / "int8.onnx"
     r = run_cli("convert", str(ref), "--precision", "int8", "--tool", "modelopt", "--calibration",

@@ -77,7 +77,7 @@ def test_one_tensor_reads_one_tensor(tmp_path: Path):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
     )
     model = tmp_path / "relu.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model))
     np.savez(tmp_path / "x.npz", x=np.ones((1, 4), np.float32))
     out = tmp_path / "o"
     r = run_cli("layerwise", str(model), str(model), "--inputs", str(tmp_path / "x.npz"), "--out", str(out))

@@ -22,7 +22,7 @@ from trtverify.config.against_models import file_problems, model_problems
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import STAGES
 from trtverify.convert.recipes import materialize
-from trtverify.data.inputs import build_samples, check_samples, shape_label, static_input_problems
+from trtverify.data.inputs import build_samples, check_samples, inputs_source, shape_label, static_input_problems
 from trtverify.data.reference import ReferenceStore
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.stages.base import Progress, Shard, StageContext, StageError, StageResult, StageWork, no_progress
@@ -389,7 +389,7 @@ def run_stages(
         check_samples(samples, model_inputs, "the samples chosen with --samples")
     else:
         samples = build_samples(loaded)
-        check_samples(samples, model_inputs, f"inputs of {loaded.path}")
+        check_samples(samples, model_inputs, inputs_source(loaded))
     warning = nonfinite_inputs(samples)
     loaded = loaded if idle else with_recipes_made(loaded, samples, out_dir, progress)
     store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)

@@ -251,3 +251,46 @@ def test_a_one_sample_summary_is_numpys(v, better):
         }
     got = summarize([v], better)
     assert {k: repr(getattr(got, k)) for k in want} == {k: repr(x) for k, x in want.items()}
+
+
+F32_MIN = float(np.finfo(np.float32).min)
+
+
+def test_a_saturated_mask_fill_is_equal_by_meaning_and_left_out_of_the_metrics():
+    """Attention scores plus a mask's fill (tests/stages/test_layerwise_masks.py has the real BERT): -inf in a
+    TorchScript export, finfo(float32).min in a dynamo one, -65504 (plus a score, rounded: -65472) in FP16."""
+    scores = np.array([0.5, -1.25, 2.0, 0.75], np.float32)
+    ref = np.concatenate([scores, np.full(4, -np.inf, np.float32)])
+    for fill in (np.float16(-65504), np.float16(-65472), np.float16(-np.inf)):
+        cand = np.concatenate([scores, np.full(4, fill, np.float32)]).astype(np.float16)
+        c = compare(ref, cand)
+        assert c.nonfinite_mismatch == 0 and c.ref_inf == 4 and c.compared == 4
+        assert c.saturated == (0 if np.isinf(fill) else 4)  # -inf against -inf: the same value, nothing saturated
+        assert c.metrics["rel_l2"] == 0.0  # the scores alone: exact in FP16
+    # finfo(float32).min against -inf, both ways, and against FP16's -65504: float32's fill is its extreme
+    dyn = np.concatenate([scores, np.full(4, F32_MIN, np.float32)])
+    half = np.concatenate([scores, np.full(4, -65504.0, np.float32)]).astype(np.float16)  # as a converter clamps
+    for a, b in ((ref, dyn), (dyn, ref), (dyn, half)):
+        c = compare(a, b)
+        assert c.nonfinite_mismatch == 0 and c.saturated == 4 and c.metrics["rel_l2"] == 0.0, c
+    assert compare(dyn, half).saturated_values == (F32_MIN, -65504.0)
+    # equal fills on both sides are left out of the metrics too: 3.4e38 squared would drown the scores' error
+    assert compare(dyn, dyn + np.array([0.1, 0, 0, 0, 0, 0, 0, 0], np.float32)).metrics["rel_l2"] > 0.01
+
+
+def test_non_finite_divergences_still_fail_and_say_which_side():
+    finite = np.array([1.0, 2.0, 1e5, -3.0], np.float32)
+    # inf where the reference is finite and far from float32's extreme (an FP16 overflow)
+    with np.errstate(over="ignore"):
+        c = compare(finite, finite.astype(np.float16))
+    assert c.nonfinite_mismatch == c.cand_only_nonfinite == 1 and c.ref_only_nonfinite == 0 and c.saturated == 0
+    # the reference's -inf against a finite value that is no type's extreme (-10000, an old fill)
+    ref = np.array([1.0, -np.inf], np.float32)
+    c = compare(ref, np.array([1.0, -1e4], np.float32))
+    assert c.nonfinite_mismatch == c.ref_only_nonfinite == 1 and c.cand_only_nonfinite == 0
+    # NaN appearing, and a fill of the other sign: both non-finite or extreme, never equal by meaning
+    for other in (np.nan, np.inf, 65504.0):
+        c = compare(ref, np.array([1.0, other], np.float32))
+        assert c.nonfinite_mismatch == 1 and c.saturated == 0, (other, c)
+    c = compare(np.array([1.0, 2.0], np.float32), np.array([np.nan, 2.0], np.float32))
+    assert c.cand_only_nonfinite == 1

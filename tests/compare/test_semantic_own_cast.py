@@ -27,7 +27,7 @@ def graph(scale: float) -> GraphIndex:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
         [w, zero],
     )
-    return GraphIndex.from_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    return GraphIndex.from_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
 
 
 def test_the_models_own_cast_pairs():

@@ -25,7 +25,7 @@ def graph(nodes: list, inits: list, outputs: list[str] = ("y",), inputs: tuple[s
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
         inits,
     )
-    return GraphIndex.from_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    return GraphIndex.from_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
 
 
 def view(g: GraphIndex, shape: tuple[int, ...] = (2, 4)) -> View:

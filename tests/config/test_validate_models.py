@@ -59,7 +59,10 @@ def test_the_examples_pass(folder: Path):
 def test_a_postprocess_output_typo_is_exit_2_at_validate_and_at_run_start(folder: Path):
     path = folder / "suite.yaml"
     path.write_text(E2E.replace("{output: logits}", "{output: logit}"))
-    want = f"{path}:13: stages.e2e.postprocess.output: 'logit' is not an output of tiny.onnx (its outputs: logits)"
+    want = (
+        f"{path}:13: stages.e2e.postprocess.output: 'logit' is not an output of tiny.onnx; did you mean 'logits'? "
+        "(its outputs: logits)"
+    )
     r = run_cli("validate", str(path), block=("torch", "tensorrt"))  # validate needs neither
     assert r.code == 2 and want in r.err and "Traceback" not in r.err
     r = run_cli("run", str(path), "--out", str(folder / "o"))
@@ -147,7 +150,8 @@ def test_rename_and_ignore_name_real_tensors(folder: Path):
     bad = _layerwise(rename_src="/relu", rename_dst="/Relu_output_0", lw_ignored="/flat", fw_dst="logit")
     found = _problems(folder, bad.replace("FW_IGNORED", "features"))
     assert [p.split(": ", 1)[1] for p in found] == [
-        "stages.framework.rename.out: 'logit' is not an output of tiny.onnx (its outputs: logits)",
+        "stages.framework.rename.out: 'logit' is not an output of tiny.onnx; did you mean 'logits'? "
+        "(its outputs: logits)",
         "stages.framework.ignore[0]: 'features' is neither an output of tiny.onnx (logits) nor of the PyTorch model "
         "(out)",
         "stages.layerwise.rename./relu: '/relu' is not a tensor of tiny.onnx",

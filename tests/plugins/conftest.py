@@ -50,7 +50,7 @@ def ort_nms(boxes: np.ndarray, scores: np.ndarray, iou: float, score_threshold: 
         ],
         [helper.make_tensor_value_info("selected", TensorProto.INT64, None)],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=8)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (selected,) = session.run(
         None,

@@ -31,7 +31,7 @@ def _model(path: Path) -> Path:
     ]
     g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [3, 3])],
                      [h.make_tensor_value_info("y", T.FLOAT, [3, 3])], inits)  # fmt: skip
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.contrib", 1)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.contrib", 1)], ir_version=8)
     onnx.save(m, str(path))
     return path
 

@@ -100,7 +100,7 @@ def onnx_roi_align(x, rois, batch, **attrs):
         ],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8)
     options = ort.SessionOptions()
     options.log_severity_level = 3  # ONNX Runtime warns about its max mode on every run
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

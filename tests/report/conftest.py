@@ -74,7 +74,7 @@ def hostile_model(path: Path, scale: float = 1.0) -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
         [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

@@ -393,7 +393,7 @@ def long_names_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [helper.make_tensor_value_info("input_ids_embedding_output", TensorProto.FLOAT, [1, 4, 768])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4, 768])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.save(model, str(tmp / "long.onnx"))
     onnx.save(convert_float_to_float16(model, keep_io_types=True), str(tmp / "long_fp16.onnx"))
     r = run_cli("layerwise", str(tmp / "long.onnx"), str(tmp / "long_fp16.onnx"), "--out", str(tmp / "out"), "-q")

@@ -44,7 +44,11 @@ def test_layerwise_nonfinite_names_the_first_tensor(tmp_path: Path):
     r = run_cli("run", str(suite), "--out", str(tmp_path / "o"))
     assert r.code == 1, r.out + r.err
     line = next(f for f in _fails(r.out) if f.startswith("FAIL nan: nonfinite_mismatch <= 0"))
-    assert line.endswith("(limit <= 0): first at /features/block2/conv/Conv_output_0 (100352 values)")
+    # which side holds them: the candidate
+    assert line.endswith(
+        "(limit <= 0): first at /features/block2/conv/Conv_output_0 "
+        "(100352 non-finite values in the candidate where the reference's are finite)"
+    )
 
 
 def test_e2e_gate_names_the_candidate_values_and_worst_sample(tmp_path: Path):

@@ -36,7 +36,7 @@ def _model(path: Path, w: np.ndarray) -> None:
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", C])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.zeros(C, np.float32), "b")],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

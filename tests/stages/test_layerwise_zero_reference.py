@@ -41,7 +41,7 @@ def conv_relu(path: Path, bias: float) -> None:
             numpy_helper.from_array(np.array(2.0, np.float32), "two"),
         ],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

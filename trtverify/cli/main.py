@@ -260,25 +260,6 @@ def _write_merged(results: Any, out: Path, quiet: bool, junit: Path | None) -> N
     sys.exit(results.exit_code)
 
 
-@cli.command()
-@click.argument("suites", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-def validate(suites: tuple[Path, ...]) -> None:
-    """Check suite files without running anything (no torch, no TensorRT imported)."""
-    from trtverify.config.loader import load_suite
-    from trtverify.runner import preflight
-    from trtverify.util.errors import SuiteError
-
-    bad = 0
-    for path in suites:
-        try:
-            preflight(load_suite(path))
-            click.echo(f"ok: {path}")
-        except SuiteError as exc:
-            bad += 1
-            click.echo(str(exc), err=True)
-    sys.exit(EXIT_USAGE if bad else 0)
-
-
 @cli.command("parse-log")
 @click.argument("log", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
@@ -470,9 +451,11 @@ def _register() -> None:
     from trtverify.cli.init import init
     from trtverify.cli.layerwise import layerwise
     from trtverify.cli.repair import convert, repair
+    from trtverify.cli.validate import validate
 
     cli.add_command(layerwise)
     cli.add_command(init)
+    cli.add_command(validate)
 
     cli.add_command(repair)
     cli.add_command(convert)

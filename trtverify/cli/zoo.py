@@ -24,6 +24,7 @@ import click
 
 from trtverify import __version__
 from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, SuiteError, TrtVerifyError, UsageError
+from trtverify.util.words import count as counted
 
 SUFFIXES = (".yaml", ".yml")
 BASE_MB = 500.0  # a suite's process before its models: the interpreter, numpy, ONNX Runtime
@@ -293,18 +294,24 @@ def write_outputs(
     """index.json, index.html and the JUnit file of the run from (SuiteRow, Results or None) pairs; the summary
     lines; returns the gate's exit code."""
     from trtverify.report.index import write_index_html, write_junit_many
-    from trtverify.results.index import build_index, write_index
+    from trtverify.results.index import build_index, candidate_rows, write_index
 
-    index = build_index(__version__, [r for r, _ in rows], seconds, **kw)
+    candidates = [c for row, res in rows if res is not None for c in candidate_rows(row.name, res)]
+    index = build_index(__version__, [r for r, _ in rows], seconds, candidates=candidates, **kw)
     write_index(index, out)
     write_index_html(index, out / "index.html")
     for row in index.suites:
         worst = next((s.worst_check for s in row.stages if s.status == "failed" and s.worst_check), None)
         detail = f": {worst.name}" if worst is not None else f": {row.error}" if row.error else ""
         click.echo(f"  {row.verdict.upper():<11} {row.name}{detail}")
+    if index.candidates:
+        click.echo("candidates:")
+    for c in index.candidates:  # which can ship
+        worst = f": {c.worst_check.name}" if c.verdict == "failed" and c.worst_check is not None else ""
+        click.echo(f"  {c.verdict.upper():<11} {c.suite}/{c.candidate}{worst}")
     n = len(index.suites)
     passed = sum(r.verdict == "passed" for r in index.suites)
-    click.echo(f"{index.verdict.upper()}: {passed} of {n} suites passed (exit {index.exit_code})")
+    click.echo(f"{index.verdict.upper()}: {passed} of {counted(n, 'suite')} passed (exit {index.exit_code})")
     if junit is not None:
         write_junit_many([(r.name, res, r.error) for r, res in rows], junit)
     if not quiet:
@@ -334,7 +341,7 @@ def run_many(
             e.owners = owners
     limit = jobs if jobs is not None else cores()
     with folder_lock(out):
-        _say(quiet, f"trtverify {__version__}: {len(entries)} suites, at most {limit} at a time, into {out}")
+        _say(quiet, f"trtverify {__version__}: {counted(len(entries), 'suite')}, at most {limit} at a time, into {out}")
         t0 = time.monotonic()
         try:
             run_entries(entries, out, max(1, limit), options, shard, quiet)

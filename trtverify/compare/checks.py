@@ -13,6 +13,7 @@ from pydantic import Field
 from trtverify.compare.metrics import CompareError, Comparison, compare, judged, rejudged
 from trtverify.config.checks import METRICS, Better, Check, better_of
 from trtverify.util.record import Record, omitted, optional
+from trtverify.util.words import count
 
 
 class CheckResult(Record):
@@ -93,6 +94,12 @@ class TensorSummary(Record):
     cand_nan: int
     cand_inf: int
     nonfinite_mismatch: int
+    ref_only_nonfinite: int = Field(default=0, description="mismatches non-finite in the reference only")
+    cand_only_nonfinite: int = Field(default=0, description="mismatches non-finite in the candidate only")
+    saturated: int = Field(
+        default=0,
+        description="positions both at their type's extreme (a mask's fill: -inf against -65504), not compared",
+    )
     errors: list[str]
 
 
@@ -102,7 +109,39 @@ class TensorSummary(Record):
 HIST_LOG10_LO, HIST_LOG10_HI, HIST_PER_DECADE = -12, 4, 2
 HIST_BINS = (HIST_LOG10_HI - HIST_LOG10_LO) * HIST_PER_DECADE
 HIST_SAMPLE = 16384
-NONFINITE_KEYS = ("ref_nan", "ref_inf", "cand_nan", "cand_inf", "nonfinite_mismatch")
+NONFINITE_KEYS = (
+    "ref_nan",
+    "ref_inf",
+    "cand_nan",
+    "cand_inf",
+    "nonfinite_mismatch",
+    "ref_only_nonfinite",
+    "cand_only_nonfinite",
+    "saturated",
+)
+
+
+def nonfinite_words(mismatch: int, ref_only: int | None, cand_only: int | None) -> str:
+    """A non-finite mismatch in words, saying which side holds the non-finite values: '432 non-finite values in
+    the candidate where the reference's are finite'. Counts of a results.json older than the sides: `None`."""
+    if ref_only is None and cand_only is None:
+        return f"{count(mismatch, 'value')} non-finite on one side only"
+    ref_only, cand_only = ref_only or 0, cand_only or 0
+    parts = []
+    if cand_only:
+        parts.append(f"{count(cand_only, 'non-finite value')} in the candidate where the reference's are finite")
+    if ref_only:
+        parts.append(f"{count(ref_only, 'non-finite value')} in the reference where the candidate's are finite")
+    rest = mismatch - ref_only - cand_only
+    if rest > 0:
+        parts.append(f"{count(rest, 'value')} non-finite on both sides but different (NaN, or inf of the other sign)")
+    return ", ".join(parts)
+
+
+def saturated_words(n: int, values: Sequence[float] | None) -> str:
+    """'432 values at their type's extreme on both sides (reference -inf, candidate -65504)'."""
+    pair = f" (reference {values[0]:.6g}, candidate {values[1]:.6g})" if values else ""
+    return f"{count(n, 'value')} at their type's extreme on both sides{pair}"
 
 
 class Histogram(Record):
@@ -149,6 +188,7 @@ class TensorSeries:
     histogram: bool = False
     hist: dict[str, Any] = field(default_factory=dict)
     comparisons: list[Comparison] = field(default_factory=list)  # one per sample compared, as `values`
+    saturated_values: tuple[float, float] | None = None  # the first saturated fill: (reference, candidate)
 
     def add(self, ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]]) -> None:
         self.samples += 1
@@ -171,6 +211,8 @@ class TensorSeries:
                 h[k] = h.get(k, 0) + v
         for k in self.nonfinite:
             self.nonfinite[k] += getattr(c, k)
+        if self.saturated_values is None:
+            self.saturated_values = c.saturated_values
 
     def histogram_record(self) -> Histogram | None:
         """The histogram with empty bins at both ends dropped; None when none was taken."""

@@ -4,7 +4,14 @@ Conventions (reference `a`, candidate `b`):
 - metrics are computed over positions where both tensors are finite;
 - NaN/Inf are counted separately for each side, and `nonfinite_mismatch` counts positions
   where the two sides disagree about being finite (or hold different non-finite values);
-  any such position fails the comparison, whatever the thresholds;
+  any such position fails the comparison, whatever the thresholds; `ref_only_nonfinite` and
+  `cand_only_nonfinite` say which side holds the non-finite value;
+- a saturated fill is no mismatch: where the reference is at its type's extreme (±inf, or beyond half
+  its largest finite value: a mask's `masked_fill(-inf)` or `finfo.min`) and the candidate is at the
+  extreme of any type it may compute in (±inf, or beyond half the float16 maximum: 32752) with the
+  same sign, both mean "as large as the type goes" (a Softmax makes both exact zeros). Such positions
+  are left out of the metrics and counted in `saturated` when their values differ (-inf against
+  -65504); what follows them (the Softmax) is compared as usual and decides;
 - 0/0 ratios are 0 (identical), x/0 ratios are +inf (a real difference against nothing);
 - across samples of one tensor, a sample whose reference is all zeros has no scale of its own: `judged`
   measures its difference against the tensor's typical magnitude (the reference's mean square over the
@@ -44,6 +51,13 @@ class Comparison:
     ref_sq: float = 0.0
     diff_sq: float = 0.0
     compared: int = 0
+    # which side holds the non-finite value of a mismatch (the rest: both non-finite, different values)
+    ref_only_nonfinite: int = 0
+    cand_only_nonfinite: int = 0
+    # positions both at their type's extreme with the same sign and different values (-inf against -65504),
+    # left out of the metrics; `saturated_values` is the first (reference, candidate) pair
+    saturated: int = 0
+    saturated_values: tuple[float, float] | None = None
 
     @property
     def zero_reference(self) -> bool:
@@ -226,10 +240,17 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
             metrics, saa, sdd = fused
             return Comparison(metrics, int(ref.size), 0, 0, 0, 0, 0, saa, sdd, int(ref.size))
     a, b = _working(ref), _working(cand)
+    ref_extreme = _extreme(ref.dtype)
+    ref_only = cand_only = saturated = 0
+    sat_values: tuple[float, float] | None = None
 
     # fast path: a finite float64 sum proves every element finite (one pass per side)
     if math.isfinite(float(a.sum(dtype=np.float64))) and math.isfinite(float(b.sum(dtype=np.float64))):
         ref_nan = ref_inf = cand_nan = cand_inf = mismatch = 0
+        if ref_extreme is not None and (float(a.max()) >= ref_extreme or float(a.min()) <= -ref_extreme):
+            fill = _fills(a, b, ref_extreme)  # a finite fill: finfo(float32).min against -65504
+            saturated, sat_values = _saturation(a, b, fill)
+            a, b = a[~fill], b[~fill]
     else:
         a_fin = np.isfinite(a)
         b_fin = np.isfinite(b)
@@ -237,12 +258,16 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
         cand_nan = int(np.count_nonzero(np.isnan(b)))
         ref_inf = int(a.size - ref_nan - np.count_nonzero(a_fin))
         cand_inf = int(b.size - cand_nan - np.count_nonzero(b_fin))
-        # positions where finiteness differs, or both non-finite but not the same value (NaN vs inf, +inf vs -inf)
-        mismatch = int(np.count_nonzero(a_fin != b_fin))
-        nf = ~a_fin & ~b_fin
+        fill = _fills(a, b, ref_extreme) if ref_extreme is not None else np.zeros(a.shape, bool)
+        saturated, sat_values = _saturation(a, b, fill)
+        # positions where finiteness differs, or both non-finite but not the same value (NaN vs inf, +inf vs -inf);
+        # a saturated fill (-inf against -65504) is neither
+        ref_only = int(np.count_nonzero(~a_fin & b_fin & ~fill))
+        cand_only = int(np.count_nonzero(a_fin & ~b_fin & ~fill))
+        nf = ~a_fin & ~b_fin & ~fill
         same = (np.isnan(a[nf]) & np.isnan(b[nf])) | (a[nf] == b[nf])
-        mismatch += int(np.count_nonzero(~same))
-        both = a_fin & b_fin
+        mismatch = ref_only + cand_only + int(np.count_nonzero(~same))
+        both = a_fin & b_fin & ~fill
         a, b = a[both], b[both]
 
     metrics: dict[str, float] = {}
@@ -275,4 +300,54 @@ def compare(ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]] 
         else:
             raise KeyError(f"metric {name} takes no parameters")
 
-    return Comparison(metrics, int(ref.size), ref_nan, ref_inf, cand_nan, cand_inf, mismatch, saa, sdd, int(a.size))
+    return Comparison(
+        metrics,
+        int(ref.size),
+        ref_nan,
+        ref_inf,
+        cand_nan,
+        cand_inf,
+        mismatch,
+        saa,
+        sdd,
+        int(a.size),
+        ref_only_nonfinite=ref_only,
+        cand_only_nonfinite=cand_only,
+        saturated=saturated,
+        saturated_values=sat_values,
+    )
+
+
+# a candidate value beyond half the float16 maximum is at the extreme of a type it may compute in (float16's top
+# binade: a -65504 fill plus a score of up to +-16 stays there, rounded; a float32 or bfloat16 fill is far beyond)
+CAND_EXTREME = float(np.finfo(np.float16).max) / 2
+
+
+def _extreme(dtype: np.dtype) -> float | None:
+    """Where a reference of this type is at its extreme: beyond half its largest finite value (its top binade,
+    where only a fill such as finfo.min, or finfo.min plus a score, lands); None for a non-float type."""
+    name = str(dtype)
+    if name == "bfloat16":
+        return 2.0**127  # half of bfloat16's largest finite value, rounded to its top binade's start
+    if np.dtype(dtype).kind != "f":
+        return None
+    return float(np.finfo(dtype).max) / 2
+
+
+def _fills(a: np.ndarray, b: np.ndarray, ref_extreme: float) -> np.ndarray:
+    """Positions where both sides are at their type's extreme with the same sign: equal by meaning (a mask's
+    fill, -inf in one export and finfo.min or -65504 in another). NaN is never one."""
+    with np.errstate(invalid="ignore"):
+        return ((a >= ref_extreme) & (b >= CAND_EXTREME)) | ((a <= -ref_extreme) & (b <= -CAND_EXTREME))
+
+
+def _saturation(a: np.ndarray, b: np.ndarray, fill: np.ndarray) -> tuple[int, tuple[float, float] | None]:
+    """(fill positions whose values differ, the first such (reference, candidate) pair)."""
+    where = np.flatnonzero(fill)
+    if not where.size:
+        return 0, None
+    differ = where[a[where] != b[where]]
+    if not differ.size:
+        return 0, None
+    i = int(differ[0])
+    return int(differ.size), (float(a[i]), float(b[i]))

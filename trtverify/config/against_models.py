@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, onnx_io
 from trtverify.toolout import calibcache
-from trtverify.util.errors import Problem, UsageError
+from trtverify.util.errors import Problem, UsageError, did_you_mean
 
 if TYPE_CHECKING:
     from trtverify.config.loader import LoadedSuite
@@ -138,12 +138,14 @@ class _Checker:
             if dst not in onnx_names:
                 self.add(
                     ("stages", "framework", "rename", src),
-                    f"'{dst}' is not an output of {self.ref} (its outputs: {_names(self.outputs)})",
+                    f"'{dst}' is not an output of {self.ref}{did_you_mean(dst, onnx_names)} "
+                    f"(its outputs: {_names(self.outputs)})",
                 )
             if pt_names is not None and src not in pt_names:
                 self.add(
                     ("stages", "framework", "rename", src),
-                    f"'{src}' is not one of models.pytorch.output_names ({', '.join(pt_names)})",
+                    f"'{src}' is not one of models.pytorch.output_names{did_you_mean(src, pt_names)} "
+                    f"({', '.join(pt_names)})",
                 )
         if pt_names is None:
             return  # PyTorch output names are known only when the model runs: ignore/outputs keys may be those
@@ -153,13 +155,14 @@ class _Checker:
                 self.add(
                     ("stages", "framework", "ignore", i),
                     f"'{name}' is neither an output of {self.ref} ({', '.join(onnx_names)}) nor of the PyTorch "
-                    f"model ({', '.join(pt_names)})",
+                    f"model ({', '.join(pt_names)}){did_you_mean(name, known)}",
                 )
         for name in fw.outputs:
             if name not in pt_names:
                 self.add(
                     ("stages", "framework", "outputs", name),
-                    f"'{name}' is not one of the PyTorch model's outputs ({', '.join(pt_names)})",
+                    f"'{name}' is not one of the PyTorch model's outputs{did_you_mean(name, pt_names)} "
+                    f"({', '.join(pt_names)})",
                 )
 
     # --- stages.layerwise: rename, ignore and tensors name graph tensors
@@ -177,18 +180,27 @@ class _Checker:
         any_cand = set().union(*readable) if readable else set()
         for src, dst in lw.rename.items():
             if src not in ref_tensors:
-                self.add(("stages", "layerwise", "rename", src), f"'{src}' is not a tensor of {self.ref}")
+                self.add(
+                    ("stages", "layerwise", "rename", src),
+                    f"'{src}' is not a tensor of {self.ref}{did_you_mean(src, ref_tensors)}",
+                )
             if readable and not recipes and dst not in any_cand:
                 self.add(
                     ("stages", "layerwise", "rename", src),
-                    f"'{dst}' is not a tensor of any candidate ({', '.join(cands)})",
+                    f"'{dst}' is not a tensor of any candidate ({', '.join(cands)}){did_you_mean(dst, any_cand)}",
                 )
         for i, name in enumerate(lw.ignore):
             if name not in ref_tensors and (recipes or name not in any_cand):
-                self.add(("stages", "layerwise", "ignore", i), f"'{name}' is not a tensor of {self.ref} or a candidate")
+                self.add(
+                    ("stages", "layerwise", "ignore", i),
+                    f"'{name}' is not a tensor of {self.ref} or a candidate{did_you_mean(name, ref_tensors)}",
+                )
         for name in lw.tensors:
             if name not in ref_tensors:
-                self.add(("stages", "layerwise", "tensors", name), f"'{name}' is not a tensor of {self.ref}")
+                self.add(
+                    ("stages", "layerwise", "tensors", name),
+                    f"'{name}' is not a tensor of {self.ref}{did_you_mean(name, ref_tensors)}",
+                )
 
     # --- stages.e2e: the output post-processing reads, class_names, dataset files
     def _e2e_profiles(self, e2e: Any, fed: TensorMeta | None) -> None:
@@ -220,7 +232,8 @@ class _Checker:
             if read is None:
                 self.add(
                     ("stages", "e2e", "postprocess", "output"),
-                    f"'{post.output}' is not an output of {self.ref} (its outputs: {', '.join(out_names)})",
+                    f"'{post.output}' is not an output of {self.ref}{did_you_mean(post.output, out_names)} "
+                    f"(its outputs: {', '.join(out_names)})",
                 )
             for name in e2e.candidates or list(self.suite.models.candidates):
                 io = self.candidate_io(name) if name in self.suite.models.candidates else None
@@ -244,7 +257,8 @@ class _Checker:
         if pre.input is not None and pre.input not in {m.name for m in self.inputs}:
             self.add(
                 ("stages", "e2e", "preprocess", "input"),
-                f"'{pre.input}' is not an input of {self.ref} (its inputs: {_names(self.inputs)})",
+                f"'{pre.input}' is not an input of {self.ref}{did_you_mean(pre.input, [m.name for m in self.inputs])} "
+                f"(its inputs: {_names(self.inputs)})",
             )
         names = e2e.dataset.class_names
         if names is not None and read is not None and post.hook is None and read.shape is not None:

@@ -174,15 +174,64 @@ def load_suite(path: str | Path, *, check_files: bool = True) -> LoadedSuite:
     try:
         suite = Suite.model_validate(doc.data, context=context)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors(include_url=False):
-            loc = tuple(err["loc"])
-            problems.append(Problem(display, doc.line_of(loc), dotted(loc), _message(err)))
-        raise SuiteError(problems) from None
+        raise SuiteError(_schema_problems(exc, doc)) from None
     problems = _semantic_problems(suite, doc)
     if problems:
         raise SuiteError(problems)
     return LoadedSuite(_with_plugins(suite, path), path, doc)
+
+
+def _schema_problems(exc: ValidationError, doc: LocatedDocument) -> list[Problem]:
+    return [
+        Problem(doc.file, doc.line_of(tuple(e["loc"])), dotted(tuple(e["loc"])), _message(e))
+        for e in exc.errors(include_url=False)
+    ]
+
+
+def _without(data: Any, locs: list[PathKey]) -> Any:
+    """A copy of the document without the deepest mapping key of each location (an unknown key, a wrong value):
+    what is left may validate, and the checks past the schema can then run on it."""
+    import copy
+
+    data = copy.deepcopy(data)
+    for loc in locs:
+        node, parent, key = data, None, None
+        for part in loc:
+            if isinstance(node, dict) and part in node:
+                parent, key, node = node, part, node[part]
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                node = node[part]  # list items stay: removing one would move the items (and lines) after it
+            else:
+                break
+        if parent is not None and key in parent:
+            del parent[key]
+    return data
+
+
+def suite_problems(path: str | Path) -> tuple[LoadedSuite | None, list[Problem]]:
+    """Every problem of a suite file that `load_suite` finds, all at once (`trtverify validate`), and the suite
+    to check against its models where there is one: past schema problems, the keys they are at are left out and
+    the rest validated again, so a wrong key does not hide a typo elsewhere. None where the rest does not
+    validate either (its problems would be those of the left-out keys)."""
+    path = Path(path)
+    try:
+        doc = load_yaml(path, str(path))
+    except SuiteError as exc:
+        return None, exc.problems
+    context = {"base_dir": path.resolve().parent, "check_files": True}
+    problems: list[Problem] = []
+    try:
+        suite = Suite.model_validate(doc.data, context=context)
+    except ValidationError as exc:
+        problems = _schema_problems(exc, doc)
+        try:
+            rest = _without(doc.data, [tuple(e["loc"]) for e in exc.errors(include_url=False)])
+            suite = Suite.model_validate(rest, context=context)
+        except ValidationError:
+            return None, problems
+    seen = {str(p) for p in problems}
+    problems += [p for p in _semantic_problems(suite, doc) if str(p) not in seen]
+    return LoadedSuite(_with_plugins(suite, path), path, doc), problems
 
 
 def _with_plugins(suite: Suite, path: Path, extra: dict[str, str] | None = None) -> Suite:

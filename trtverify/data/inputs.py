@@ -12,7 +12,7 @@ import numpy as np
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.models import GeneratedInput
 from trtverify.graph.onnxinfo import TensorMeta, feed_mismatch, graph_io, load_io, shape_matches
-from trtverify.util.errors import Problem, SuiteError, UsageError
+from trtverify.util.errors import Problem, SuiteError, UsageError, did_you_mean
 from trtverify.util.hooks import load_hook
 from trtverify.util.words import count
 
@@ -259,7 +259,11 @@ def static_input_problems(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta
     for name, loc in names.items():
         if name not in declared:
             problems.append(
-                loaded.problem(loc, f"'{name}' is not an input of {ref} (its inputs: {', '.join(declared)})")
+                loaded.problem(
+                    loc,
+                    f"'{name}' is not an input of {ref}{did_you_mean(name, declared)} (its inputs: "
+                    f"{', '.join(declared)})",
+                )
             )
     if names:
         for name in declared:
@@ -280,6 +284,11 @@ def static_input_problems(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta
                             f"{spec.dtype} but {ref} declares {declared[name].dtype}",
                         )
                     )
+        for k, shapes in enumerate(cfg.shapes or [{}]):  # each set of a sweep, over the generated shapes
+            sizes = {n: tuple(shapes.get(n, spec.shape)) for n, spec in cfg.generate.items() if n in declared}
+            why = shared_dim_mismatch({n: np.broadcast_to(np.float32(0), s) for n, s in sizes.items()}, declared)
+            if why:
+                problems.append(loaded.problem(("inputs", "shapes", k) if cfg.shapes else ("inputs", "generate"), why))
     pt = loaded.suite.models.pytorch
     if pt is not None and pt.input_names is not None:
         for i, name in enumerate(pt.input_names):
@@ -287,7 +296,8 @@ def static_input_problems(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta
                 problems.append(
                     loaded.problem(
                         ("models", "pytorch", "input_names", i),
-                        f"'{name}' is not an input of {ref} (its inputs: {', '.join(declared)})",
+                        f"'{name}' is not an input of {ref}{did_you_mean(name, declared)} (its inputs: "
+                        f"{', '.join(declared)})",
                     )
                 )
     return problems
@@ -297,8 +307,45 @@ def loc_parent(names: dict[str, tuple[str | int, ...]]) -> tuple[str | int, ...]
     return next(iter(names.values()))[:-1]
 
 
+FLOATS = ("float16", "float32", "float64")  # what a float array is cast to where the model declares it
+
+
+def dtype_mismatch(name: str, given: Any, declared: str) -> str | None:
+    """None when an array of dtype `given` feeds an input declared `declared` (the same type, or float to float,
+    which the backends cast), else what is wrong and what to do."""
+    given = np.dtype(given)
+    if str(given) == declared or (given.kind == "f" and declared in FLOATS):
+        return None
+    return (
+        f"input '{name}': {given} given, the model takes {declared} (give it as {declared}; a suite converts an "
+        f"inputs file's array with inputs.arrays.{name}.dtype: {declared})"
+    )
+
+
+def shared_dim_mismatch(feed: dict[str, np.ndarray], declared: dict[str, TensorMeta]) -> str | None:
+    """None when the inputs agree on every dynamic dimension they share by name (input_ids and attention_mask
+    both [batch, seq]), else the first disagreement, naming both inputs."""
+    seen: dict[str, tuple[str, int, int]] = {}  # dimension name -> (input, axis, size) where first met
+    for name, arr in feed.items():
+        shape = declared[name].shape if name in declared else None
+        if shape is None or len(shape) != np.ndim(arr):
+            continue
+        for axis, dim in enumerate(shape):
+            if not isinstance(dim, str) or not dim:
+                continue
+            size = int(np.shape(arr)[axis])
+            first = seen.setdefault(dim, (name, axis, size))
+            if first[2] != size:
+                return (
+                    f"input '{first[0]}' has {dim}={first[2]} (axis {first[1]}) but input '{name}' has {dim}={size} "
+                    f"(axis {axis}); the model declares both with the dimension '{dim}', so they must agree"
+                )
+    return None
+
+
 def check_samples(samples: list[dict[str, np.ndarray]], model_inputs: Sequence[TensorMeta], source: str) -> None:
-    """Every sample must feed exactly the model's inputs with fitting shapes."""
+    """Every sample must feed exactly the model's inputs with fitting shapes, types the backends take, and the
+    same size wherever the model names a dimension the same in two inputs."""
     if not samples:
         raise UsageError(f"{source}: no input samples; comparing zero samples is never a pass")
     declared = {m.name: m for m in model_inputs}
@@ -306,6 +353,10 @@ def check_samples(samples: list[dict[str, np.ndarray]], model_inputs: Sequence[T
         why = feed_mismatch(feed, declared)
         if why:
             raise UsageError(f"{source}: sample {i} {why}")
+        for name, arr in feed.items():
+            why = dtype_mismatch(name, np.asarray(arr).dtype, declared[name].dtype)
+            if why:
+                raise UsageError(f"{source}: sample {i}, {why}")
         for name, arr in feed.items():
             why = shape_matches(declared[name].shape, tuple(arr.shape))
             if why and why.startswith("dimension 0 "):
@@ -315,3 +366,13 @@ def check_samples(samples: list[dict[str, np.ndarray]], model_inputs: Sequence[T
                 )
             if why:
                 raise UsageError(f"{source}: sample {i}, input '{name}': {why}")
+        why = shared_dim_mismatch(feed, declared)
+        if why:
+            raise UsageError(f"{source}: sample {i}: {why}")
+
+
+def inputs_source(loaded: LoadedSuite) -> str:
+    """How errors in the suite's samples name where they came from: the suite, and its inputs file or hook."""
+    cfg = loaded.suite.inputs
+    where = f" ({cfg.file})" if cfg.file is not None else f" (inputs.hook '{cfg.hook}')" if cfg.hook else ""
+    return f"inputs of {loaded.path}{where}"

@@ -20,7 +20,7 @@ from trtverify.graph.onnxgraph import QDQ_OPS, GraphIndex, elem_types, inferred
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.graph_rules import activation_findings, coverage_findings, structure_findings
 from trtverify.lint.ranges import QLINEAR_OPS, TARGETS, fp8_types, onnx_types
-from trtverify.lint.reference_constants import reference_constant_findings
+from trtverify.lint.reference_constants import reference_constant_findings, same_as_reference
 from trtverify.lint.shapes import shape_baking_findings
 from trtverify.lint.weights import (
     initializer_findings,
@@ -245,5 +245,10 @@ def lint_candidate(
     if reference is not None:
         ref_index = reference if isinstance(reference, GraphIndex) else _index(reference)[1]
         found += reference_constant_findings(ref_index, g)
+        # lint what the candidate changed: a non-finite constant the reference holds as it is (a mask's -inf fill
+        # kept in FP32) is the reference's, and reaches the reference's outputs the same way
+        nonfinite = {f.tensor for _, f in found if f.kind == "nonfinite_initializer" and f.tensor}
+        own = same_as_reference(ref_index, g, nonfinite) if nonfinite else set()
+        found = [(p, f) for p, f in found if not (f.kind == "nonfinite_initializer" and f.tensor in own)]
     found.sort(key=lambda pf: (SEVERITY_RANK[pf[1].severity], pf[0], pf[1].kind, pf[1].tensor or ""))
     return [f for _, f in found]

@@ -19,6 +19,7 @@ looking through Casts the converter put between them. Per constant, one high fin
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,6 +95,22 @@ def _counterparts(ref: GraphIndex, cand: GraphIndex) -> dict[str, str]:
     return out
 
 
+def same_as_reference(ref: GraphIndex, cand: GraphIndex, names: Iterable[str]) -> set[str]:
+    """Those of the candidate constants `names` whose reference counterpart holds the same values (NaN and inf
+    included): the reference's own, not something the conversion made (a mask's -inf fill kept in FP32)."""
+    pairs = _counterparts(ref, cand)
+    out = set()
+    for name in names:
+        ref_name = pairs.get(name)
+        if ref_name is None or name not in cand.constants:
+            continue
+        c, r = cand.values_of(cand.constants[name]), ref.values_of(ref.constants[ref_name])
+        if c is not None and r is not None and c.shape == r.shape and c.dtype == r.dtype:
+            if np.array_equal(c, r, equal_nan=c.dtype.kind == "f"):
+                out.add(name)
+    return out
+
+
 def _quantization_only(g: GraphIndex, name: str) -> bool:
     """Read only as a Q/DQ scale or zero point (or quantised data): a quantisation parameter, not a weight."""
     uses = g.consumers.get(name, [])
@@ -103,6 +120,9 @@ def _quantization_only(g: GraphIndex, name: str) -> bool:
 def _summary(values: np.ndarray) -> dict[str, float]:
     return {"min": float(values.min()), "max": float(values.max())}
 
+
+# a reference constant this large is a fill at float32's extreme (finfo(float32).min, a mask's), not a weight
+FILL = float(np.finfo(np.float32).max) / 2
 
 # values compared at a time: the float64 comparison's temporaries stay near 30 MB whatever the weight's size; the
 # fast path's are 2-byte or 4-byte, and it takes bigger blocks
@@ -182,7 +202,9 @@ def _classify(c: np.ndarray, r: np.ndarray, rounding: Rounding, rmax: float | No
     acc: dict[str, list] = {k: [0, [], [], 0.0] for k in ("constant_saturated", "constant_flushed", "constant_changed")}
     for s in range(0, r.size, BLOCK):
         c64, r64 = c[s : s + BLOCK].astype(np.float64), r[s : s + BLOCK].astype(np.float64)
-        finite = np.isfinite(r64)
+        # a fill at the float32 extreme (a mask's finfo.min) saturated to the narrow type's extreme keeps its meaning
+        # (as large as the type goes: a Softmax makes it an exact zero either way): the conversion meant that
+        finite = np.isfinite(r64) & ~((np.abs(r64) >= FILL) & (np.abs(c64) >= rounding.max) & (c64 * r64 > 0))
         saturated = finite & (np.abs(r64) > rounding.max) & (np.abs(c64) >= rounding.max)
         flushed = finite & (r64 != 0) & (c64 == 0) & ~saturated & (np.abs(r64) > scale)
         with np.errstate(invalid="ignore", over="ignore"):

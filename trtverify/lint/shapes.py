@@ -112,7 +112,7 @@ def _evaluate(g: GraphIndex, nodes: list[Any], name: str) -> np.ndarray | None:
             inits.append(onnx.numpy_helper.from_array(np.asarray(values).reshape(tuple(t.dims)), x))
         out = helper.make_tensor_value_info(name, onnx.TensorProto.UNDEFINED, None)
         graph = helper.make_graph(order, "fold", [], [out], initializer=inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
         (value,) = ReferenceEvaluator(model).run(None, {})
         return np.asarray(value).reshape(-1)
     except Exception:  # anything unusual: not judged

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
-from trtverify.compare.checks import Worst
+from trtverify.compare.checks import Worst, nonfinite_words
 from trtverify.compare.metrics import CompareError, compare
 from trtverify.compare.pairing import pair_names
 from trtverify.compare.semantic import resolve
@@ -115,7 +115,7 @@ def evaluate(
     t0 = time.perf_counter()
     overflows: dict[str, list[str]] = {}
     worst: dict[str, Worst] = {}  # a zero-reference sample judged against the tensor's typical magnitude
-    bad: dict[str, int] = {}
+    bad: dict[str, tuple[int, int, int]] = {}  # non-finite mismatches: (all, in the reference only, candidate only)
     with OnnxRuntimeBackend(candidate, ref.options) as backend:
         cand: Any = backend.graph().info
         names = backend.intermediates()
@@ -136,7 +136,12 @@ def evaluate(
                 except CompareError:
                     continue
                 if cmp.nonfinite_mismatch:
-                    bad[r] = bad.get(r, 0) + cmp.nonfinite_mismatch
+                    n, r_only, c_only = bad.get(r, (0, 0, 0))
+                    bad[r] = (
+                        n + cmp.nonfinite_mismatch,
+                        r_only + cmp.ref_only_nonfinite,
+                        c_only + cmp.cand_only_nonfinite,
+                    )
                 worst.setdefault(r, Worst()).add(cmp)
             del out
     worst_of = {r: {k: v for k, v in w.result().items() if v == v} for r, w in worst.items()}
@@ -150,7 +155,7 @@ def evaluate(
             if not c.passes(v):
                 failed.append(f"{t}: {c.condition} ({v:.4g})")
     nonfinite = [r for r in ref.order if r in bad]
-    failed += [f"{t}: {bad[t]} non-finite values where the reference's are finite" for t in nonfinite]
+    failed += [f"{t}: {nonfinite_words(*bad[t])}" for t in nonfinite]
     failed += [f"{t}: the cast to FP16 overflows (read by {', '.join(users)})" for t, users in overflows.items()]
     errors = {r: m["rel_l2"] for r, m in worst_of.items() if "rel_l2" in m}
     seconds = time.perf_counter() - t0

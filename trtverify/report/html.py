@@ -15,6 +15,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from trtverify.compare.checks import nonfinite_words
 from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
 from trtverify.report.kinds import is_stage
 from trtverify.report.links import Link, build_links, engine_layer_id, layer_id, perf_links, row_id
@@ -284,6 +285,7 @@ def environment() -> Any:
     env.filters["repair_chart"] = repair_chart
     env.filters["ms"] = lambda v: f"{v:.3f}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)
     env.filters["rate"] = lambda v: f"{v:,.0f}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)
+    env.filters["nonfinite"] = nonfinite_words  # {{ n | nonfinite(ref_only, cand_only) }}: which side holds them
     env.filters["counted"] = count  # {{ n | counted("tensor") }}: 1 tensor, 2 tensors
     env.filters["plural"] = plural  # {{ "check" | plural(n) }}
     env.filters["pct"] = lambda v: f"{v:.1%}" if isinstance(v, (int, float)) and math.isfinite(v) else fmt(v)

@@ -16,7 +16,8 @@ from trtverify.util.fsutil import atomic_write, atomic_write_text
 
 
 def render_index(index: Index) -> str:
-    return environment().get_template("index.html.j2").render(ix=index)  # suite and check names: escaped
+    folders = {s.name: s.folder for s in index.suites}  # a candidate's row links its suite's report
+    return environment().get_template("index.html.j2").render(ix=index, folders=folders)  # names: escaped
 
 
 def write_index_html(index: Index, path: Path) -> Path:

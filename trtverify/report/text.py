@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from trtverify.compare.checks import CheckResult
+from trtverify.compare.checks import CheckResult, nonfinite_words
 from trtverify.config.checks import METRICS
 from trtverify.config.findings import SEVERITIES
 from trtverify.lint.findings import LintFinding
@@ -30,7 +30,7 @@ MAX_FAILED = 20
 
 def divergence_text(fd: FirstDivergence) -> str:
     what = (
-        f"{fd.nonfinite_mismatch} non-finite {plural('value', fd.nonfinite_mismatch)} where the reference's are finite"
+        nonfinite_words(fd.nonfinite_mismatch, fd.ref_only_nonfinite, fd.cand_only_nonfinite)
         if fd.nonfinite_mismatch
         else f"rel_l2 {fmt(fd.metrics.get('rel_l2'))}"
     )
@@ -42,7 +42,7 @@ def cause_text(rc: RootCause, method: str) -> str:
     if rc.nonfinite and rc.inputs_nonfinite:
         what = f"non-finite: its input {', '.join(rc.inputs_nonfinite)} overflows the candidate's type"
     elif rc.nonfinite:
-        what = f"non-finite in {count(rc.nonfinite, 'value')} where the reference's are finite"
+        what = nonfinite_words(rc.nonfinite, rc.ref_only_nonfinite, rc.cand_only_nonfinite)
     elif rc.shape_mismatch:
         what = f"on the reference's inputs it gives another shape ({rc.shape_mismatch})"
     else:
@@ -240,7 +240,8 @@ def _first_nonfinite(s: LayerwiseResult, candidate: str | None) -> str:
             continue
         for row in cand.rows:  # in the reference's topological order
             if row.nonfinite_mismatch:
-                return f"first at {row.tensor} ({count(row.nonfinite_mismatch, 'value')})"
+                words = nonfinite_words(row.nonfinite_mismatch, row.ref_only_nonfinite, row.cand_only_nonfinite)
+                return f"first at {row.tensor} ({words})"
     return ""
 
 

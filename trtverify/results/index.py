@@ -1,6 +1,7 @@
 """index.json of a run of several suites (`trtverify run A.yaml B.yaml`, `trtverify run FOLDER`): one row per
 suite (its verdict, exit code, where its results and report are) and per stage of it (its status and worst check),
-and the exit code of the whole gate. Each suite's own results.json stays the record of what it found."""
+one per candidate of every suite (which can ship: its verdict and worst check), and the exit code of the whole
+gate. Each suite's own results.json stays the record of what it found."""
 
 from __future__ import annotations
 
@@ -72,6 +73,20 @@ class StageRow(Record):
     error: str | None = optional("why the stage could not run")
 
 
+class CandidateRow(Record):
+    """Whether one candidate of one suite can ship: every check on it passed."""
+
+    suite: str
+    candidate: str
+    verdict: Verdict = Field(
+        description="passed: every check on it passed; failed: one did not; error: none failed, but a stage of its "
+        "suite could not run or the run stopped, so not everything was checked"
+    )
+    checks: int = Field(description="the checks on it, over every stage of its suite")
+    failed: int = Field(description="how many of them failed")
+    worst_check: CheckResult | None = optional("its check that failed by the most, else its closest to its limit")
+
+
 class SuiteRow(Record):
     name: str
     file: str = Field(description="the suite file")
@@ -90,6 +105,9 @@ class Index(Record):
     exit_code: int
     duration_s: float
     suites: list[SuiteRow]
+    candidates: list[CandidateRow] = Field(
+        default_factory=list, description="which candidate can ship: every candidate of every suite, with its verdict"
+    )
     shard: Shard | None = optional("the part of a run this was (`run --shard I/N`)")
     merged: int | None = optional("`trtverify merge` combined this many shards")
 
@@ -100,6 +118,32 @@ def stage_rows(results: Results) -> list[StageRow]:
         error = s.error.message if s.error is not None else None
         rows.append(
             StageRow(stage=s.name, shape=s.shape, status=s.status, worst_check=worst_check(s.checks), error=error)
+        )
+    return rows
+
+
+def candidate_rows(suite: str, results: Results) -> list[CandidateRow]:
+    """A row per candidate the suite's checks name: failed where one of its checks failed; error where none did but
+    a stage could not run (or the run stopped), which may have left it unchecked; else passed."""
+    checks: dict[str, list[CheckResult]] = {}
+    for stage in results.stages:
+        for c in stage.checks:
+            if c.candidate:
+                checks.setdefault(c.candidate, []).append(c)
+    unsure = not results.complete or any(s.status == "error" for s in results.stages)
+    rows = []
+    for name, own in checks.items():
+        failed = sum(not c.passed for c in own)
+        verdict: Verdict = "failed" if failed else "error" if unsure else "passed"
+        rows.append(
+            CandidateRow(
+                suite=suite,
+                candidate=name,
+                verdict=verdict,
+                checks=len(own),
+                failed=failed,
+                worst_check=worst_check(own),
+            )
         )
     return rows
 
@@ -123,7 +167,12 @@ def suite_row(
 
 
 def build_index(
-    version: str, rows: Sequence[SuiteRow], duration_s: float, shard: Shard | None = None, merged: int | None = None
+    version: str,
+    rows: Sequence[SuiteRow],
+    duration_s: float,
+    shard: Shard | None = None,
+    merged: int | None = None,
+    candidates: Sequence[CandidateRow] = (),
 ) -> Index:
     code = most_severe(r.exit_code for r in rows)
     verdict = verdict_of(code)
@@ -136,6 +185,7 @@ def build_index(
         exit_code=code,
         duration_s=round(duration_s, 3),
         suites=list(rows),
+        candidates=list(candidates),
         shard=shard,
         merged=merged,
     )

@@ -123,6 +123,17 @@ def _generated_inputs(reference: Path, dims: Sequence[str], seed: int) -> dict[s
     return out
 
 
+def _file_inputs(inputs_file: Path, dims: Sequence[str]) -> dict[str, Any]:
+    """`inputs: {file: ...}`; --dim is refused beside it, never dropped: the file's arrays fix the shapes."""
+    if dims:
+        raise UsageError(
+            f"--dim {' '.join(dims)} with --inputs {inputs_file}: --dim sets the shapes of generated inputs, and the "
+            "arrays of an inputs file fix their own; drop --dim, or save the file at the shape you want "
+            "(several shapes: a suite with inputs.generate and inputs.shapes, docs/suites.md)"
+        )
+    return {"file": str(inputs_file.resolve())}
+
+
 def _add_plugins(suite: dict[str, Any], plugins: dict[str, str] | None) -> None:
     """--plugin references, found in the folder the command ran in (so is a rerun of the suite written)."""
     if plugins:
@@ -157,7 +168,7 @@ def layerwise_suite(
     taken: set[str] = set()
     cands = {_name(c, taken): {"path": str(c.resolve()), "backend": backend} for c in candidates}
     if inputs_file is not None:
-        inputs: dict[str, Any] = {"file": str(inputs_file.resolve())}
+        inputs: dict[str, Any] = _file_inputs(inputs_file, dims)
         if samples:
             inputs["samples"] = samples
     else:
@@ -227,7 +238,7 @@ def repair_suite(
     """Write `out/suite.yaml` for `trtverify repair` (stage repair) and return its path."""
     reference = reference.resolve()
     if inputs_file is not None:
-        inputs: dict[str, Any] = {"file": str(inputs_file.resolve())}
+        inputs: dict[str, Any] = _file_inputs(inputs_file, dims)
     else:
         inputs = _generated_inputs(reference, dims, 0)
     if samples:

@@ -109,6 +109,34 @@ def _plugin_lines(model: Path) -> list[str]:
     return out
 
 
+def _image_size(inputs: list[TensorMeta]) -> tuple[int, int] | None:
+    """The height and width the first input fixes ([N, C, H, W] or [C, H, W]), else None."""
+    shape = inputs[0].shape if inputs else None
+    if shape is None or len(shape) not in (3, 4):
+        return None
+    h, w = shape[-2], shape[-1]
+    return (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None
+
+
+def _e2e_lines(model: Path, outputs: list[TensorMeta], size: tuple[int, int] | None) -> list[str]:
+    """The commented e2e example: detection with the layout found where an NMS ends the model, else
+    classification."""
+    from trtverify.graph.onnxwire import weightless
+    from trtverify.suitegen.detection import detector, e2e_lines
+
+    det = detector(weightless(model)[0], outputs)
+    if det is not None:
+        return e2e_lines(det, _q, size)
+    return [
+        "  # e2e:                            # task metrics on a validation set, gated on the drop",
+        "  #   task: classification",
+        "  #   dataset: {npz: val.npz}       # images and labels arrays; or folder:, csv:, coco:",
+        "  #   preprocess: {resize: [224, 224], mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}",
+        f"  #   postprocess: {{output: {_q(outputs[0].name) if outputs else 'logits'}}}",
+        "  #   gates: [{metric: accuracy, max_drop: 0.005}]",
+    ]
+
+
 def suite_text(
     model: Path,
     suite_path: Path,
@@ -183,12 +211,7 @@ def suite_text(
         ]
     out += [
         "  layerwise: {}                     # every intermediate tensor of each candidate vs the reference",
-        "  # e2e:                            # task metrics on a validation set, gated on the drop",
-        "  #   task: classification",
-        "  #   dataset: {npz: val.npz}       # images and labels arrays; or folder:, csv:, coco:",
-        "  #   preprocess: {resize: [224, 224], mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}",
-        f"  #   postprocess: {{output: {_q(outputs[0].name) if outputs else 'logits'}}}",
-        "  #   gates: [{metric: accuracy, max_drop: 0.005}]",
+        *_e2e_lines(model, outputs, _image_size(inputs)),
         "  # perf:                           # latency and throughput of the reference and candidates, measured here",
         "  #   batch_sizes: [1, 8]           # in ONNX Runtime (CPU or GPU); TensorRT engines: from trtexec's exports",
         f"  #   candidates: [{(cand_names or ['fp16'])[0]}]",

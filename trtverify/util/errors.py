@@ -6,6 +6,7 @@ Each carries the exit code the CLI returns. Internal bugs stay ordinary exceptio
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 EXIT_OK = 0
@@ -78,10 +79,14 @@ class RunError(BackendError):
 
 def unknown(what: str, value: str, known: list[str] | dict[str, object]) -> str:
     """'unknown metric 'cosin'; did you mean 'cosine'? (known: ...)' — one wording everywhere."""
+    names = list(known)
+    return f"unknown {what} '{value}'{did_you_mean(value, names)} (known: {', '.join(names)})"
+
+
+def did_you_mean(value: str, known: Iterable[str]) -> str:
+    """ "; did you mean 'x'?" for the known name closest to a misspelt one (difflib), else ''."""
     import difflib
 
-    names = list(known)
-    by_lower = {n.lower(): n for n in names}  # 'mIoU' is close to 'miou'
+    by_lower = {n.lower(): n for n in known}  # 'mIoU' is close to 'miou'
     close = [by_lower[c] for c in difflib.get_close_matches(value.lower(), list(by_lower), n=1)]
-    hint = f"; did you mean '{close[0]}'?" if close else ""
-    return f"unknown {what} '{value}'{hint} (known: {', '.join(names)})"
+    return f"; did you mean '{close[0]}'?" if close else ""

@@ -43,8 +43,12 @@ class Single(torch.nn.Module):
 def main() -> None:
     torch.manual_seed(0)
     model = ssdlite320_mobilenet_v3_large(
-        weights=None, weights_backbone=None, num_classes=4, width_mult=0.25,
-        score_thresh=0.001, detections_per_img=50,
+        weights=None,
+        weights_backbone=None,
+        num_classes=4,
+        width_mult=0.25,
+        score_thresh=0.001,
+        detections_per_img=50,
     ).eval()
     # random weights with torchvision's init shrink activations to ~1e-20 by the last feature map, so every class
     # scores 1/4 (ties everywhere). Set the BatchNorm statistics from a few random batches, as a trained model's
@@ -65,13 +69,20 @@ def main() -> None:
     with torch.no_grad():
         boxes, scores, labels = wrapped(image)
     torch.onnx.export(
-        wrapped, (image,), HERE / "ssdlite.onnx", opset_version=17, dynamo=False,
-        input_names=["image"], output_names=["boxes", "scores", "labels"],
+        wrapped,
+        (image,),
+        HERE / "ssdlite.onnx",
+        opset_version=17,
+        dynamo=False,
+        input_names=["image"],
+        output_names=["boxes", "scores", "labels"],
     )
     rng = np.random.default_rng(0)
     np.savez(HERE / "inputs.npz", image=np.stack([image.numpy(), rng.random((3, SIZE, SIZE), dtype=np.float32)]))
-    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}: {len(boxes)} boxes, "
-          f"top score {float(scores.max()) if len(scores) else 0:.3f}")
+    print(
+        f"torch {torch.__version__}, torchvision {torchvision.__version__}: {len(boxes)} boxes, "
+        f"top score {float(scores.max()) if len(scores) else 0:.3f}"
+    )
 
 
 if __name__ == "__main__":

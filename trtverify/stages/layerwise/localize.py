@@ -50,6 +50,7 @@ class Local:
     nonfinite: int  # positions non-finite in isolation where the reference is finite (or the other way round)
     inputs_nonfinite: list[str]  # its reference inputs that are not finite in the candidate's type (overflow)
     shape_mismatch: str | None = None  # on the reference's inputs it gives another shape (a baked size, ...)
+    sides: tuple[int, int] = (0, 0)  # of `nonfinite`: (in the reference only, in the candidate only)
 
 
 @dataclass
@@ -152,6 +153,7 @@ def isolate(
 
     local: dict[str, list[Comparison]] = {}
     nonfinite: dict[str, int] = {}
+    sides: dict[str, tuple[int, int]] = {}
     mismatched: dict[str, str] = {}
     t0 = time.perf_counter()
     # a chunk's feeds (the reference's values at its boundary, in the candidate's types) and its outputs are both
@@ -177,6 +179,8 @@ def isolate(
                     continue
                 local.setdefault(rname, []).append(c)
                 nonfinite[rname] = nonfinite.get(rname, 0) + c.nonfinite_mismatch
+                r_only, c_only = sides.get(rname, (0, 0))
+                sides[rname] = (r_only + c.ref_only_nonfinite, c_only + c.cand_only_nonfinite)
     timed(timings, f"{label}.isolate_s", time.perf_counter() - t0)
     out = {}
     for rname, per_sample in local.items():
@@ -184,7 +188,7 @@ def isolate(
         inputs = sorted(
             cand_to_ref.get(b, b) for b in boundary_of.get(ref_to_cand.get(rname, rname), ()) if b in overflowed
         )
-        out[rname] = Local(worst, nonfinite[rname], inputs)
+        out[rname] = Local(worst, nonfinite[rname], inputs, sides=sides.get(rname, (0, 0)))
     for rname, why in mismatched.items():
         if rname not in out:
             out[rname] = Local({}, 0, [], why)
@@ -246,6 +250,8 @@ def isolate_ranking(local: dict[str, Local], ev: Evidence) -> list[RootCause]:
                 shape_mismatch=own.shape_mismatch,
                 local={k: m[k] for k in KEY_METRICS if k in m},
                 nonfinite=own.nonfinite or None,
+                ref_only_nonfinite=own.sides[0] if own.nonfinite else None,
+                cand_only_nonfinite=own.sides[1] if own.nonfinite else None,
                 inputs_nonfinite=own.inputs_nonfinite or None,
                 inherited_rel_l2=ev.ref.inputs_error(r, ev.errors),
                 output_rel_l2=_finite_or_none(ev.errors.get(r)),
@@ -269,7 +275,12 @@ def amplification_ranking(ev: Evidence) -> list[RootCause]:
         fields: dict[str, object] = {}
         if row.nonfinite_mismatch:
             score = 0.0 if bad_inputs else math.inf
-            fields = {"nonfinite": row.nonfinite_mismatch, "inputs_nonfinite": bad_inputs or None}
+            fields = {
+                "nonfinite": row.nonfinite_mismatch,
+                "ref_only_nonfinite": row.ref_only_nonfinite or 0,
+                "cand_only_nonfinite": row.cand_only_nonfinite or 0,
+                "inputs_nonfinite": bad_inputs or None,
+            }
         elif out_err != out_err:
             continue
         else:

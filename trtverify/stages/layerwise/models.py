@@ -51,6 +51,13 @@ class Row(Record):
     cand_nan: int | None = optional()
     cand_inf: int | None = optional()
     nonfinite_mismatch: int | None = optional("positions where reference and candidate disagree about finiteness")
+    ref_only_nonfinite: int | None = optional("of those, non-finite in the reference only")
+    cand_only_nonfinite: int | None = optional("of those, non-finite in the candidate only")
+    saturated: int | None = optional(
+        "positions at their type's extreme on both sides, same sign, different values (a mask's fill: -inf in the "
+        "reference, -65504 in the candidate): equal by meaning, left out of the metrics; what follows decides"
+    )
+    saturated_values: list[float] | None = optional("the first such pair: [reference, candidate]")
     errors: list[str] | None = optional("why samples could not be compared")
     passed: bool
     failed: list[str] | None = optional("the checks it fails, e.g. 'rel_l2 <= 0.01'")
@@ -64,6 +71,8 @@ class FirstDivergence(Record):
     topo_index: int
     metrics: dict[str, float]
     nonfinite_mismatch: int | None = optional("values non-finite on one side only")
+    ref_only_nonfinite: int | None = optional("of those, non-finite in the reference only")
+    cand_only_nonfinite: int | None = optional("of those, non-finite in the candidate only")
     failed: list[str]
 
 
@@ -81,6 +90,8 @@ class RootCause(Record):
     )
     pairing: PairNote | None = optional("how its tensor was paired, where a rewrite moved the work to this node")
     nonfinite: int | None = optional("values non-finite where the reference's are finite (or the other way round)")
+    ref_only_nonfinite: int | None = optional("of those, non-finite in the reference only")
+    cand_only_nonfinite: int | None = optional("of those, non-finite in the candidate only")
     inputs_nonfinite: list[str] | None = optional(
         "its inputs whose reference values are not finite in the candidate's type (the error starts before it)"
     )

@@ -86,10 +86,13 @@ def infer_with_feed(model: Any, feed: dict[str, np.ndarray]) -> Any:
 
 
 def update_max_abs(max_abs: dict[str, float], name: str, arr: np.ndarray) -> None:
-    """Fold the largest finite |x| of `arr` into max_abs[name] (float tensors only)."""
+    """Fold the largest finite |x| of `arr` into max_abs[name] (float tensors only). A value at the type's extreme
+    (beyond half its largest finite value: a mask's finfo.min fill) counts as -inf does, as no activation's."""
     if arr.dtype.kind == "f" and arr.size:
         ok = np.isfinite(arr)
         finite = np.abs(arr) if ok.all() else np.abs(arr[ok])
+        if finite.size and float(finite.max()) >= float(np.finfo(arr.dtype).max) / 2:
+            finite = finite[finite < float(np.finfo(arr.dtype).max) / 2]
         if finite.size:
             max_abs[name] = max(max_abs.get(name, 0.0), float(finite.max()))
 

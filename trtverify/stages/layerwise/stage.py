@@ -54,6 +54,7 @@ from trtverify.stages.layerwise.models import (
 )
 from trtverify.stages.layerwise.pairs import CandidateShapes, coverage, try_structure, unmatched
 from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written, budget_bytes, reference_pass
+from trtverify.stages.layerwise.saturation import saturation_note
 from trtverify.stages.layerwise.stream import Outputs, chunks_for, exposing, stream
 from trtverify.stages.layerwise.suspects import histograms, with_lint
 from trtverify.toolout import calibcache
@@ -225,6 +226,8 @@ def _rows_and_checks(
         evaluated = evaluate(s, checks_for(c), stage=NAME, candidate=name)
         nonfinite += s.nonfinite["nonfinite_mismatch"]
         counts = {k: v for k, v in s.nonfinite.items() if v}
+        if counts.get("nonfinite_mismatch"):  # which side, 0 included (absent: a results.json older than that)
+            counts = {"ref_only_nonfinite": 0, "cand_only_nonfinite": 0, **counts}
         rows.append(
             Row(
                 tensor=r,
@@ -239,6 +242,7 @@ def _rows_and_checks(
                 samples=s.samples,
                 metrics={k: v for k, v in s.worst().items() if v == v},  # NaN: nothing finite to measure
                 **counts,
+                saturated_values=list(s.saturated_values) if s.saturated_values and counts.get("saturated") else None,
                 errors=s.errors[:3] or None,
                 passed=not evaluated.failed,
                 failed=evaluated.failed or None,
@@ -459,6 +463,7 @@ def run(ctx: StageContext) -> LayerwiseResult:
                 continue
             candidates.append(cand)
             checks += cand_checks
+            notes += [note for note in [saturation_note(cand)] if note]
         if pending and cache is not None:
             if cache.is_file():
                 cache_ranges = _judge_cache(ref, cache, samples, timings)
