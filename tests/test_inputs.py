@@ -170,3 +170,27 @@ def test_rows_of_a_fixed_batch_model_still_need_batch_size(tmp_path: Path):
         check_samples(build_samples(loaded), [TensorMeta("x", "float32", (4, 3, 8, 8))], "fixed")
     loaded = load_suite(write_suite(tmp_path, FIXED_SUITE.replace("{file: x.npz}", "{file: x.npz, batch_size: 4}")))
     assert [s["x"].shape for s in build_samples(loaded)] == [(4, 3, 8, 8)] * 2
+
+
+def test_rows_of_a_model_without_a_batch_axis_are_fed_one_row_each(tmp_path: Path):
+    """torchvision's detectors take one image [3, H, W]: a file of rows [N, 3, H, W] is N samples of [3, H, W]
+    (a real torchvision SSDlite export, tests/data/torchvision), and a batch_size over 1 is refused."""
+    import shutil
+
+    from trtverify.runner import preflight
+
+    data = Path(__file__).parent / "data" / "torchvision"
+    shutil.copy(data / "ssdlite.onnx", tmp_path / "ssdlite.onnx")
+    shutil.copy(data / "inputs.npz", tmp_path / "x.npz")
+    suite = (
+        "name: tv\nmodels: {reference: ssdlite.onnx, candidates: {same: ssdlite.onnx}}\n"
+        "inputs: {file: x.npz}\nstages: {layerwise: {}}\n"
+    )
+    loaded = load_suite(write_suite(tmp_path, suite))
+    samples = build_samples(loaded)
+    assert [s["image"].shape for s in samples] == [(3, 160, 160)] * 2
+    np.testing.assert_array_equal(samples[1]["image"], np.load(tmp_path / "x.npz")["image"][1])
+    check_samples(samples, preflight(loaded), "ssdlite")
+    loaded = load_suite(write_suite(tmp_path, suite.replace("{file: x.npz}", "{file: x.npz, batch_size: 2}")))
+    with pytest.raises(SuiteError, match=r"no batch axis.*leave batch_size out"):
+        build_samples(loaded)

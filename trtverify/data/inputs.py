@@ -200,13 +200,27 @@ def _from_file(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta] | None = 
         raise loaded_error(
             loaded, ("inputs", "batch_size"), f"batch_size {batch} is larger than the {total} rows of {path.name}"
         )
+    # an input declared without a batch axis (torchvision's detectors take one [3, H, W] image) is fed row by row,
+    # each row as it is: rows of [N, 3, H, W] are N samples of [3, H, W], not [1, 3, H, W]
+    unbatched = {name for name, (arr, _) in columns.items() if _rank(declared.get(name)) == arr.ndim - 1}
+    if unbatched and batch != 1:
+        raise loaded_error(
+            loaded,
+            ("inputs", "batch_size"),
+            f"the model's input(s) {', '.join(sorted(unbatched))} have no batch axis (rank "
+            f"{_rank(declared[min(unbatched)])}): one row is one sample; leave batch_size out",
+        )
     out = []
     for i in range(n):
         feed = {}
         for name, (arr, spec) in columns.items():
-            feed[name] = _convert(arr[i * batch : (i + 1) * batch], spec)
+            feed[name] = _convert(arr[i] if name in unbatched else arr[i * batch : (i + 1) * batch], spec)
         out.append(feed)
     return out
+
+
+def _rank(meta: TensorMeta | None) -> int | None:
+    return None if meta is None or meta.shape is None else len(meta.shape)
 
 
 def _convert(x: np.ndarray, spec: Any) -> np.ndarray:
