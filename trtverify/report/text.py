@@ -73,6 +73,8 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
         for why, n in (cand.after_plugins or {}).items():
             line += f"; {count(n, 'tensor')} {why}, not compared"
         out.append(line)
+        for note in cand.plugins or []:  # what the numbers after a plugin rest on
+            out.append(f"          {cand.name}: plugin {note}")
         out += detection_lines(cand)
         b = cand.vs_baseline
         if b is not None and b.state == "compared" and b.change is not None:

@@ -320,6 +320,7 @@ def _candidate(
     ort_options = as_written(suite.backends).onnxruntime
     with backend:
         cand_names = list(dict.fromkeys(list(backend.intermediates()) + [m.name for m in backend.outputs()]))
+        plugin_notes = backend.plugin_notes()
         rounded = getattr(backend, "emulated", None)
         emulation = (
             f"emulated as a GPU computes it (ONNX Runtime's CPU lacks BF16 kernels and runs FP16 ops in FP32): FP32 "
@@ -408,6 +409,7 @@ def _candidate(
         paired=paired,
         unmatched=around_plugins.without(unmatched(resolved, structure, ref, reason, shapes, cand_graph), missing),
         after_plugins=around_plugins.counts(missing),
+        plugins=plugin_notes or None,
         ranges=ranges or None,
         lint=lint,
         passed=all(ch.passed for ch in checks),
