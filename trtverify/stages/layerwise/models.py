@@ -221,7 +221,7 @@ class LayerwiseCandidate(Record):
     plugins: list[str] | None = optional(
         "each plugin node of the candidate and what computed it here (trtverify's built-in numpy reference, the "
         "user's hook, a custom-op library, or nothing), e.g. \"EfficientNMS_TRT '/nms' by trtverify's built-in numpy "
-        "reference ...\""
+        'reference ..."'
     )
     after_plugins: dict[str, int] | None = optional(
         "tensors not computed, by the plugin without a reference they wait on ('after plugin X (no reference)'): "
