@@ -23,10 +23,13 @@ from PIL import Image
 from tests.conftest import DATA
 from tests.stages.test_e2e_detection_layouts import CATS, NMS, RAW, VAL, plain_nms, run_e2e, val
 from tests.stages.test_layerwise import run_layerwise
+from trtverify.config.loader import load_suite
 from trtverify.config.postprocess import Postprocess
 from trtverify.graph.onnxgraph import GraphIndex
+from trtverify.runner import preflight
 from trtverify.stages.layerwise.selection import classify, overlap, sorted_rel_l2
 from trtverify.tasks.detlayouts import DetectionLayout
+from trtverify.util.errors import SuiteError
 
 __all__ = ["val"]  # a fixture, imported to be used here
 SSDLITE = DATA / "torchvision" / "ssdlite.onnx"
@@ -146,6 +149,12 @@ def test_e2e_reads_torchvisions_outputs_of_one_image(tmp_path: Path, val):
         }},
     }  # fmt: skip
     (tmp_path / "tv.yaml").write_text(json.dumps(suite))
+    suite["stages"]["e2e"]["batch_size"] = 4  # type: ignore[index]
+    (tmp_path / "tv4.yaml").write_text(json.dumps(suite))
+    with pytest.raises(
+        SuiteError, match=r"input image \[3, 160, 160\] has no batch axis .* set stages.e2e.batch_size: 1"
+    ):
+        preflight(load_suite(tmp_path / "tv4.yaml"))
     stage = run_e2e(tmp_path / "tv.yaml")
     sess = ort.InferenceSession(str(SSDLITE), providers=["CPUExecutionProvider"])
     dets = []

@@ -246,6 +246,14 @@ class _Checker:
         fed = next((m for m in self.inputs if m.name == pre.input), None) if pre.input else None
         fed = fed or (self.inputs[0] if self.inputs else None)
         batch = fed.shape[0] if fed is not None and fed.shape else None
+        sizes = e2e.batch_sizes or [e2e.batch_size]
+        unbatched = fed is not None and fed.shape is not None and len(fed.shape) == 3 and fed.shape[0] in (1, 3)
+        if unbatched and e2e.task in ("detection", "segmentation") and sizes != [1]:  # [C, H, W]: one image
+            self.add(
+                ("stages", "e2e", "batch_sizes" if e2e.batch_sizes else "batch_size"),
+                f"{self.ref}'s input {fed.name} {list(fed.shape)} has no batch axis (one image, as torchvision's "
+                "detectors export it): set stages.e2e.batch_size: 1",
+            )
         for k, size in enumerate(e2e.batch_sizes or []):
             if isinstance(batch, int) and batch > 0 and size != batch:
                 self.add(
