@@ -27,7 +27,7 @@ from trtverify.config.loader import load_suite
 from trtverify.config.postprocess import Postprocess
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.runner import preflight
-from trtverify.stages.layerwise.selection import classify, overlap, sorted_rel_l2
+from trtverify.stages.layerwise.selection import Selection, Series, classify, overlap, sorted_rel_l2
 from trtverify.tasks.detlayouts import DetectionLayout
 from trtverify.util.errors import SuiteError
 
@@ -132,6 +132,9 @@ def test_index_tensors_of_ssdlite_are_told_apart_from_values():
     assert overlap(np.array([3, 1, 2]), np.array([2, 3, 1])) == 1.0
     assert overlap(np.array([3, 1, 2]), np.array([2, 3, 7])) == 0.5
     assert sorted_rel_l2(np.array([0.5, 2.0]), np.array([2.0, 0.5])) == 0.0
+    labels = Series("argmax", "argmax", Selection("index", "indices of ArgMax a", by_position=True))
+    labels.add(np.array([[0, 1, 2, 2]]), np.array([[0, 2, 1, 2]]))  # same labels, two positions swapped
+    assert labels.metrics == {"selected_overlap": 0.5}
 
 
 def test_e2e_reads_torchvisions_outputs_of_one_image(tmp_path: Path, val):

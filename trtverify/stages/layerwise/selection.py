@@ -7,11 +7,12 @@ reads as the worst layer of the network. Here:
 
 - `index` tensors: those outputs, and what is computed from them alone (reshaped, sliced, concatenated, cast,
   offset or divided by constants, gathered from, their shape): compared as sets, `selected_overlap` = the size of
-  the intersection of the two multisets of values over that of their union (for a mask: of the positions set);
+  the intersection of the two multisets of values over that of their union (for a mask: of the positions set; for
+  ArgMax and ArgMin, a label per position: the share of positions whose labels agree);
 - `selected` tensors: values picked by index tensors (the data of a Gather, GatherND or GatherElements whose indices
   are an index tensor), and what is computed from them before a weighted layer (Conv, MatMul, Gemm): compared in
   value order, `sorted_rel_l2` = rel_l2 of the two sides' values each sorted (where their sizes differ the selection
-  did: `selected_overlap` of their sizes says by how much).
+  did: `size_overlap`, the smaller size over the larger, says by how much).
 
 Neither kind enters the elementwise checks or the root causes; a graph output of indices is checked with
 `selected_overlap >= 0.9`, and graph outputs of values stay compared as they are (or as detections). The tensors a
@@ -49,6 +50,7 @@ OUTPUT_MIN = 0.9  # selected_overlap a graph output of indices needs
 class Selection:
     kind: str  # index | selected
     why: str  # what it is, in words
+    by_position: bool = False  # a label per position (ArgMax, ArgMin): the share of positions that agree
 
 
 def _subgraph_ops(node: object) -> set[str]:
@@ -72,7 +74,7 @@ def classify(g: GraphIndex, dtypes: dict[str, str]) -> dict[str, Selection]:
         if n.op_type in SOURCES:
             for slot in SOURCES[n.op_type]:
                 if slot < len(n.output) and n.output[slot]:
-                    out[n.output[slot]] = Selection("index", f"indices of {label}")
+                    out[n.output[slot]] = Selection("index", f"indices of {label}", n.op_type in ("ArgMax", "ArgMin"))
             continue
         if n.op_type in ("If", "Loop") and _subgraph_ops(n) & set(SOURCES):
             for o in outs:
@@ -97,7 +99,9 @@ def classify(g: GraphIndex, dtypes: dict[str, str]) -> dict[str, Selection]:
         elif n.op_type in DATA_ONLY:
             first = out.get(n.input[0]) if n.input else None
             if first is not None:
-                kind, why = first.kind, first.why
+                for o in outs:
+                    out[o] = first
+                continue
         else:  # arithmetic, Concat, ...: indices with constants stay indices; with values, values in their order
             values = [i for i in n.input if i and i not in out and i not in g.constants]
             kind = "selected" if values or any(s.kind == "selected" for s in ins) else "index"
@@ -165,7 +169,12 @@ class Series:
     def add(self, ref: np.ndarray, cand: np.ndarray) -> None:
         self.samples += 1
         self.shape, self.dtype, self.cand_dtype = list(np.shape(ref)), str(ref.dtype), str(cand.dtype)
-        if self.what.kind == "index":
+        if self.what.kind == "index" and self.what.by_position and np.shape(ref) == np.shape(cand):
+            same = np.asarray(ref) == np.asarray(cand)
+            got = {
+                "selected_overlap": float(same.mean()) if same.size else 1.0
+            }  # labels agreeing, position by position
+        elif self.what.kind == "index":
             got = {"selected_overlap": overlap(ref, cand)}
         else:
             got = {"sorted_rel_l2": sorted_rel_l2(ref, cand), "size_overlap": _sizes(ref, cand)}
