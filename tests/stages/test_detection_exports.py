@@ -96,6 +96,7 @@ def coco_map(gt: Path, doc: dict, dets: list[list[tuple]]) -> float:
 
 
 # --------------------------------------------------------------------------------------- torchvision
+@pytest.mark.slow
 def test_ssdlite_fp16_compared_box_to_box_and_its_topk_is_no_root_cause(tmp_path: Path):
     """Before: torchvision's three outputs were three tensors compared index by index and the root causes 1-3 were
     the TopK nodes of its per-level top-k (their indices swap on near-equal scores)."""
@@ -137,6 +138,7 @@ def test_index_tensors_of_ssdlite_are_told_apart_from_values():
     assert labels.metrics == {"selected_overlap": 0.5}
 
 
+@pytest.mark.slow
 def test_e2e_reads_torchvisions_outputs_of_one_image(tmp_path: Path, val):
     """An unbatched export ([3, H, W] in, one image's boxes out) is fed image by image; its mAP equals pycocotools'
     on the outputs read plainly (resized as the suite says, boxes scaled back to the images' 128 pixels)."""
@@ -196,8 +198,9 @@ def test_yolov5_head_decodes_to_the_raw_heads_detections(val):
         DetectionLayout(Postprocess(layout="yolo"), [1, 2, 3]).decode({"output0": head}, (128, 128), "v5")
 
 
+@pytest.mark.slow
 def test_yolov7_end2end_rows_in_e2e_and_layerwise(tmp_path: Path, val):
-    doc, x = subset(val[0], 50, tmp_path / "sub.json"), val[1][:50]
+    doc, x = subset(val[0], 25, tmp_path / "sub.json"), val[1][:25]
     ref = HEADS / "yolov7_end2end.onnx"
     cand = fp16(ref, tmp_path / "fp16.onnx")
     suite = {
@@ -235,3 +238,24 @@ def test_yolov7_end2end_rows_in_e2e_and_layerwise(tmp_path: Path, val):
     assert "selected_overlap" in picked["/NonMaxSuppression_output_0"]["metrics"]
     assert "ArgMax" in picked["/ArgMax_output_0"]["compared_by"]
     assert not {rc["tensor"] for rc in fp16_cand["root_causes"]} & set(picked)
+
+
+@pytest.mark.slow
+def test_framework_compares_pytorchs_yolov7_rows_with_the_export_box_to_box(tmp_path: Path, val):
+    """The framework stage: PyTorch's YOLOv7-style module (its NMS computed in torch as ONNX's op computes it) against
+    its export in ONNX Runtime, the [N, 7] rows of a batch of two matched box to box."""
+    pytest.importorskip("torch")
+    from trtverify.cli.run import run_and_record
+
+    np.savez(tmp_path / "val4.npz", images=np.ascontiguousarray(val[1][:2]))
+    (tmp_path / "fw.yaml").write_text(
+        f"name: v7fw\nreference_dir: store\npython_path: [{HEADS}]\n"
+        f"models:\n  reference: {HEADS / 'yolov7_end2end.onnx'}\n"
+        "  pytorch: {factory: 'make_models:build_v7', output_names: [output]}\n"
+        "inputs:\n  file: val4.npz\n  batch_size: 2\nstages:\n  framework: {}\n"
+    )
+    results = run_and_record(load_suite(tmp_path / "fw.yaml"), tmp_path / "o", update_reference=True)
+    (stage,) = results.stages
+    (det,) = stage.detections
+    assert stage.status == "passed" and (det.layout, det.tensors, det.images) == ("batch7", ["output"], 2)
+    assert det.reference_boxes == det.matched > 4 and det.metrics["mean_iou"] > 0.9999

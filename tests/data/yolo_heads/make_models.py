@@ -12,7 +12,8 @@ that YOLO exporters put after the network is written here, in torch, as YOLOv5 a
   boxes turned to corners by a matrix product, each box's best class score, a class offset (``max_wh``) so that one
   ``NonMaxSuppression`` is class-wise, then ``Gather`` by the selected indices into one output ``[N, 7]``: batch
   index, x1, y1, x2, y2, class index, score. The NMS is an ``autograd.Function`` whose ``symbolic`` writes the ONNX
-  op, as YOLOv7 does (its forward only gives the tracer a shape).
+  op, as YOLOv7 does (its forward here computes what the op does, so that ``build_v7`` is a PyTorch model whose
+  detections the export's are compared with; YOLOv7's only gives the tracer a shape).
 
 Both: ``torch.onnx.export`` with the TorchScript exporter (``dynamo=False``, as YOLOv5 and YOLOv7 export), opset 17,
 input ``images`` [batch, 3, 128, 128] with a dynamic batch. Run from the repository root with this project's venv
@@ -54,17 +55,41 @@ class YoloV5Head(torch.nn.Module):
 
 
 class OrtNMS(torch.autograd.Function):
-    """ONNX's NonMaxSuppression, written by `symbolic`; `forward` gives the tracer indices of the right type."""
+    """ONNX's NonMaxSuppression, written by `symbolic`. `forward` computes what the op computes (YOLOv7's only gives
+    the tracer a shape), so that PyTorch's detections are the truth: per image and class, boxes of score above
+    the threshold, best first, each dropping the later ones of IoU above the threshold, `max_out` at most."""
 
     @staticmethod
     def forward(ctx, boxes, scores, max_out, iou, score):  # noqa: ANN001, ANN205
-        n = min(int(max_out), boxes.shape[1])
-        return torch.stack([torch.zeros(n, dtype=torch.int64), torch.zeros(n, dtype=torch.int64),
-                            torch.arange(n, dtype=torch.int64)], 1)  # fmt: skip
+        picked = []
+        for b in range(scores.shape[0]):
+            for c in range(scores.shape[1]):
+                s = scores[b, c]
+                order = [int(i) for i in torch.argsort(-s, stable=True) if s[i] > score]
+                kept: list[int] = []
+                for i in order:
+                    if len(kept) == int(max_out):
+                        break
+                    if all(_iou(boxes[b, i], boxes[b, j]) <= iou for j in kept):
+                        kept.append(i)
+                picked += [(b, c, i) for i in kept]
+        return torch.tensor(picked, dtype=torch.int64).reshape(-1, 3)
 
     @staticmethod
     def symbolic(g, boxes, scores, max_out, iou, score):  # noqa: ANN001, ANN205
         return g.op("NonMaxSuppression", boxes, scores, max_out, iou, score)
+
+
+def _iou(a: torch.Tensor, b: torch.Tensor) -> float:
+    x1, y1 = torch.minimum(a[0], a[2]), torch.minimum(a[1], a[3])
+    x2, y2 = torch.maximum(a[0], a[2]), torch.maximum(a[1], a[3])
+    u1, v1 = torch.minimum(b[0], b[2]), torch.minimum(b[1], b[3])
+    u2, v2 = torch.maximum(b[0], b[2]), torch.maximum(b[1], b[3])
+    inter = (torch.minimum(x2, u2) - torch.maximum(x1, u1)).clamp(min=0) * (
+        torch.minimum(y2, v2) - torch.maximum(y1, v1)
+    ).clamp(min=0)
+    union = (x2 - x1) * (y2 - y1) + (u2 - u1) * (v2 - v1) - inter
+    return float(inter / union) if union > 0 else 0.0
 
 
 class YoloV7End2EndORT(torch.nn.Module):
@@ -100,13 +125,17 @@ def export(model: torch.nn.Module, path: pathlib.Path, output: str) -> None:
         )  # fmt: skip
 
 
-def main() -> None:
+def build_v7() -> YoloV7End2EndORT:
+    """The YOLOv7-style model with the trained weights: a factory for trtverify's models.pytorch."""
     net = spm.build_raw()
     net.load_state_dict(torch.load(ROOT / "demo" / "shapes" / "shapes_centernet.pt", weights_only=True))
-    net.eval()
-    v5 = YoloV5Head(net).eval()
+    return YoloV7End2EndORT(YoloV5Head(net.eval())).eval()
+
+
+def main() -> None:
+    v5 = build_v7().head
     export(v5, HERE / "yolov5_head.onnx", "output0")
-    export(YoloV7End2EndORT(v5), HERE / "yolov7_end2end.onnx", "output")
+    export(build_v7(), HERE / "yolov7_end2end.onnx", "output")
     print(f"torch {torch.__version__}: wrote yolov5_head.onnx, yolov7_end2end.onnx")
 
 
