@@ -6,7 +6,8 @@ Its tensors, and the tensors between them and a selection before them (NonMaxSup
 comparison such as the Equal of a max-pool peak search; with no weighted layer after it), leave the elementwise rows,
 the checks on every tensor and the root causes: which boxes they hold and in what order follow near-equal scores,
 which a lower precision swaps. They are compared as a `DetectionRow` with its own
-checks (`stages.layerwise.detections`, by default per precision).
+checks (`stages.layerwise.detections`, by default per precision). Index tensors no row covers are compared by what
+they select (`trtverify.stages.layerwise.selection`), through the same plan.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ detection row covers (`stages.layerwise.detections`) are compared there instead.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Collection
@@ -197,8 +198,9 @@ class Plan:
 
     series: dict[str, Series] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def by_candidate(self) -> dict[str, str]:
+        """Candidate tensor -> reference tensor (made once: asked for every tensor of every sample)."""
         return {s.candidate: r for r, s in self.series.items()}
 
     @property
