@@ -120,5 +120,7 @@ def test_batch_index_rows_of_yolov7_end2end():
     # the candidate found nothing in image 2: both sides still have three images, the last empty on one
     ref, cand = paired_images(lay, {"output": rows}, lay, {"output": rows[:1]})
     assert [len(b) for b in ref] == [1, 0, 2] and [len(b) for b in cand] == [1, 0, 0]
-    # a fractional batch index is not this layout
+    # a fractional batch index is not this layout, nor is what a Softmax makes (a 7-class classifier's output)
     assert kinds([t("output", (3, 7))], {"output": rows + np.float32(0.5)}) == []
+    assert kinds([t("output", (3, 7), op_type="Softmax")], {"output": rows}) == []
+    assert kinds([t("output", (3, 7), op_type="Concat")], {"output": rows}) == [("batch7", ["output"])]

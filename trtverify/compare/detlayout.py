@@ -17,9 +17,9 @@ Recognised, in this order (a tensor belongs to one layout at most; anything ambi
    - `torchvision`: torchvision's detection outputs, unbatched: a float [K, 4] (boxes) with a float [K] (scores) and
      an integer [K] (labels; or float with whole numbers and a class-like name), as `torchvision.models.detection`
      models return them for one image (boxes, scores, labels);
-   - `batch7`: one float tensor [N, 7] (batch index, x1, y1, x2, y2, class, score) whose batch index and class
-     columns hold whole numbers >= 0 (in the reference's first sample): YOLOv7's end2end export with ONNX's
-     NonMaxSuppression, every image's rows in one tensor.
+   - `batch7`: one float tensor [N, 7] (batch index, x1, y1, x2, y2, class, score), made by a Concat, whose batch
+     index and class columns hold whole numbers >= 0 (in the reference's first sample): YOLOv7's end2end export
+     with ONNX's NonMaxSuppression, every image's rows in one tensor.
 
 Padding: a layout with a count has `count[b]` valid rows in image b; one without has its rows of score <= 0
 or class < 0 left out (`trtverify.compare.detections.valid_rows`). Boxes are corners (EfficientNMS_TRT writes
@@ -128,8 +128,8 @@ def _det6(t: TensorInfo, first: Callable[[str], np.ndarray | None]) -> bool:
 
 
 def _batch7(t: TensorInfo, first: Callable[[str], np.ndarray | None]) -> bool:
-    if not t.floating or len(t.shape) != 2 or t.shape[1] != 7:
-        return False
+    if not t.floating or len(t.shape) != 2 or t.shape[1] != 7 or t.op_type not in (None, "Concat"):
+        return False  # YOLOv7 concatenates batch index, box, class and score (a 7-class softmax is no detection)
     value = first(t.name)
     if value is None:
         return False
