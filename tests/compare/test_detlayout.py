@@ -4,6 +4,7 @@ by shape, type and name; anything ambiguous stays a tensor."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from trtverify.compare.detlayout import TensorInfo, recognise
 
@@ -90,3 +91,36 @@ def test_dets5_by_shape():
     outs = [t("dets", (B, K, 5)), t("labels", (B, K), "int64")]
     assert kinds(outs) == [("dets5", ["dets", "labels"])]
     assert kinds([*outs, t("labels2", (B, K), "int64")]) == []
+
+
+def test_torchvision_outputs_of_one_image():
+    """torchvision's detectors return boxes [K, 4], scores [K], labels [K] (int64) for an image."""
+    outs = [t("boxes", (7, 4)), t("scores", (7,)), t("labels", (7,), "int64")]
+    (lay,) = recognise(outs, lambda n: None)
+    assert (lay.kind, lay.roles) == ("torchvision", {"boxes": "boxes", "scores": "scores", "labels": "labels"})
+    from trtverify.compare.detlayout import images
+
+    boxes = np.array([[0, 0, 10, 10], [5, 5, 20, 20]] + [[0, 0, 0, 0]] * 5, np.float32)
+    scores = np.array([0.9, 0.4, 0, 0, 0, 0, 0], np.float32)
+    (img,) = images(lay, {"boxes": boxes, "scores": scores, "labels": np.array([1, 3, 0, 0, 0, 0, 0])})
+    assert len(img) == 2 and img.classes.tolist() == [1, 3]  # a score of 0 is no detection
+    # two float [K] beside the boxes, neither named like a class: which is which is a guess
+    assert kinds([t("boxes", (7, 4)), t("a", (7,)), t("b", (7,))], {"a": np.zeros(7), "b": np.zeros(7)}) == []
+
+
+def test_batch_index_rows_of_yolov7_end2end():
+    from trtverify.compare.detlayout import images, paired_images
+
+    rows = np.array([[0, 1, 1, 9, 9, 2, 0.8], [2, 3, 3, 8, 8, 0, 0.6], [2, 0, 0, 4, 4, 1, 0.3]], np.float32)
+    (lay,) = recognise([t("output", (3, 7))], {"output": rows}.get)
+    assert (lay.kind, lay.tensors) == ("batch7", ["output"])
+    got = images(lay, {"output": rows})
+    assert [len(b) for b in got] == [1, 0, 2] and got[2].scores.tolist() == pytest.approx([0.6, 0.3])
+    assert got[0].boxes.tolist() == [[1, 1, 9, 9]] and got[0].classes.tolist() == [2]
+    # the candidate found nothing in image 2: both sides still have three images, the last empty on one
+    ref, cand = paired_images(lay, {"output": rows}, lay, {"output": rows[:1]})
+    assert [len(b) for b in ref] == [1, 0, 2] and [len(b) for b in cand] == [1, 0, 0]
+    # a fractional batch index is not this layout, nor is what a Softmax makes (a 7-class classifier's output)
+    assert kinds([t("output", (3, 7))], {"output": rows + np.float32(0.5)}) == []
+    assert kinds([t("output", (3, 7), op_type="Softmax")], {"output": rows}) == []
+    assert kinds([t("output", (3, 7), op_type="Concat")], {"output": rows}) == [("batch7", ["output"])]

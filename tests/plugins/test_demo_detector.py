@@ -120,3 +120,25 @@ def test_init_writes_a_plugins_section_naming_what_needs_a_reference(tmp_path: P
     assert "  # EfficientNMS_TRT: built-in reference" in text
     r = run_cli("init", str(RAW), "-o", str(tmp_path / "raw.yaml"))  # no plugin node: no section
     assert r.code == 0 and "plugins:" not in (tmp_path / "raw.yaml").read_text()
+
+
+def test_fp16_by_the_converter_with_the_plugin_blocked_matches_every_box_and_names_the_plugins(tmp_path: Path):
+    """ONNX Runtime's float16 converter with EfficientNMS_TRT in its block list, as users run it (no clean-up after):
+    it wraps the plugin's inputs and float outputs in Casts. The tensors before the plugin agree, so every
+    reference box is matched; the terminal names each plugin node and what computed it."""
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+
+    ref = PLUGINS / "shapes_plugin_nms.onnx"
+    block = [*DEFAULT_OP_BLOCK_LIST, "EfficientNMS_TRT"]
+    m = convert_float_to_float16(onnx.load(str(ref)), keep_io_types=True, op_block_list=block)
+    nms = next(n for n in m.graph.node if n.op_type == "EfficientNMS_TRT")
+    casts = {n.input[0] for n in m.graph.node if n.op_type == "Cast"}
+    assert all(i.endswith("_cast_to_fp32") for i in nms.input) and set(nms.output[1:3]) <= casts  # wrapped
+    onnx.save(m, str(tmp_path / "fp16.onnx"))
+    r = run_cli("layerwise", str(ref), str(tmp_path / "fp16.onnx"), "--plugin", "ShapesBoxDecode=shapes_plugins:decode",
+                "--out", str(tmp_path / "o"), cwd=PLUGINS)  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    (det,) = _stage(tmp_path / "o", "layerwise")["candidates"][0]["detections"]
+    assert det["reference_boxes"] > 50 and det["matched"] == det["reference_boxes"] == det["candidate_boxes"]
+    assert "fp16: plugin EfficientNMS_TRT '/EfficientNMS_TRT' by trtverify's built-in numpy reference" in r.out
+    assert "fp16: plugin ShapesBoxDecode '/ShapesBoxDecode' by the user's reference shapes_plugins:decode" in r.out

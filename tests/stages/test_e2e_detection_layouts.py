@@ -32,6 +32,7 @@ from trtverify.config.postprocess import Postprocess
 from trtverify.tasks.coco import GroundTruth
 from trtverify.tasks.detection import DetectionAccumulator
 from trtverify.tasks.detlayouts import DetectionLayout
+from trtverify.util.errors import UsageError
 
 PLUGINS = ROOT / "demo" / "plugins"
 VAL = ROOT / "demo" / "shapes" / "val"
@@ -333,9 +334,14 @@ def test_e2e_run_of_a_model_ending_in_nms_outputs(models, val):
 def test_wrong_layout_fails_the_run_naming_model_output_and_shapes(models, tmp_path):
     suite = write_suite(tmp_path, RAW, models / "raw_fp16.onnx", {"layout": "rows", "output": "output0"})
     r = run_cli("run", str(suite), "--out", str(tmp_path / "o"))
-    assert r.code == 2, r.out + r.err
+    assert r.code == 2, r.out + r.err  # refused before anything runs, at the suite's line (validate says the same)
     assert (
-        "user error: reference: postprocess layout rows: output 'output0' has shape [25, 7, 1024], expected "
-        "[B, K, 6] (x1, y1, x2, y2, score, class); name the right output(s), choose another layout, or give a "
-        "postprocess.hook" in " ".join(r.out.split())
-    ), r.out
+        "stages.e2e.postprocess.layout: layout rows reads detections [B, K, 6] or [K, 6], but output 'output0' of "
+        "shapes_yolo_raw.onnx is [batch, 7, 1024]: choose the layout of its outputs" in " ".join(r.err.split())
+    ), r.err
+    assert not (tmp_path / "o" / "results.json").exists()
+    # a shape the graph leaves open is read when the model runs: the stage stops naming model, output and shapes
+    layout = DetectionLayout(Postprocess(layout="rows", output="output0"), CATS)
+    with pytest.raises(UsageError, match=r"reference: postprocess layout rows: output 'output0' has shape "
+                       r"\[25, 7, 1024\], expected \[B, K, 6\] or one image's \[K, 6\]"):  # fmt: skip
+        layout.decode({"output0": np.zeros((25, 7, 1024), np.float32)}, (128, 128), "reference", batch=25)

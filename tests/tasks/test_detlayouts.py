@@ -1,5 +1,6 @@
-"""The built-in detection layouts (rows, nms, yolo, mmdeploy) on hand-made outputs with known answers: NMS ties,
-thresholds at equality, truncation, padding, class mapping, normalised boxes, and the errors for wrong shapes."""
+"""The built-in detection layouts (rows, nms, yolo, yolov5, mmdeploy, torchvision, batch_rows) on hand-made outputs
+with known answers: NMS ties, thresholds at equality, truncation, padding, class mapping, normalised boxes, and the
+errors for wrong shapes."""
 
 from __future__ import annotations
 
@@ -234,3 +235,36 @@ def test_non_finite_class_index_gives_a_non_finite_row_for_the_accumulator_to_co
     out["det_classes"][0, 1] = np.nan
     rows = layout(layout="nms").decode(out, (64, 64), "m")
     assert np.isnan(rows[0][1, 5]) and rows[0][0, 5] == 18
+
+
+# ---------------------------------------------------------------- rows [K, 6], torchvision, batch_rows
+def test_rows_of_one_image_and_torchvision_outputs():
+    one = np.array([[1, 2, 3, 4, 0.9, 18], [5, 6, 7, 8, 0.5, 3]], np.float32)
+    (got,) = layout().decode({"dets": one}, (10, 10), "m", batch=1)
+    np.testing.assert_array_equal(got, one)
+    with pytest.raises(UsageError, match=r"'dets' \[2, 6\] holds one image's detections, but 4 images were fed"):
+        layout().decode({"dets": one}, (10, 10), "m", batch=4)
+    out = {"boxes": one[:, :4], "scores": one[:, 4], "labels": one[:, 5].astype(np.int64)}
+    (got,) = layout(layout="torchvision").decode(out, (10, 10), "m", batch=1)
+    np.testing.assert_array_equal(got, one)  # labels are category ids as they are
+    batched = {k: np.stack([v, v]) for k, v in out.items()}
+    assert len(layout(layout="torchvision").decode(batched, (10, 10), "m", batch=2)) == 2
+    with pytest.raises(UsageError, match=r"output 'scores' has shape \[3\], expected \[2\]"):
+        layout(layout="torchvision").decode({**out, "scores": np.zeros(3)}, (10, 10), "m", batch=1)
+
+
+def test_batch_rows_split_by_batch_index_with_class_indices():
+    rows = np.array([[1, 0, 0, 5, 5, 2, 0.7], [1, 1, 1, 6, 6, 0, 0.6]], np.float32)
+    got = layout(layout="batch_rows").decode({"output": rows}, (10, 10), "m", batch=3)
+    assert [len(g) for g in got] == [0, 2, 0]  # image 0 and 2: nothing found
+    assert got[1].tolist() == [[0, 0, 5, 5, pytest.approx(0.7), 18], [1, 1, 6, 6, pytest.approx(0.6), 1]]
+    with pytest.raises(UsageError, match="batch index 1 in a batch of 1 images; is column 0 the batch index"):
+        layout(layout="batch_rows").decode({"output": rows}, (10, 10), "m", batch=1)
+
+
+def test_yolov5_head_scores_objectness_times_class():
+    # [B, N, 5 + C]: candidate 0 objectness 0.5, class scores 0.9 and 0.1: scores 0.45 and 0.05
+    head = np.array([[[5, 5, 4, 4, 0.5, 0.9, 0.1, 0.0], [50, 50, 4, 4, 0.1, 0.5, 0.5, 0.5]]], np.float32)
+    (got,) = layout(layout="yolov5", score_threshold=0.04).decode({"output0": head}, (64, 64), "m", batch=1)
+    assert got[:, 4].tolist() == pytest.approx([0.45, 0.05, 0.05, 0.05, 0.05])
+    assert got[0, :4].tolist() == [3, 3, 7, 7] and got[0, 5] == 1

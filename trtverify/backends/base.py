@@ -99,6 +99,10 @@ class Backend(ABC):
         """Tensors of the model nothing here computes (after a plugin node without a reference), each with why."""
         return {}
 
+    def plugin_notes(self) -> list[str]:
+        """Each plugin node of the model and how this backend computes it ('OP 'name' by ...'); none by default."""
+        return []
+
     def expose(self, names: Sequence[str]) -> list[str]:
         """Ask for intermediate tensors too: later `infer` calls return them beside the outputs.
 

@@ -136,6 +136,14 @@ class OnnxRuntimeBackend(Backend):
             self._plugins = Plugins(dict(o.plugins), [Path(p) for p in o.plugin_path])
         return self._plugins
 
+    def plugin_notes(self) -> list[str]:
+        """Each plugin node and what computes it here (a built-in numpy reference, the user's hook, a library)."""
+        if not self._has_plugins:
+            return []
+        libraries = bool(self.options.custom_op_libraries)
+        nodes = plugin_nodes(self.graph().model)
+        return [f"{label(n)} by {self.plugins.computed_by(n.op_type, libraries)}" for n in nodes]
+
     def uncomputed(self) -> dict[str, str]:
         """Tensors nothing computes here (downstream of a plugin node without a reference), each with why."""
         if self._uncomputed is None:

@@ -13,7 +13,13 @@ Recognised, in this order (a tensor belongs to one layout at most; anything ambi
    - `nms4`: a float [B, K, 4] (boxes) with [B, K] scores (float) and classes (integer; or float with whole numbers
      and a class-like name: class, label, cls, categor), and a count: the one integer [B, 1] or [B] output of the
      same B (or, where there are several, the one named like num/count). Without a count the boxes' name must say
-     so (box, bbox, det), and padding is read from the scores and classes.
+     so (box, bbox, det), and padding is read from the scores and classes;
+   - `torchvision`: torchvision's detection outputs, unbatched: a float [K, 4] (boxes) with a float [K] (scores) and
+     an integer [K] (labels; or float with whole numbers and a class-like name), as `torchvision.models.detection`
+     models return them for one image (boxes, scores, labels);
+   - `batch7`: one float tensor [N, 7] (batch index, x1, y1, x2, y2, class, score), made by a Concat, whose batch
+     index and class columns hold whole numbers >= 0 (in the reference's first sample): YOLOv7's end2end export
+     with ONNX's NonMaxSuppression, every image's rows in one tensor.
 
 Padding: a layout with a count has `count[b]` valid rows in image b; one without has its rows of score <= 0
 or class < 0 left out (`trtverify.compare.detections.valid_rows`). Boxes are corners (EfficientNMS_TRT writes
@@ -32,7 +38,13 @@ from trtverify.compare.detections import Boxes, DetectionError, valid_rows
 
 NMS4_PLUGINS = ("EfficientNMS_TRT", "BatchedNMS_TRT", "BatchedNMSDynamic_TRT")  # count, boxes, scores, classes
 DETS5_PLUGINS = ("TRTBatchedNMS",)  # dets, labels
-ROLES = {"nms4": ("count", "boxes", "scores", "classes"), "dets5": ("dets", "labels"), "det6": ("detections",)}
+ROLES = {
+    "nms4": ("count", "boxes", "scores", "classes"),
+    "dets5": ("dets", "labels"),
+    "det6": ("detections",),
+    "torchvision": ("boxes", "scores", "labels"),
+    "batch7": ("detections",),
+}
 CLASS_NAME = re.compile(r"class|label|cls|categor", re.I)
 SCORE_NAME = re.compile(r"score|conf|prob", re.I)
 COUNT_NAME = re.compile(r"num|count", re.I)
@@ -115,9 +127,20 @@ def _det6(t: TensorInfo, first: Callable[[str], np.ndarray | None]) -> bool:
     return _whole(rows[rows[:, 4] > 0, 5])  # the class column of the valid rows
 
 
+def _batch7(t: TensorInfo, first: Callable[[str], np.ndarray | None]) -> bool:
+    if not t.floating or len(t.shape) != 2 or t.shape[1] != 7 or t.op_type not in (None, "Concat"):
+        return False  # YOLOv7 concatenates batch index, box, class and score (a 7-class softmax is no detection)
+    value = first(t.name)
+    if value is None:
+        return False
+    rows = np.asarray(value, dtype=np.float64).reshape(-1, 7)
+    return _whole(rows[:, [0, 5]]) and bool(np.all(rows[:, [0, 5]] >= 0))
+
+
 def _nms4(boxes: TensorInfo, free: list[TensorInfo], first: Callable[[str], np.ndarray | None]) -> Layout | None:
-    b, k = boxes.shape[0], boxes.shape[1]
-    same = [t for t in free if t.shape == (b, k)]
+    """The four-output layout around `boxes` [B, K, 4] (or torchvision's three outputs around boxes [K, 4])."""
+    lead = boxes.shape[:-1]
+    same = [t for t in free if t.shape == lead]
     ints = [t for t in same if t.integer]
     floats = [t for t in same if t.floating]
     if len(ints) == 1 and len(floats) == 1:
@@ -133,6 +156,10 @@ def _nms4(boxes: TensorInfo, free: list[TensorInfo], first: Callable[[str], np.n
             return None
     else:
         return None
+    if len(lead) == 1:
+        roles = {"boxes": boxes.name, "scores": scores.name, "labels": classes.name}
+        return Layout("torchvision", roles, "graph outputs, by shape and type (torchvision's boxes, scores, labels)")
+    b = lead[0]
     counts = [t for t in free if t.integer and t.shape in ((b, 1), (b,))]
     if len(counts) > 1:
         counts = [t for t in counts if COUNT_NAME.search(t.name)]
@@ -154,6 +181,9 @@ def recognise(tensors: Sequence[TensorInfo], first: Callable[[str], np.ndarray |
     for t in free:
         if _det6(t, first):
             found.append(Layout("det6", {"detections": t.name}, "graph output, by shape and class column"))
+        elif _batch7(t, first):
+            src = "graph output, by shape and its batch index and class columns"
+            found.append(Layout("batch7", {"detections": t.name}, src))
     used = {n for lay in found for n in lay.tensors}
     free = [t for t in free if t.name not in used]
     fives = [t for t in free if t.floating and len(t.shape) == 3 and t.shape[2] == 5]
@@ -164,9 +194,9 @@ def recognise(tensors: Sequence[TensorInfo], first: Callable[[str], np.ndarray |
             found.append(Layout("dets5", roles, "graph outputs, by shape and type"))
     used = {n for lay in found for n in lay.tensors}
     free = [t for t in free if t.name not in used]
-    boxes = [t for t in free if t.floating and len(t.shape) == 3 and t.shape[2] == 4]
+    boxes = [t for t in free if t.floating and len(t.shape) in (2, 3) and t.shape[-1] == 4]
     for bx in boxes:
-        if sum(o.shape[:2] == bx.shape[:2] for o in boxes) != 1:
+        if sum(o.shape[:-1] == bx.shape[:-1] for o in boxes) != 1:
             continue  # two box tensors of one size: which scores go with which is a guess
         lay = _nms4(bx, [t for t in free if t is not bx], first)
         if lay is not None and not set(lay.tensors) & {n for x in found for n in x.tensors}:
@@ -182,9 +212,45 @@ def _rows(a: np.ndarray, dims: int, name: str) -> np.ndarray:
     return a
 
 
+def paired_images(
+    ref: Layout, ref_arrays: Mapping[str, np.ndarray], cand: Layout, cand_arrays: Mapping[str, np.ndarray]
+) -> tuple[list[Boxes], list[Boxes]]:
+    """Both sides' images of one sample. A batch7 tensor says no batch size: the images past the last one either
+    side has detections in are empty on the other."""
+    a, b = images(ref, ref_arrays), images(cand, cand_arrays)
+    if ref.kind == "batch7":
+        n = max(len(a), len(b))
+        empty = Boxes.of(np.zeros((0, 4)), np.zeros(0), np.zeros(0))
+        a, b = a + [empty] * (n - len(a)), b + [empty] * (n - len(b))
+    return a, b
+
+
+def _batch7_images(d: np.ndarray, name: str) -> list[Boxes]:
+    d = np.asarray(d)
+    if d.ndim != 2 or d.shape[-1] != 7:
+        raise DetectionError(f"{name}: shape {list(d.shape)}, expected [N, 7]")
+    index = np.asarray(d[:, 0], dtype=np.float64)
+    bad = ~np.isfinite(index) | (index < 0) | (index != np.rint(index))
+    if bad.any():
+        raise DetectionError(f"{name}: batch index {index[bad][0]:g} is not an image index")
+    ids = index.astype(np.int64)
+    out = []
+    for i in range(int(ids.max()) + 1 if ids.size else 0):
+        rows = d[ids == i]
+        keep = valid_rows(rows[:, 6], rows[:, 5])
+        out.append(Boxes.of(rows[keep, 1:5], rows[keep, 6], rows[keep, 5]))
+    return out
+
+
 def images(layout: Layout, arrays: Mapping[str, np.ndarray]) -> list[Boxes]:
     """The valid detections of each image of one sample, read from `arrays` (tensor name -> value)."""
     r = layout.roles
+    if layout.kind == "batch7":
+        return _batch7_images(arrays[r["detections"]], r["detections"])  # type: ignore[index]
+    if layout.kind == "torchvision":
+        r = {"count": None, "boxes": r["boxes"], "scores": r["scores"], "classes": r["labels"]}
+        if np.ndim(arrays[r["boxes"]]) == 2:  # type: ignore[index]  # one image
+            arrays = {t: np.asarray(arrays[t])[None] for t in r.values() if t is not None}
     if layout.kind == "det6":
         d = np.asarray(arrays[r["detections"]])  # type: ignore[index]
         if d.ndim not in (2, 3) or d.shape[-1] != 6:

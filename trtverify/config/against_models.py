@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtverify.config.postprocess import layout_problems
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, onnx_io
 from trtverify.toolout import calibcache
 from trtverify.util.errors import Problem, UsageError, did_you_mean
@@ -242,10 +243,30 @@ class _Checker:
                         ("stages", "e2e", "postprocess", "output"),
                         f"'{post.output}' is not an output of candidate '{name}' (its outputs: {_names(io[1])})",
                     )
+        if e2e.task == "detection" and post.hook is None:
+            models = [(self.ref, self.outputs)] + [
+                (f"candidate '{n}'", io[1])
+                for n in (e2e.candidates or list(self.suite.models.candidates))
+                if n in self.suite.models.candidates and (io := self.candidate_io(n)) is not None
+            ]
+            for model, outs in models:
+                found = layout_problems(post, [(m.name, m.shape) for m in outs], model)
+                for key, message in found:
+                    self.add(("stages", "e2e", "postprocess", *key), message)
+                if found:  # the first model that cannot be read says it
+                    break
         pre = e2e.preprocess
         fed = next((m for m in self.inputs if m.name == pre.input), None) if pre.input else None
         fed = fed or (self.inputs[0] if self.inputs else None)
         batch = fed.shape[0] if fed is not None and fed.shape else None
+        sizes = e2e.batch_sizes or [e2e.batch_size]
+        unbatched = fed is not None and fed.shape is not None and len(fed.shape) == 3 and fed.shape[0] in (1, 3)
+        if unbatched and e2e.task in ("detection", "segmentation") and sizes != [1]:  # [C, H, W]: one image
+            self.add(
+                ("stages", "e2e", "batch_sizes" if e2e.batch_sizes else "batch_size"),
+                f"{self.ref}'s input {fed.name} {list(fed.shape)} has no batch axis (one image, as torchvision's "
+                "detectors export it): set stages.e2e.batch_size: 1",
+            )
         for k, size in enumerate(e2e.batch_sizes or []):
             if isinstance(batch, int) and batch > 0 and size != batch:
                 self.add(

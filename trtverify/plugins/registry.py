@@ -87,6 +87,17 @@ class Plugins:
             return f"hook {self.hooks[op_type]}"
         return "built-in reference" if op_type in BUILTIN else "no reference"
 
+    def computed_by(self, op_type: str, libraries: bool = False) -> str:
+        """How a node of `op_type` is computed here, in words (`libraries`: custom-op libraries are registered)."""
+        spec = self.spec(op_type)
+        if spec == ONNXRUNTIME or (spec is None and libraries):
+            return "ONNX Runtime, from a library in backends.onnxruntime.custom_op_libraries"
+        if op_type in self.hooks:
+            return f"the user's reference {spec} (the suite's plugins: or --plugin)"
+        if spec is not None:
+            return f"trtverify's built-in numpy reference {spec} (docs/plugins.md)"
+        return "nothing: no reference, so it and what follows it are not compared (give one: docs/plugins.md)"
+
     def reference(self, op_type: str) -> Callable[..., Any]:
         if op_type not in self._loaded:
             spec = self.spec(op_type)

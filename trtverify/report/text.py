@@ -72,7 +72,12 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
             line += f"; {rewritten} rewritten by the converter, not comparable"
         for why, n in (cand.after_plugins or {}).items():
             line += f"; {count(n, 'tensor')} {why}, not compared"
+        picked = sum(1 for row in cand.rows if row.compared_by)
+        if picked:  # docs/stages/layerwise.md#index-tensors
+            line += f"; {count(picked, 'index tensor')} compared by what they select, never a root cause"
         out.append(line)
+        for note in cand.plugins or []:  # what the numbers after a plugin rest on
+            out.append(f"          {cand.name}: plugin {note}")
         out += detection_lines(cand)
         b = cand.vs_baseline
         if b is not None and b.state == "compared" and b.change is not None:

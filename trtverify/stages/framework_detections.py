@@ -14,7 +14,7 @@ import numpy as np
 
 from trtverify.compare.checks import CheckResult
 from trtverify.compare.detections import DetectionError, DetectionStats
-from trtverify.compare.detlayout import Layout, TensorInfo, images, recognise
+from trtverify.compare.detlayout import Layout, TensorInfo, paired_images, recognise
 from trtverify.config.layerwise import detection_checks
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.stages.layerwise.detections import judge
@@ -61,7 +61,7 @@ def compare(
         errors = []
         for si, (t_out, o_out) in enumerate(zip(torch_outs, onnx_outs)):
             try:
-                stats.add(si, images(g.torch, t_out), images(g.onnx, o_out))
+                stats.add(si, *paired_images(g.torch, t_out, g.onnx, o_out))
             except (DetectionError, KeyError) as exc:
                 errors.append(f"sample {si}: {exc}")
         row, judged = judge(g.onnx, g.torch, stats, errors, checks, iou=IOU, samples=len(onnx_outs), stage=NAME)

@@ -376,7 +376,7 @@ class DetectionTask(Task):
         if self.layout is None:
             dets = call_hook(self.hook, outputs, image_sizes=batch.sizes, input_size=size)
         else:  # the built-in layouts give input pixels: to each image's size
-            dets = self.layout.decode(outputs, size, model)
+            dets = self.layout.decode(outputs, size, model, batch=len(batch.index))
             for d, (h, w) in zip(dets, batch.sizes):
                 d[:, [0, 2]] *= w / size[1]
                 d[:, [1, 3]] *= h / size[0]

@@ -1,7 +1,8 @@
 """The detection output layouts TensorRT detectors emit, decoded to rows [K, 6] (x1, y1, x2, y2, score, category_id)
 in input pixels.
 
-- rows: one output [B, K, 6] (x1, y1, x2, y2, score, class); class is a category id unless `classes` maps it.
+- rows: one output [B, K, 6] (x1, y1, x2, y2, score, class), or one image's [K, 6]; class is a category id unless
+  `classes` maps it.
 - nms: the four outputs of TensorRT's NMS plugins, in EfficientNMS_TRT / BatchedNMS_TRT order: count [B, 1] (or
   [B]), boxes [B, K, 4] (x1, y1, x2, y2: EfficientNMS writes corners whatever its box_coding), scores [B, K],
   classes [B, K] (int32, or float from BatchedNMS_TRT); the first count rows of each image are valid.
@@ -10,12 +11,19 @@ in input pixels.
   >= score_threshold, highest score first, drops the later ones of its class (every class with class_agnostic)
   whose IoU with it is >= iou_threshold, EfficientNMS_TRT's rule; at most max_detections per image, and the
   PRE_NMS_TOP highest-scoring pairs at most enter the NMS (Ultralytics' max_nms).
+- yolov5: YOLOv5's raw head [B, N, 5 + C]: cx, cy, w, h, objectness, then C class scores per candidate; a pair's
+  score is objectness x class score (YOLOv5's non_max_suppression), decoded with the same greedy NMS as yolo.
 - mmdeploy: dets [B, K, 5] (x1, y1, x2, y2, score) and labels [B, K], label -1 marking padding (mmdeploy's
   TRTBatchedNMS and its end2end exports).
+- torchvision: boxes [K, 4] (x1, y1, x2, y2), scores [K], labels [K] of one image, as torchvision's detection
+  models return them (an export of one image; [B, K, 4], [B, K], [B, K] read as B images); labels are category ids
+  unless `classes` maps them.
+- batch_rows: [N, 7] rows (batch index, x1, y1, x2, y2, class index, score), every image of the batch in one output:
+  YOLOv7's end2end export with ONNX's NonMaxSuppression.
 
-Class indices (nms, yolo, mmdeploy; rows only with `classes`) become category ids through `classes` (index k ->
-classes[k]) or, by default, the dataset's category ids in ascending order. Errors name the model, the output, the
-shape found and the shape expected.
+Class indices (nms, yolo, yolov5, batch_rows, mmdeploy; rows and torchvision only with `classes`) become category
+ids through `classes` (index k -> classes[k]) or, by default, the dataset's category ids in ascending order.
+Errors name the model, the output, the shape found and the shape expected.
 """
 
 from __future__ import annotations
@@ -24,20 +32,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from trtverify.config.postprocess import LAYOUT_ROLES, Postprocess
+from trtverify.config.postprocess import KNOWN_NAMES, LAYOUT_ROLES, Postprocess
 from trtverify.util.errors import UsageError
 
 PRE_NMS_TOP = 30000
-# Output names per layout, as exporters write them: YOLO exporters' EfficientNMS_TRT ending (YOLOv6/v7/v8
-# end2end), TensorRT's EfficientNMS_TRT documentation, TensorRT's BatchedNMS_TRT documentation; mmdeploy.
-KNOWN_NAMES: dict[str, tuple[tuple[str, ...], ...]] = {
-    "nms": (
-        ("num_dets", "det_boxes", "det_scores", "det_classes"),
-        ("num_detections", "detection_boxes", "detection_scores", "detection_classes"),
-        ("num_detections", "nmsed_boxes", "nmsed_scores", "nmsed_classes"),
-    ),
-    "mmdeploy": (("dets", "labels"),),
-}
+ID_LAYOUTS = ("rows", "torchvision")  # their classes are category ids unless `classes` maps them
 
 
 def _shape(a: np.ndarray) -> str:
@@ -101,15 +100,27 @@ class DetectionLayout:
         )
 
     # -- decoding ------------------------------------------------------------------------
-    def decode(self, outputs: dict[str, np.ndarray], input_size: tuple[int, int], model: str) -> list[np.ndarray]:
-        """One float64 array [K, 6] per image: x1, y1, x2, y2 in input pixels, score, category id."""
+    def decode(
+        self, outputs: dict[str, np.ndarray], input_size: tuple[int, int], model: str, batch: int | None = None
+    ) -> list[np.ndarray]:
+        """One float64 array [K, 6] per image: x1, y1, x2, y2 in input pixels, score, category id (`batch`: the
+        images fed, which batch_rows cannot tell)."""
         named = self._named(outputs, model)
+        if self.layout in ("rows", "torchvision") and batch not in (None, 1) and np.ndim(named[0][1]) == 2:
+            raise UsageError(
+                f"{model}: postprocess layout {self.layout}: output '{named[0][0]}' {_shape(named[0][1])} holds one "
+                f"image's detections, but {batch} images were fed: set stages.e2e.batch_size: 1"
+            )
         if self.layout == "rows":
             rows = self._rows(model, *named[0])
         elif self.layout == "nms":
             rows = self._nms(model, named)
         elif self.layout == "mmdeploy":
             rows = self._mmdeploy(model, named)
+        elif self.layout == "torchvision":
+            rows = self._torchvision(model, named)
+        elif self.layout == "batch_rows":
+            rows = self._batch_rows(model, *named[0], batch)
         else:
             rows = self._yolo(model, *named[0])
         if self.pp.normalized:
@@ -117,8 +128,8 @@ class DetectionLayout:
             scale = np.array([w, h, w, h], dtype=np.float64)
             for r in rows:
                 r[:, :4] *= scale
-        if self.layout != "rows" or self.pp.classes is not None:
-            name = named[-1][0] if self.layout in ("nms", "mmdeploy") else named[0][0]
+        if self.layout not in ID_LAYOUTS or self.pp.classes is not None:
+            name = named[-1][0] if len(named) > 1 else named[0][0]
             for r in rows:
                 r[:, 5] = self._category(r[:, 5], model, name)
         return rows
@@ -137,9 +148,45 @@ class DetectionLayout:
         return np.where(finite, self.index_to_id[k.astype(np.int64)], np.nan)
 
     def _rows(self, model: str, name: str, a: np.ndarray) -> list[np.ndarray]:
-        if a.ndim != 3 or a.shape[-1] != 6:
-            raise self._wrong(model, name, a, "[B, K, 6] (x1, y1, x2, y2, score, class)")
+        if a.ndim not in (2, 3) or a.shape[-1] != 6:
+            raise self._wrong(model, name, a, "[B, K, 6] or one image's [K, 6] (x1, y1, x2, y2, score, class)")
+        if a.ndim == 2:
+            return [a.astype(np.float64)]
         return [a[b].astype(np.float64) for b in range(a.shape[0])]
+
+    def _torchvision(self, model: str, named: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+        (nb, boxes), (ns, scores), (nl, labels) = named
+        if boxes.ndim not in (2, 3) or boxes.shape[-1] != 4:
+            raise self._wrong(model, nb, boxes, "[K, 4] (x1, y1, x2, y2 of one image) or [B, K, 4]")
+        lead = boxes.shape[:-1]
+        for n, a in ((ns, scores), (nl, labels)):
+            if a.shape != lead:
+                raise self._wrong(model, n, a, f"{list(lead)} (as {nb} {list(boxes.shape)} gives K)")
+        per = [(boxes, scores, labels)] if boxes.ndim == 2 else list(zip(boxes, scores, labels))
+        out = []
+        for b, sc, lab in per:
+            rows = np.empty((len(sc), 6), dtype=np.float64)
+            rows[:, :4], rows[:, 4], rows[:, 5] = b, sc, lab
+            out.append(rows)
+        return out
+
+    def _batch_rows(self, model: str, name: str, a: np.ndarray, batch: int | None) -> list[np.ndarray]:
+        if a.ndim != 2 or a.shape[-1] != 7:
+            raise self._wrong(model, name, a, "[N, 7] (batch index, x1, y1, x2, y2, class, score)")
+        index = a[:, 0].astype(np.float64)
+        n = batch if batch is not None else (int(index.max()) + 1 if len(index) else 1)
+        bad = (index != np.round(index)) | (index < 0) | (index >= n)
+        if bad.any():
+            raise UsageError(
+                f"{model}: postprocess layout batch_rows: output '{name}' has a row of batch index {index[bad][0]:g} "
+                f"in a batch of {n} images; is column 0 the batch index (batch_rows: batch index, x1, y1, x2, y2, "
+                "class, score)?"
+            )
+        out = []
+        for i in range(n):
+            r = a[index == i].astype(np.float64)
+            out.append(np.stack([r[:, 1], r[:, 2], r[:, 3], r[:, 4], r[:, 6], r[:, 5]], axis=1))
+        return out
 
     def _nms(self, model: str, named: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
         (nc, count), (nb, boxes), (ns, scores), (nk, classes) = named
@@ -186,9 +233,21 @@ class DetectionLayout:
     def _yolo(self, model: str, name: str, a: np.ndarray) -> list[np.ndarray]:
         c = len(self.index_to_id)
         source = "postprocess.classes" if self.pp.classes is not None else "the dataset's categories"
+        if self.layout == "yolov5":
+            if a.ndim != 3 or a.shape[2] != 5 + c:
+                hint = ""
+                if a.ndim == 3 and a.shape[2] > 5:
+                    hint = (f"the head has {a.shape[2] - 5} classes, {source} give {c}: give postprocess.classes, "
+                            "one category id per class index")  # fmt: skip
+                raise self._wrong(model, name, a, f"[B, N, {5 + c}] (cx, cy, w, h, objectness, then {c} class "
+                                  f"scores from {source})", hint)  # fmt: skip
+            heads = [np.concatenate([h[:, :4], h[:, 5:] * h[:, 4:5]], axis=1).T for h in a.astype(np.float64)]
+            return [self._nms_head(h) for h in heads]
         if a.ndim != 3 or a.shape[1] != 4 + c:
             hint = ""
-            if a.ndim == 3 and a.shape[2] == 4 + c:
+            if a.ndim == 3 and a.shape[2] == 5 + c:
+                hint = "it looks like YOLOv5's [B, N, 5 + C] (objectness, then classes): use postprocess layout yolov5"
+            elif a.ndim == 3 and a.shape[2] == 4 + c:
                 hint = (
                     "it looks like [B, N, 4 + C] (candidates first): export the head as [B, 4 + C, N] or decode "
                     "it with a postprocess.hook"
@@ -200,23 +259,21 @@ class DetectionLayout:
                 )
             raise self._wrong(model, name, a, f"[B, {4 + c}, N] (cx, cy, w, h, then {c} class scores from {source})",
                               hint)  # fmt: skip
+        return [self._nms_head(a[i].astype(np.float64)) for i in range(a.shape[0])]
+
+    def _nms_head(self, head: np.ndarray) -> np.ndarray:
+        """One image's raw head [4 + C, N] (cx, cy, w, h, then the class scores) through the NMS settings."""
         pp = self.pp
-        out = []
-        for i in range(a.shape[0]):
-            head = a[i].astype(np.float64)
-            cx, cy, w, h = head[:4]
-            boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
-            out.append(
-                greedy_nms(
-                    boxes,
-                    head[4:].T,
-                    score_threshold=float(pp.nms_setting("score_threshold")),
-                    iou_threshold=float(pp.nms_setting("iou_threshold")),
-                    max_detections=int(pp.nms_setting("max_detections")),
-                    class_agnostic=bool(pp.nms_setting("class_agnostic")),
-                )
-            )
-        return out
+        cx, cy, w, h = head[:4]
+        boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
+        return greedy_nms(
+            boxes,
+            head[4:].T,
+            score_threshold=float(pp.nms_setting("score_threshold")),
+            iou_threshold=float(pp.nms_setting("iou_threshold")),
+            max_detections=int(pp.nms_setting("max_detections")),
+            class_agnostic=bool(pp.nms_setting("class_agnostic")),
+        )
 
 
 def greedy_nms(

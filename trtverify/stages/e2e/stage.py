@@ -106,9 +106,12 @@ def _run_models(
                 pending.pop(0).result()
             m = models[k]
             assert m.backend is not None
-            name = input_name or m.backend.inputs()[0].name
+            meta = next((i for i in m.backend.inputs() if i.name == input_name), None) or m.backend.inputs()[0]
+            x = batch.inputs
+            if meta.shape is not None and len(meta.shape) == x.ndim - 1 and len(x) == 1:
+                x = x[0]  # an input of one image without a batch axis ([3, H, W], as torchvision's detectors export)
             t0 = time.perf_counter()
-            outputs = m.backend.infer({name: batch.inputs})
+            outputs = m.backend.infer({meta.name: x})
             m.infer_s += time.perf_counter() - t0
             pending.append(poster.submit(post, m, outputs, batch))
             done[k] += len(batch.index)

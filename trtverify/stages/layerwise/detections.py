@@ -6,7 +6,8 @@ Its tensors, and the tensors between them and a selection before them (NonMaxSup
 comparison such as the Equal of a max-pool peak search; with no weighted layer after it), leave the elementwise rows,
 the checks on every tensor and the root causes: which boxes they hold and in what order follow near-equal scores,
 which a lower precision swaps. They are compared as a `DetectionRow` with its own
-checks (`stages.layerwise.detections`, by default per precision).
+checks (`stages.layerwise.detections`, by default per precision). Index tensors no row covers are compared by what
+they select (`trtverify.stages.layerwise.selection`), through the same plan.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import numpy as np
 
 from trtverify.compare.checks import CheckResult, failed_check
 from trtverify.compare.detections import DetectionError, DetectionStats
-from trtverify.compare.detlayout import DETS5_PLUGINS, NMS4_PLUGINS, Layout, TensorInfo, images, recognise
+from trtverify.compare.detlayout import DETS5_PLUGINS, NMS4_PLUGINS, Layout, TensorInfo, paired_images, recognise
 from trtverify.config.layerwise import DetectionCheck, LayerwiseDetections, detection_checks
 from trtverify.graph.onnxgraph import GraphIndex
+from trtverify.stages.layerwise import selection
 from trtverify.stages.layerwise.detmodels import DetectionRow, WorstImage
 from trtverify.stages.layerwise.reference import NAME, ReferencePass
 
@@ -44,19 +46,26 @@ class Group:
 @dataclass
 class Plan:
     groups: list[Group]
+    picked: selection.Plan = field(default_factory=selection.Plan)  # index tensors outside the detection rows
+    ref: ReferencePass | None = None
 
     @property
     def covered(self) -> set[str]:
-        """Reference tensors compared through detection rows: left out of the elementwise rows."""
-        return {t for g in self.groups for t in [*g.layout.tensors, *g.covers]}
+        """Reference tensors compared through detection rows or by what they select: no elementwise row."""
+        return {t for g in self.groups for t in [*g.layout.tensors, *g.covers]} | self.picked.tensors
 
     def keep(self, si: int, candidate_tensor: str, value: np.ndarray) -> bool:
-        """Keep a candidate value a detection row needs; whether it is one (then it gets no elementwise series)."""
+        """Keep a candidate value a detection row needs, or compare an index tensor's; whether it is one (then it
+        gets no elementwise series)."""
         hit = False
         for g in self.groups:
             if candidate_tensor in g.candidate.tensors:
                 g.values.setdefault(si, {})[candidate_tensor] = np.array(value)
                 hit = True
+        r = self.picked.by_candidate.get(candidate_tensor)
+        if r is not None and self.ref is not None:
+            self.picked.series[r].add(self.ref.store.get(si, r), value)
+            hit = True
         return hit
 
 
@@ -104,7 +113,7 @@ def _covers(g: GraphIndex, tensors: Sequence[str], values: set[str]) -> list[str
 def plan(ref: ReferencePass, pairs: Sequence[tuple[str, str]], cfg: LayerwiseDetections) -> Plan:
     """The layouts of the reference that pair whole with the candidate's tensors, with what each covers."""
     if not cfg.compare:
-        return Plan([])
+        return Plan([], selection.plan(ref, pairs, ()), ref)
     paired = dict(pairs)
 
     def first(name: str) -> np.ndarray | None:
@@ -121,7 +130,8 @@ def plan(ref: ReferencePass, pairs: Sequence[tuple[str, str]], cfg: LayerwiseDet
         cand = Layout(lay.kind, {r: paired[t] if t is not None else None for r, t in lay.roles.items()}, lay.source)
         covers = [t for t in _covers(ref.graph, lay.tensors, values) if t in paired]
         groups.append(Group(lay, cand, covers))
-    return Plan(groups)
+    covered = {t for g in groups for t in [*g.layout.tensors, *g.covers]}
+    return Plan(groups, selection.plan(ref, pairs, covered), ref)
 
 
 def checks_of(cfg: LayerwiseDetections, candidate: str, precision: str) -> tuple[list[DetectionCheck], str]:
@@ -148,8 +158,8 @@ def compare(
                 errors.append(f"sample {si}: the candidate gave no {', '.join(missing)}")
                 continue
             try:
-                stats.add(si, images(g.layout, {t: ref.store.get(si, t) for t in g.layout.tensors}),
-                          images(g.candidate, got))  # fmt: skip
+                ref_values = {t: ref.store.get(si, t) for t in g.layout.tensors}
+                stats.add(si, *paired_images(g.layout, ref_values, g.candidate, got))
             except DetectionError as exc:
                 errors.append(f"sample {si}: {exc}")
         g.values.clear()

@@ -21,9 +21,10 @@ class DetectionRow(Record):
 
     tensors: list[str] = Field(description="the reference tensors holding the detections, in the layout's role order")
     candidate_tensors: list[str] | None = optional("the candidate's tensors, where named otherwise")
-    layout: Literal["nms4", "dets5", "det6"] = Field(
+    layout: Literal["nms4", "dets5", "det6", "torchvision", "batch7"] = Field(
         description="nms4: count, boxes [B, K, 4], scores, classes; dets5: dets [B, K, 5] and labels [B, K]; det6: "
-        "[B, K, 6] or [K, 6] rows (x1, y1, x2, y2, score, class)"
+        "[B, K, 6] or [K, 6] rows (x1, y1, x2, y2, score, class); torchvision: boxes [K, 4], scores [K], labels [K] "
+        "of one image; batch7: [N, 7] rows (batch index, x1, y1, x2, y2, class, score)"
     )
     roles: dict[str, str] = Field(
         description="role (count, boxes, scores, classes, dets, labels, detections) -> reference tensor"

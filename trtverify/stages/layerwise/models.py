@@ -38,6 +38,11 @@ class Row(Record):
         "why it is not compared: the candidate rewrote it, or it is after a plugin node without a reference "
         "('after plugin X (no reference)'); left out of every check"
     )
+    compared_by: str | None = optional(
+        "set where the tensor is compared by what it selects, not element by element: an index tensor (metric "
+        "selected_overlap) or values picked by one (sorted_rel_l2); never a root cause (docs/stages/layerwise.md#index-"
+        "tensors)"
+    )
     node: str | None = Field(description="the reference node that produces it")
     op_type: str | None
     topo_index: int = Field(description="the node's position in the reference's topological order")
@@ -224,6 +229,11 @@ class LayerwiseCandidate(Record):
     )
     paired: Coverage | None = optional("how many reference tensors were paired, and how (the check `tensors paired`)")
     unmatched: Unmatched
+    plugins: list[str] | None = optional(
+        "each plugin node of the candidate and what computed it here (trtverify's built-in numpy reference, the "
+        "user's hook, a custom-op library, or nothing), e.g. \"EfficientNMS_TRT '/nms' by trtverify's built-in numpy "
+        'reference ..."'
+    )
     after_plugins: dict[str, int] | None = optional(
         "tensors not computed, by the plugin without a reference they wait on ('after plugin X (no reference)'): "
         "rows of their own, left out of every check"

@@ -39,7 +39,7 @@ from trtverify.graph.onnxinfo import load_onnx
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
 from trtverify.stages.base import StageContext, status_of
-from trtverify.stages.layerwise import detections, drift
+from trtverify.stages.layerwise import detections, drift, selection
 from trtverify.stages.layerwise import plugins as around_plugins
 from trtverify.stages.layerwise import ranges as quant_ranges
 from trtverify.stages.layerwise.localize import Evidence, root_causes
@@ -324,6 +324,7 @@ def _candidate(
     ort_options = as_written(suite.backends).onnxruntime
     with backend:
         cand_names = list(dict.fromkeys(list(backend.intermediates()) + [m.name for m in backend.outputs()]))
+        plugin_notes = backend.plugin_notes()
         rounded = getattr(backend, "emulated", None)
         emulation = (
             f"emulated as a GPU computes it (ONNX Runtime's CPU lacks BF16 kernels and runs FP16 ops in FP32): FP32 "
@@ -358,6 +359,8 @@ def _candidate(
         rows, checks = _rows_and_checks(
             name, ref, resolved, series, checks_for, missing, cfg.allow_uncompared, dets.covered
         )
+        picked_rows, picked_checks = selection.rows_and_checks(ref, dets.picked, name)  # index tensors
+        rows, checks = sorted(rows + picked_rows, key=lambda row: row.topo_index), checks + picked_checks
         checks.insert(1, paired_check)
         det_checks, det_source = detections.checks_of(cfg.detections, name, loosest(precision))
         det_rows, det_results = detections.compare(name, ref, dets, len(samples), cfg.detections, det_checks)
@@ -410,6 +413,7 @@ def _candidate(
         paired=paired,
         unmatched=around_plugins.without(unmatched(resolved, structure, ref, reason, shapes, cand_graph), missing),
         after_plugins=around_plugins.counts(missing),
+        plugins=plugin_notes or None,
         ranges=ranges or None,
         lint=lint,
         passed=all(ch.passed for ch in checks),
