@@ -188,6 +188,7 @@ def run(
             chosen_by,
             model_inputs,
             owners,
+            begun,
         )
 
 

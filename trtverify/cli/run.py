@@ -177,6 +177,7 @@ class Begun:
 
     loaded: Any = None
     out: Path | None = None
+    recorded: bool = False  # the run's recorder wrote its results: a later signal changes nothing there
 
 
 @contextmanager
@@ -195,7 +196,7 @@ def stops_recorded(
         release()  # a signal that came since the worker started is raised here
         yield begun
     except KeyboardInterrupt as exc:
-        if getattr(exc, "trtverify_stopped", None) is None and (guess_out or begun.out is not None):
+        if getattr(exc, "trtverify_stopped", None) is None and not begun.recorded and (guess_out or begun.out):
             try:
                 exc.trtverify_stopped = _stopped_early(begun, suite, out_dir, stages, shard, signal_of(exc))  # type: ignore[attr-defined]
             except (TrtVerifyError, OSError):
@@ -257,9 +258,10 @@ def execute(
     chosen_by: str | None = None,
     model_inputs: Any = None,
     owners: Any = None,
+    begun: Begun | None = None,
 ) -> None:
     """Run `loaded` into `out` under its lock; `model_inputs`: what `runner.preflight` gave, where the command ran it
-    already."""
+    already; `begun`: told when the run's results are written (`stops_recorded`)."""
     from trtverify.util.fsutil import folder_lock
 
     with folder_lock(out):  # before any work: exit 2 if OUT cannot be written or another run writes there
@@ -281,6 +283,8 @@ def execute(
             model_inputs=model_inputs,
             owners=owners,
         )
+        if begun is not None:
+            begun.recorded = True
         finish(results, out, quiet, junit)
         for stage in results.stages:
             if stage.error is not None and stage.error.traceback:
