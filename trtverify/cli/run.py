@@ -63,9 +63,10 @@ def run_and_record(loaded: Any, out: Path, **kw: Any) -> Any:
 
     previous = _previous(Path(out))
     earlier = _earlier(Path(out), previous)
-    recorder = Recorder(
-        loaded, Path(out), kw.get("shard"), earlier, previous, _renderer(), planned(loaded, kw.get("stages") or ())
-    )
+    todo = planned(loaded, kw.get("stages") or ())
+    # the earlier run's other stages stay beside this run's, unless this run feeds other samples (--samples worst)
+    keep = kw.get("samples_override") is None
+    recorder = Recorder(loaded, Path(out), kw.get("shard"), earlier, previous, _renderer(), todo, keep)
     done = []
     if earlier is not None:  # this run's stages the crashed worker finished, in order (not the kept ones)
         done = [s for s in earlier.stages if s.kept_from is None][: native.resume().results["done"]]

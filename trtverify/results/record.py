@@ -88,11 +88,13 @@ class Recorder:
         previous: Results | None = None,
         render: Callable[[Results], str] | None = None,
         planned: Sequence[tuple[str, str | None]] = (),
+        keep: bool = True,
     ):
         """`earlier`: the results.json of this run's worker that crashed (cli/supervise.py): its start time and
         duration go on. `render`: the report's HTML of a results document, written to DIR/report.html with
         each results.json. `planned`: the stages this run is to run, listed as not run where it is stopped
-        before the runner names them."""
+        before the runner names them. `keep` False: no stage result of `previous` stands in for one of this run
+        (a run on other samples than the suite's, `--samples worst`)."""
         self.path = Path(out_dir) / "results.json"
         self.report = self.path.with_name("report.html")
         self.suite = SuiteInfo(
@@ -110,7 +112,7 @@ class Recorder:
             self.t0 -= earlier.duration_s
         self.previous = previous
         self.render = render
-        self.kept = self._keepable(previous)
+        self.kept = self._keepable(previous) if keep else []
         self.done: list[StageResult] = []  # this run's stage results so far
         self.pending: list[tuple[str, str | None]] = list(planned)
         self.written: Results | None = None  # the document last written
