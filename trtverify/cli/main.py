@@ -30,7 +30,7 @@ from trtverify.cli.options import (
 )
 from trtverify.cli.run import execute, finish, stopped_lines, stops_recorded, suite_out
 from trtverify.cli.shardenv import parse_shard
-from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
+from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError, interrupt_in
 from trtverify.util.words import count, plural
 
 
@@ -459,7 +459,10 @@ def main(argv: list[str] | None = None) -> None:
         _stop(130)
     except SystemExit:
         raise
-    except Exception:  # a bug in trtverify: show everything
+    except Exception as exc:  # a bug in trtverify: show everything (but a Ctrl-C an import turned into ImportError)
+        if interrupt_in(exc) is not None:
+            _stopped("interrupted", interrupt_in(exc))
+            _stop(143 if isinstance(interrupt_in(exc), Terminated) else 130)
         click.echo("internal error (a bug in trtverify; please report it with this traceback):", err=True)
         click.echo(traceback.format_exc(), err=True)
         sys.exit(EXIT_INTERNAL)

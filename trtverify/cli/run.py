@@ -17,7 +17,7 @@ import click
 
 from trtverify import __version__
 from trtverify.util import native
-from trtverify.util.errors import TrtVerifyError
+from trtverify.util.errors import TrtVerifyError, interrupt_in
 from trtverify.util.words import count
 
 
@@ -72,12 +72,17 @@ def run_and_record(loaded: Any, out: Path, **kw: Any) -> Any:
         done = [s for s in earlier.stages if s.kept_from is None][: native.resume().results["done"]]
     try:
         run_suite(loaded, Path(out), recorder, done=done, **kw)
-    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: what was kept, for the message main() prints
-        written = recorder.stopped(signal_of(exc))
-        exc.trtverify_stopped = Stopped(  # type: ignore[attr-defined]
+    except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C, SIGTERM: what was kept, for the message main() prints
+        stop = exc if isinstance(exc, KeyboardInterrupt) else interrupt_in(exc)
+        if stop is None:
+            raise
+        written = recorder.stopped(signal_of(stop))
+        stop.trtverify_stopped = Stopped(  # type: ignore[attr-defined]
             recorder.path, written, loaded.path, kw.get("shard"), tuple(recorder.pending)
         )
-        raise
+        if stop is exc:
+            raise
+        raise stop from None
     assert recorder.written is not None  # the runner tells its sink at least once, whatever happens
     return recorder.written
 
@@ -196,13 +201,31 @@ def stops_recorded(
     try:
         release()  # a signal that came since the worker started is raised here
         yield begun
+    except Exception as exc:
+        stop = interrupt_in(exc)  # Ctrl-C while a C extension was imported (onnx): ImportError from it
+        if stop is None:
+            raise
+        _record_stop(stop, begun, suite, out_dir, stages, shard, guess_out)
+        raise stop from None
     except KeyboardInterrupt as exc:
-        if getattr(exc, "trtverify_stopped", None) is None and not begun.recorded and (guess_out or begun.out):
-            try:
-                exc.trtverify_stopped = _stopped_early(begun, suite, out_dir, stages, shard, signal_of(exc))  # type: ignore[attr-defined]
-            except (TrtVerifyError, OSError):
-                pass  # a suite that does not load, a folder that cannot be written or is in use: nothing to say
+        _record_stop(exc, begun, suite, out_dir, stages, shard, guess_out)
         raise
+
+
+def _record_stop(
+    exc: KeyboardInterrupt,
+    begun: Begun,
+    suite: Path,
+    out_dir: Path | None,
+    stages: Sequence[str],
+    shard: Any,
+    guess_out: bool,
+) -> None:
+    if getattr(exc, "trtverify_stopped", None) is None and not begun.recorded and (guess_out or begun.out):
+        try:
+            exc.trtverify_stopped = _stopped_early(begun, suite, out_dir, stages, shard, signal_of(exc))  # type: ignore[attr-defined]
+        except (TrtVerifyError, OSError):
+            pass  # a suite that does not load, a folder that cannot be written or is in use: nothing to say
 
 
 def _stopped_early(

@@ -75,3 +75,17 @@ def unknown(what: str, value: str, known: list[str] | dict[str, object]) -> str:
     close = [by_lower[c] for c in difflib.get_close_matches(value.lower(), list(by_lower), n=1)]
     hint = f"; did you mean '{close[0]}'?" if close else ""
     return f"unknown {what} '{value}'{hint} (known: {', '.join(names)})"
+
+
+def interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or SIGTERM, which the CLI raises the same way) behind `exc`, where another exception stands in
+    for it: a C extension whose import it interrupted raises ImportError('initialization failed') from it
+    (onnxruntime, onnx: pybind11), which would otherwise read as a bug in a stage."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
