@@ -77,8 +77,10 @@ def test_a_rerun_stopped_at_any_moment_keeps_the_finished_run(suite: Path, tmp_p
     # 2. stopped mid-stage (e2e sleeps in its preprocess hook) once layerwise is done
     proc = _start("run", str(suite), "--out", str(out), sleep=30)
     first = _wait_for_stage(out, "layerwise", proc)
-    while first["started"] == before["started"]:  # the new run's results.json, not the finished one's
+    while "interrupted" in first:  # the new run's results.json, not the one stopped in 1.
+        time.sleep(0.02)
         first = _wait_for_stage(out, "layerwise", proc)
+    assert first["stages"][1]["kept_from"] == before["started"]  # e2e, not run yet: the finished run's, kept
     # results.json and the report are written together after each stage: they agree while the run goes on
     assert first["started"] in _report(out) and "earlier run started" in _report(out)
     err = _stop_when(proc, lambda: True, signal.SIGTERM)

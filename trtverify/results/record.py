@@ -111,6 +111,7 @@ class Recorder:
             self.started = earlier.started
             self.t0 -= earlier.duration_s
         self.previous = previous
+        self.resumed = earlier is not None  # `previous` is this run's own, written by a worker that crashed
         self.render = render
         self.kept = self._keepable(previous) if keep else []
         self.done: list[StageResult] = []  # this run's stage results so far
@@ -127,7 +128,7 @@ class Recorder:
         for s in previous.stages:
             if s.status == "skipped" and NOT_RUN in s.notes:
                 continue
-            if s.kept_from is None and previous.started == self.started:  # this run's own (a crashed worker's)
+            if s.kept_from is None and self.resumed:  # this run's own (a crashed worker's): `done` holds them
                 continue
             out.append(s if s.kept_from is not None else s.model_copy(update={"kept_from": previous.started}))
         return out
