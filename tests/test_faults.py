@@ -266,12 +266,14 @@ def test_a_full_disk_mid_write_is_a_clear_error_and_keeps_the_previous_results(s
     r = run_cli("run", str(suite), "--out", str(out), "--stage", "layerwise")
     assert r.code == 0, r.err
     before = (out / "results.json").read_bytes()
+    report = (out / "report.html").read_bytes()
     proc = _start("run", str(suite), "--out", str(out), prelude=FULL_DISK)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 2, err
-    assert f"error: cannot write {out / 'results.json'}: No space left on device" in err
+    # the report is written first, then results.json (results/record.py Recorder._write): the first write fails
+    assert f"error: cannot write {out / 'report.html'}: No space left on device" in err
     assert "the previous file is unchanged" in err and "Traceback" not in err
-    assert (out / "results.json").read_bytes() == before
+    assert (out / "results.json").read_bytes() == before and (out / "report.html").read_bytes() == report
     assert not list(out.glob(".*.tmp")) and not (out / ".trtverify.lock").exists()
 
 

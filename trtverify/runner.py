@@ -27,7 +27,14 @@ from trtverify.data.reference import ReferenceStore
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.stages.base import Progress, Shard, StageContext, StageError, StageResult, StageWork, no_progress
 from trtverify.util import native
-from trtverify.util.errors import EXIT_INTERNAL, MissingDependency, SuiteError, TrtVerifyError, UsageError
+from trtverify.util.errors import (
+    EXIT_INTERNAL,
+    MissingDependency,
+    SuiteError,
+    TrtVerifyError,
+    UsageError,
+    interrupt_in,
+)
 from trtverify.util.words import plural
 
 
@@ -192,6 +199,9 @@ def _run_one(plan: StagePlan, ctx: StageContext, crashed: native.Crash | None = 
         kind = "dependency" if isinstance(exc, MissingDependency) else "user"
         return result_type(status="error", error=StageError(kind=kind, message=str(exc), exit_code=exc.exit_code))
     except Exception as exc:  # a bug: keep going with the other stages, keep the traceback
+        stop = interrupt_in(exc)
+        if stop is not None:  # Ctrl-C while a C extension was being imported: the run stops, as anywhere else
+            raise stop from None
         error = StageError(
             kind="internal",
             message=f"{type(exc).__name__}: {exc}",

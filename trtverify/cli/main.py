@@ -28,9 +28,9 @@ from trtverify.cli.options import (
     several_hint,
     unclaimed_folder,
 )
-from trtverify.cli.run import execute, finish, stopped_lines
+from trtverify.cli.run import execute, finish, stopped_lines, stops_recorded, suite_out
 from trtverify.cli.shardenv import parse_shard
-from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError
+from trtverify.util.errors import EXIT_INTERNAL, EXIT_USAGE, TrtVerifyError, interrupt_in
 from trtverify.util.words import count, plural
 
 
@@ -134,66 +134,62 @@ def run(
     shard = parse_shard(shard_text, quiet)
     suites, suite = suite, suite[0]  # several suites, or one (the first)
     if len(suites) > 1 or suite.is_dir():
+        from trtverify.cli.supervise import release
         from trtverify.cli.zoo import run_many
 
+        release()
         if samples_mode != "suite" or from_results is not None:
             raise TrtVerifyError("--samples worst and --from-results take one suite, not several")
         options = dict(update_reference=update_reference, update_baseline=update_baseline, stages=stages)
         options.update(reference_dir=reference_dir, plugins=plugin_map(plugins))
         run_many(suites, out_dir or Path("reports") / "gate", jobs, options, shard, junit, quiet)
-    owners = [int(x) for x in deal_text.split(",") if x.strip()] if deal_text else None
-    loaded = with_plugins(load_suite(suite), plugin_map(plugins))
-    model_inputs = preflight(loaded)  # every suite error (exit 2) before a folder is made or a line printed
-    out = out_dir or suite_out(loaded)
-    override, chosen_by = None, None
-    if samples_mode == "worst":
-        from trtverify.results.io import load_results
-        from trtverify.stages.e2e.stage import worst_feeds
+    with stops_recorded(suite, out_dir, stages, shard, guess_out=samples_mode == "suite") as begun:
+        owners = [int(x) for x in deal_text.split(",") if x.strip()] if deal_text else None
+        loaded = begun.loaded = with_plugins(load_suite(suite), plugin_map(plugins))
+        model_inputs = preflight(loaded)  # every suite error (exit 2) before a folder is made or a line printed
+        out = out_dir or suite_out(loaded)
+        override, chosen_by = None, None
+        if samples_mode == "worst":
+            from trtverify.results.io import load_results
+            from trtverify.stages.e2e.stage import worst_feeds
 
-        # read the e2e run's results; write beside them, not over them
-        source = from_results or out / "results.json"
-        if not source.is_file():
-            raise TrtVerifyError(
-                f"--samples worst needs a previous run with stage e2e: {source} not found "
-                "(run the e2e stage first, or pass --from-results)"
+            # read the e2e run's results; write beside them, not over them
+            source = from_results or out / "results.json"
+            if not source.is_file():
+                raise TrtVerifyError(
+                    f"--samples worst needs a previous run with stage e2e: {source} not found "
+                    "(run the e2e stage first, or pass --from-results)"
+                )
+            if out_dir is None or from_results is None:  # --out names the e2e run's folder: OUT/worst
+                out = out / "worst"
+            override = worst_feeds(loaded, _worst_positions(load_results(source), source))
+            chosen_by = f"--samples worst: the {count(len(override), 'sample')} listed in {source}"
+        if shard is not None and out_dir is None:
+            out = out / f"shard-{shard.index}-of-{shard.count}"
+        if out != out_dir:  # a folder --out did not name: never another suite's results
+            chosen = "its out: folder" if loaded.suite.out else "its default folder"
+            unclaimed_folder(out, loaded.path, chosen=chosen, hint=f" (or set out: in {loaded.path})")
+        begun.out = out
+        if override is not None and not quiet:
+            click.echo(
+                f"samples: the {len(override)} worst {plural('sample', len(override))} listed in {source}", err=True
             )
-        if out_dir is None or from_results is None:  # --out names the e2e run's folder: OUT/worst
-            out = out / "worst"
-        override = worst_feeds(loaded, _worst_positions(load_results(source), source))
-        chosen_by = f"--samples worst: the {count(len(override), 'sample')} listed in {source}"
-    if shard is not None and out_dir is None:
-        out = out / f"shard-{shard.index}-of-{shard.count}"
-    if out != out_dir:  # a folder --out did not name: never another suite's results
-        chosen = "its out: folder" if loaded.suite.out else "its default folder"
-        unclaimed_folder(out, loaded.path, chosen=chosen, hint=f" (or set out: in {loaded.path})")
-    if override is not None and not quiet:
-        click.echo(f"samples: the {len(override)} worst {plural('sample', len(override))} listed in {source}", err=True)
-    execute(
-        loaded,
-        out,
-        stages,
-        update_reference,
-        reference_dir,
-        quiet,
-        override,
-        junit,
-        shard,
-        update_baseline,
-        chosen_by,
-        model_inputs,
-        owners,
-    )
-
-
-def suite_out(loaded: Any) -> Path:
-    """Where a run of the suite writes when no --out is given: its `out:` (shown relative to the current folder
-    where it is below it), else reports/<name>."""
-    import os
-
-    if loaded.suite.out is None:
-        return Path("reports") / loaded.suite.name
-    rel = Path(os.path.relpath(loaded.suite.out))
-    return loaded.suite.out if rel.parts[:1] == ("..",) else rel
+        execute(
+            loaded,
+            out,
+            stages,
+            update_reference,
+            reference_dir,
+            quiet,
+            override,
+            junit,
+            shard,
+            update_baseline,
+            chosen_by,
+            model_inputs,
+            owners,
+            begun,
+        )
 
 
 def _worst_positions(previous: Any, source: Path) -> list[int]:
@@ -347,6 +343,8 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where SIGINT raises KeyboardInterrupt: a run stops the same way (results.json
     keeps what ran, marked incomplete) and exits 143 (128 + 15) instead of 130."""
 
+    signal_name = "SIGTERM"  # what results.json records (cli/run.py signal_of)
+
 
 SIGNAL_GRACE_S = 8.0  # from the signal itself: how long unwinding (results.json, the lock) may take at most
 
@@ -417,6 +415,8 @@ def main(argv: list[str] | None = None) -> None:
     TAKEN.clear()
     ARGUMENTS.clear()
     try:
+        if supervise.command_of(argv) != "run":  # `run` lets the signals through where it can record a stop
+            supervise.release()
         cli.main(args=argv, prog_name="trtverify", standalone_mode=False)
     except TrtVerifyError as exc:
         _fail(exc)
@@ -440,7 +440,10 @@ def main(argv: list[str] | None = None) -> None:
         _stop(130)
     except SystemExit:
         raise
-    except Exception:  # a bug in trtverify: show everything
+    except Exception as exc:  # a bug in trtverify: show everything (but a Ctrl-C an import turned into ImportError)
+        if interrupt_in(exc) is not None:
+            _stopped("interrupted", interrupt_in(exc))
+            _stop(143 if isinstance(interrupt_in(exc), Terminated) else 130)
         click.echo("internal error (a bug in trtverify; please report it with this traceback):", err=True)
         click.echo(traceback.format_exc(), err=True)
         sys.exit(EXIT_INTERNAL)

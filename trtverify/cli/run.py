@@ -7,6 +7,8 @@ from __future__ import annotations
 import shlex
 import sys
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import click
 
 from trtverify import __version__
 from trtverify.util import native
-from trtverify.util.errors import TrtVerifyError
+from trtverify.util.errors import TrtVerifyError, interrupt_in
 from trtverify.util.words import count
 
 
@@ -54,37 +56,74 @@ class Progress:
 
 
 def run_and_record(loaded: Any, out: Path, **kw: Any) -> Any:
-    """Run the suite (`runner.run_suite`, same arguments), OUT/results.json rewritten after every stage by the
-    recorder it hands each result to; returns the results document last written."""
+    """Run the suite (`runner.run_suite`, same arguments), OUT/results.json and OUT/report.html rewritten after
+    every stage by the recorder it hands each result to; returns the results document last written."""
     from trtverify.results.record import Recorder
     from trtverify.runner import run_suite
 
-    earlier = _earlier(Path(out))
-    recorder = Recorder(loaded, Path(out), kw.get("shard"), earlier)
-    done = earlier.stages[: native.resume().results["done"]] if earlier is not None else []  # type: ignore[index]
+    previous = _previous(Path(out))
+    earlier = _earlier(Path(out), previous)
+    todo = planned(loaded, kw.get("stages") or ())
+    # the earlier run's other stages stay beside this run's, unless this run feeds other samples (--samples worst)
+    keep = kw.get("samples_override") is None
+    recorder = Recorder(loaded, Path(out), kw.get("shard"), earlier, previous, _renderer(), todo, keep)
+    done = []
+    if earlier is not None:  # this run's stages the crashed worker finished, in order (not the kept ones)
+        done = [s for s in earlier.stages if s.kept_from is None][: native.resume().results["done"]]
     try:
         run_suite(loaded, Path(out), recorder, done=done, **kw)
-    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: what was kept, for the message main() prints
-        exc.trtverify_stopped = Stopped(recorder.path, recorder.written, loaded.path, kw.get("shard"))  # type: ignore[attr-defined]
-        raise
+    except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C, SIGTERM: what was kept, for the message main() prints
+        stop = exc if isinstance(exc, KeyboardInterrupt) else interrupt_in(exc)
+        if stop is None:
+            raise
+        written = recorder.stopped(signal_of(stop))
+        stop.trtverify_stopped = Stopped(  # type: ignore[attr-defined]
+            recorder.path, written, loaded.path, kw.get("shard"), tuple(recorder.pending)
+        )
+        if stop is exc:
+            raise
+        raise stop from None
     assert recorder.written is not None  # the runner tells its sink at least once, whatever happens
     return recorder.written
 
 
-def _earlier(out: Path) -> Any:
-    """The results.json a crashed worker of this run wrote into OUT (cli/supervise.py), or None: a fresh worker
-    keeps the stages it holds."""
+def signal_of(exc: BaseException) -> str:
+    """SIGTERM for the exception cli/main.py raises on SIGTERM (it says so), else SIGINT."""
+    return str(getattr(exc, "signal_name", "SIGINT"))
+
+
+def planned(loaded: Any, requested: Sequence[str]) -> list[tuple[str, str | None]]:
+    """The stages a run of `loaded` with --stage `requested` runs, by name (before the runner plans shapes)."""
+    return [(n, None) for n in loaded.suite.stages.configured() if not requested or n in requested]
+
+
+def _renderer() -> Any:
+    from trtverify.report.html import render
+
+    return render
+
+
+def _previous(out: Path) -> Any:
+    """The results.json already in OUT (an earlier run's, or this run's crashed worker's), or None where there is
+    none or it cannot be read as results."""
     from trtverify.results.io import load_results
 
-    written = native.resume().results
     path = out / "results.json"
-    if not written or written.get("path") != str(path.absolute()) or not path.is_file():
+    if not path.is_file():
         return None
     try:
-        earlier = load_results(path)
+        return load_results(path)
     except TrtVerifyError:
         return None
-    return earlier if earlier.started == written.get("started") else None
+
+
+def _earlier(out: Path, previous: Any) -> Any:
+    """`previous` where a crashed worker of this run wrote it (cli/supervise.py), else None: a fresh worker keeps
+    the stages it holds."""
+    written = native.resume().results
+    if not written or previous is None or written.get("path") != str((out / "results.json").absolute()):
+        return None
+    return previous if previous.started == written.get("started") else None
 
 
 @dataclass(frozen=True)
@@ -92,28 +131,42 @@ class Stopped:
     """Where a run stopped by a signal left its results: results.json, what it holds, the suite and shard run."""
 
     results_path: Path
-    results: Any  # the Results last written (every stage: done, or "not run yet"), None if none was
+    results: Any  # the Results last written (every stage: done, kept, or "not run yet"), None if none was
     suite: Path
     shard: Any = None
+    pending: tuple[tuple[str, str | None], ...] = ()  # this run's stages not run: (name, shape label)
 
     def lines(self) -> list[str]:
         """What was kept and how to go on, for the terminal."""
         from trtverify.results.record import NOT_RUN
 
+        again = "run the same command again"
         if self.results is None:
-            return ["nothing was written; run the same command again"]
-        done, not_run, names = [], [], []
+            return [f"nothing was written; {again}"]
+        stop = self.results.interrupted
+        if stop is not None and stop.earlier_kept:
+            return [
+                f"{self.results_path} keeps the results of the earlier run (started {self.results.started}), "
+                f"untouched but for a record that this run (started {stop.run_started}) stopped before any stage "
+                "ended; the report beside it says the same",
+                f"to go on: {again}",
+            ]
+        done, not_run, names, kept = [], [], [], []
+        pending = set(self.pending)
         for s in self.results.stages:
             label = f"{s.name} at {s.shape}" if s.shape else s.name
-            if s.status == "skipped" and NOT_RUN in s.notes:
-                not_run.append(label)
+            if (s.status == "skipped" and NOT_RUN in s.notes) or (s.name, s.shape) in pending:
+                not_run.append(f"{label} (the earlier run's result kept)" if s.kept_from else label)
                 names.append(s.name)
+            elif s.kept_from is not None:
+                kept.append(label)
             else:
                 done.append(f"{label} {s.status}")
         held = [f"done: {', '.join(done)}" if done else "no stage finished"]
         held += [f"not run: {', '.join(not_run)}"] if not_run else []
+        held += [f"kept from the earlier run: {', '.join(kept)}"] if kept else []
         out = [f"{self.results_path} keeps what ran, marked incomplete ({'; '.join(held)})"]
-        again = "run the same command again (every stage runs anew, and replaces that results.json)"
+        again += " (every stage runs anew, and replaces that results.json)"
         if not (done and not_run):
             return [*out, f"to go on: {again}"]
         shard = f" --shard {self.shard}" if self.shard is not None else ""
@@ -122,6 +175,90 @@ class Stopped:
             f"trtverify run {shlex.quote(str(self.suite))} --stage {' '.join(dict.fromkeys(names))}{shard} --out {rest}"
         )
         return [*out, f"to go on: {again}; or only what did not run, into another folder: {only}"]
+
+
+@dataclass
+class Begun:
+    """How far `run` of one suite got: the suite loaded, the folder it writes to (None: not known yet)."""
+
+    loaded: Any = None
+    out: Path | None = None
+    recorded: bool = False  # the run's recorder wrote its results: a later signal changes nothing there
+
+
+@contextmanager
+def stops_recorded(
+    suite: Path, out_dir: Path | None, stages: Sequence[str], shard: Any, guess_out: bool = True
+) -> Iterator[Begun]:
+    """Around `run` of one suite from its first step: a Ctrl-C or SIGTERM before its recorder began (while the suite
+    is read, the models checked, the lock taken, the libraries imported) still leaves a results.json that says so
+    (`Recorder.stopped`): the earlier run's, untouched but for that record, or one listing every stage as not run.
+    Not where the folder holds another suite file's results that --out did not name, or another run writes there,
+    nor before the folder is known where it is not the suite's (`guess_out` False: --samples worst)."""
+    from trtverify.cli.supervise import release
+
+    begun = Begun()
+    try:
+        release()  # a signal that came since the worker started is raised here
+        yield begun
+    except Exception as exc:
+        stop = interrupt_in(exc)  # Ctrl-C while a C extension was imported (onnx): ImportError from it
+        if stop is None:
+            raise
+        _record_stop(stop, begun, suite, out_dir, stages, shard, guess_out)
+        raise stop from None
+    except KeyboardInterrupt as exc:
+        _record_stop(exc, begun, suite, out_dir, stages, shard, guess_out)
+        raise
+
+
+def _record_stop(
+    exc: KeyboardInterrupt,
+    begun: Begun,
+    suite: Path,
+    out_dir: Path | None,
+    stages: Sequence[str],
+    shard: Any,
+    guess_out: bool,
+) -> None:
+    if getattr(exc, "trtverify_stopped", None) is None and not begun.recorded and (guess_out or begun.out):
+        try:
+            exc.trtverify_stopped = _stopped_early(begun, suite, out_dir, stages, shard, signal_of(exc))  # type: ignore[attr-defined]
+        except (TrtVerifyError, OSError):
+            pass  # a suite that does not load, a folder that cannot be written or is in use: nothing to say
+
+
+def _stopped_early(
+    begun: Begun, suite: Path, out_dir: Path | None, stages: Sequence[str], shard: Any, signal: str
+) -> Stopped | None:
+    from trtverify.config.loader import load_suite
+    from trtverify.results.io import foreign_results
+    from trtverify.results.record import Recorder
+    from trtverify.util.fsutil import folder_lock
+
+    loaded = begun.loaded or load_suite(suite, check_files=False)
+    out = begun.out
+    if out is None:
+        out = out_dir or suite_out(loaded)
+        if shard is not None and out_dir is None:
+            out = out / f"shard-{shard.index}-of-{shard.count}"
+    if out != out_dir and foreign_results(out, loaded.path) is not None:
+        return None
+    with folder_lock(out):
+        todo = planned(loaded, stages)
+        recorder = Recorder(loaded, out, shard, previous=_previous(out), render=_renderer(), planned=todo)
+        return Stopped(recorder.path, recorder.stopped(signal), loaded.path, shard, tuple(todo))
+
+
+def suite_out(loaded: Any) -> Path:
+    """Where a run of the suite writes when no --out is given: its `out:` (shown relative to the current folder
+    where it is below it), else reports/<name>."""
+    import os
+
+    if loaded.suite.out is None:
+        return Path("reports") / loaded.suite.name
+    rel = Path(os.path.relpath(loaded.suite.out))
+    return loaded.suite.out if rel.parts[:1] == ("..",) else rel
 
 
 def stopped_lines(exc: BaseException | None) -> list[str]:
@@ -145,10 +282,10 @@ def execute(
     chosen_by: str | None = None,
     model_inputs: Any = None,
     owners: Any = None,
+    begun: Begun | None = None,
 ) -> None:
     """Run `loaded` into `out` under its lock; `model_inputs`: what `runner.preflight` gave, where the command ran it
-    already."""
-    from trtverify.report.html import write_report
+    already; `begun`: told when the run's results are written (`stops_recorded`)."""
     from trtverify.util.fsutil import folder_lock
 
     with folder_lock(out):  # before any work: exit 2 if OUT cannot be written or another run writes there
@@ -170,7 +307,8 @@ def execute(
             model_inputs=model_inputs,
             owners=owners,
         )
-        write_report(results, out / "report.html")
+        if begun is not None:
+            begun.recorded = True
         finish(results, out, quiet, junit)
         for stage in results.stages:
             if stage.error is not None and stage.error.traceback:

@@ -33,13 +33,12 @@ def wanted(argv: list[str]) -> bool:
         return False
     if not sys.platform.startswith("linux"):
         return False
-    command = next((a for a in argv if not a.startswith("-")), None)
-    return command in COMMANDS and not {"-h", "--help"} & set(argv)
+    return command_of(argv) in COMMANDS and not {"-h", "--help"} & set(argv)
 
 
 def supervise(argv: list[str]) -> None:
-    """Fork the worker and return in it; in the parent, wait, restart after crashes, and exit with the worker's
-    code (never returns there)."""
+    """Fork the worker and return in it, SIGINT, SIGTERM and SIGHUP held until `release`; in the parent, wait,
+    restart after crashes, and exit with the worker's code (never returns there)."""
     shared = native.channel()
     resume = native.Resume()
     child = 0
@@ -62,7 +61,7 @@ def supervise(argv: list[str]) -> None:
         child = os.fork()
         if child == 0:
             _become_worker(shared, resume, kept)
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            _held.append(mask)  # the worker lets them through where it can say what a stop leaves (`release`)
             return
         for s in FORWARDED:
             if kept[s] is not signal.SIG_IGN:  # a run started with SIGINT ignored (nohup, a background job) keeps it
@@ -85,6 +84,20 @@ def supervise(argv: list[str]) -> None:
         if not going_on:
             _exit(native.exit_code(crash))
     raise AssertionError("unreachable")
+
+
+_held: list[Any] = []  # the worker's signal mask before the fork, while SIGINT, SIGTERM and SIGHUP wait
+
+
+def release() -> None:
+    """In the worker: let SIGINT, SIGTERM and SIGHUP through, which wait from the fork until the command can
+    record a stop (`run`: cli/run.py stops_recorded; the others: as their command starts). Idempotent."""
+    if _held:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _held.pop())
+
+
+def command_of(argv: list[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _exit(code: int) -> None:

@@ -246,14 +246,12 @@ def _elsewhere(e: Entry, folder: Path, shard: Any, options: dict[str, Any]) -> N
     """The results.json and report of a suite whose cases all run in other shards (every stage `sharded_away`,
     what `merge` needs from each shard), written in this process: no models are loaded, no inputs made."""
     from trtverify.cli.run import run_and_record
-    from trtverify.report.html import write_report
     from trtverify.util.fsutil import folder_lock
 
     t0 = time.monotonic()
-    with folder_lock(folder):
+    with folder_lock(folder):  # the recorder writes results.json and the report
         kw = {k: options.get(k) for k in ("update_reference", "update_baseline", "reference_dir")}
         results = run_and_record(e.loaded, folder, stages=e.stages, shard=shard, owners=e.owners, **kw)
-        write_report(results, folder / "report.html")
     e.code, e.seconds = results.exit_code, time.monotonic() - t0
 
 

@@ -385,6 +385,8 @@ def stage_lines(s: StageResult) -> list[str]:
     n = len(s.checks)
     name = f"{s.name} at {s.shape}" if s.shape else s.name
     out = [f"[{s.status.upper():^7}] {name}: {n - len(failed)}/{n} {plural('check', n)} passed ({s.duration_s:.2f} s)"]
+    if s.kept_from:
+        out.append(f"          kept: not run by this run; the result of the earlier run started {s.kept_from}")
     out += [f"          note: {note}" for note in s.notes]
     if isinstance(s, LayerwiseResult):
         out += _layerwise(s)
@@ -419,6 +421,9 @@ def verdict(results: Results) -> str:
     failed_at = list(dict.fromkeys(s.shape for s in swept if s.status in ("failed", "error") and s.shape))
     if failed_at:
         part += f"; failed at {'; '.join(failed_at)} (of {count(len(dict.fromkeys(s.shape for s in swept)), 'shape')})"
+    kept = [s for s in results.stages if s.kept_from]
+    if kept:
+        part += f"; {count(len(kept), 'stage')} kept from an earlier run"
     return f"{word}: suite '{results.suite.name}'{part} (exit {results.exit_code})"
 
 

@@ -43,6 +43,19 @@ class Merged(Record):
     dirs: list[str]
 
 
+class Interruption(Record):
+    """A run stopped by a signal (Ctrl-C, SIGTERM) before it finished."""
+
+    run_started: str = Field(description="when the stopped run started (ISO 8601, UTC)")
+    stopped: str = Field(description="when it was stopped (ISO 8601, UTC)")
+    signal: Literal["SIGINT", "SIGTERM"]
+    stages_done: int = Field(ge=0, description="the stages it finished before it stopped")
+    earlier_kept: bool = Field(
+        description="it finished no stage, so the results here are still the earlier run's (started: the earlier "
+        "run's start), untouched but for this record"
+    )
+
+
 class Results(Record):
     """Written by `trtverify run` (after every stage) and `trtverify merge`. Non-finite numbers are the
     strings "nan", "inf", "-inf"."""
@@ -60,6 +73,7 @@ class Results(Record):
     environment: Environment
     shard: Shard | None = optional("the part of a run this was (`run --shard I/N`)")
     merged: Merged | None = optional("`trtverify merge` combined the shards' results")
+    interrupted: Interruption | None = optional("the last run into this folder was stopped by a signal")
 
     @field_serializer("duration_s")
     def _round(self, v: float) -> float:

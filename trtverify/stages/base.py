@@ -124,6 +124,12 @@ class StageResult(Record):
         exclude_if=lambda v: v is None,
         description="the shape set this result is for, in a shape sweep (inputs.shapes): 'x=8x3x224x224'",
     )
+    kept_from: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="not run by this run (another --stage chosen, or the run stopped before it): the result of the "
+        "earlier run of the same suite that started then (ISO 8601), kept",
+    )
 
     # files that go beside results.json (file name -> bytes), which results.json refers to; not part of the record
     _files: dict[str, bytes] = PrivateAttr(default_factory=dict)

@@ -24,7 +24,7 @@ from trtverify.compare.checks import CheckResult, TensorSummary, evaluate, limit
 from trtverify.compare.pairing import Pairing, PairingRecord, pair_names
 from trtverify.data.reference import hash_samples
 from trtverify.lint.linter import baked_shapes
-from trtverify.stages import framework_detections
+from trtverify.stages import framework_detections, framework_repeat
 from trtverify.stages.base import StageContext, StageResult, status_of
 from trtverify.stages.layerwise.detmodels import DetectionRow
 from trtverify.util.errors import MissingDependency
@@ -114,18 +114,30 @@ def store_kind(shape: str | None) -> str:
 
 
 def _infer_all(
-    ctx: StageContext, backend: Backend, samples: list[dict[str, np.ndarray]], what: str, timings: dict, key: str
+    ctx: StageContext,
+    backend: Backend,
+    samples: list[dict[str, np.ndarray]],
+    what: str,
+    timings: dict,
+    key: str,
+    repeat: bool = False,
 ) -> list[dict[str, np.ndarray]]:
-    """Every sample through a loaded `backend`, timed under `key`; the backend is closed after."""
+    """Every sample through a loaded `backend`, timed under `key`; the backend is closed after. `repeat`: the
+    first sample runs once more (timed under `key`_repeat) and must give the same outputs (framework_repeat)."""
     outs = []
     t0 = time.perf_counter()
     try:
         for i, feed in enumerate(samples):
             outs.append(backend.infer(feed))
             ctx.progress(NAME, i + 1, len(samples), what)
+        timings[key] = time.perf_counter() - t0
+        if repeat and samples:
+            t1 = time.perf_counter()
+            again = backend.infer(samples[0])
+            timings[f"{key.removesuffix('_s')}_repeat_s"] = time.perf_counter() - t1
+            framework_repeat.check_deterministic(outs[0], again)
     finally:
         backend.close()
-    timings[key] = time.perf_counter() - t0
     return outs
 
 
@@ -166,7 +178,7 @@ def _pytorch_outputs(
                 f"{'; '.join(lookup.reasons)})",
             )
         raise
-    outs = _infer_all(ctx, backend, samples, "PyTorch", timings, "pytorch_s")
+    outs = _infer_all(ctx, backend, samples, "PyTorch", timings, "pytorch_s", repeat=True)
     saved = None
     if lookup.state == "missing" or ctx.update_reference:
         store.save(store_kind(ctx.shape), depends, samples, outs, _versions())
@@ -261,6 +273,8 @@ def run(ctx: StageContext) -> FrameworkResult:
         checks.extend(evaluated.checks)
         rows.append(FrameworkOutput(**dict(s.summary()), passed=all(c.passed for c in evaluated.checks)))
     checks += det_checks
+    if not all(c.passed for c in checks):
+        notes += filter(None, [framework_repeat.input_independent(samples, ref_outs, cand_outs)])
     if any("shape mismatch" in e for s in series for e in s.errors):
         notes += _baked_notes(Path(suite.models.reference))
     if onnx_backend.casts:

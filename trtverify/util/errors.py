@@ -90,3 +90,17 @@ def did_you_mean(value: str, known: Iterable[str]) -> str:
     by_lower = {n.lower(): n for n in known}  # 'mIoU' is close to 'miou'
     close = [by_lower[c] for c in difflib.get_close_matches(value.lower(), list(by_lower), n=1)]
     return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or SIGTERM, which the CLI raises the same way) behind `exc`, where another exception stands in
+    for it: a C extension whose import it interrupted raises ImportError('initialization failed') from it
+    (onnxruntime, onnx: pybind11), which would otherwise read as a bug in a stage."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
