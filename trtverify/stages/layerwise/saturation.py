@@ -22,3 +22,11 @@ def saturation_note(cand: LayerwiseCandidate) -> str | None:
         "mask's fill, which a Softmax turns into exact zeros on both sides), left out of the metrics: the tensors "
         "after it decide"
     )
+
+
+def sided(counts: dict[str, int]) -> dict[str, int]:
+    """A row's non-finite counts with both sides named where there is a mismatch, 0 included (absent: a
+    results.json older than that)."""
+    if counts.get("nonfinite_mismatch"):
+        return {"ref_only_nonfinite": 0, "cand_only_nonfinite": 0, **counts}
+    return counts

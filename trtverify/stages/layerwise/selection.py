@@ -26,6 +26,7 @@ import math
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -257,3 +258,9 @@ def rows_and_checks(ref: ReferencePass, p: Plan, name: str) -> tuple[list[Row], 
             )
         )
     return rows, checks
+
+
+def merged(rows: list, checks: list, ref: Any, picked: Any, name: str) -> tuple[list, list]:
+    """The value rows and checks with the index tensors' own (compared by what they select), in graph order."""
+    picked_rows, picked_checks = rows_and_checks(ref, picked, name)
+    return sorted(rows + picked_rows, key=lambda row: row.topo_index), checks + picked_checks

@@ -54,7 +54,7 @@ from trtverify.stages.layerwise.models import (
 )
 from trtverify.stages.layerwise.pairs import CandidateShapes, coverage, try_structure, unmatched
 from trtverify.stages.layerwise.reference import NAME, ReferencePass, as_written, budget_bytes, reference_pass
-from trtverify.stages.layerwise.saturation import saturation_note
+from trtverify.stages.layerwise.saturation import saturation_note, sided
 from trtverify.stages.layerwise.stream import Outputs, chunks_for, exposing, stream
 from trtverify.stages.layerwise.suspects import histograms, with_lint
 from trtverify.toolout import calibcache
@@ -226,8 +226,7 @@ def _rows_and_checks(
         evaluated = evaluate(s, checks_for(c), stage=NAME, candidate=name)
         nonfinite += s.nonfinite["nonfinite_mismatch"]
         counts = {k: v for k, v in s.nonfinite.items() if v}
-        if counts.get("nonfinite_mismatch"):  # which side, 0 included (absent: a results.json older than that)
-            counts = {"ref_only_nonfinite": 0, "cand_only_nonfinite": 0, **counts}
+        counts = sided(counts)
         rows.append(
             Row(
                 tensor=r,
@@ -359,8 +358,7 @@ def _candidate(
         rows, checks = _rows_and_checks(
             name, ref, resolved, series, checks_for, missing, cfg.allow_uncompared, dets.covered
         )
-        picked_rows, picked_checks = selection.rows_and_checks(ref, dets.picked, name)  # index tensors
-        rows, checks = sorted(rows + picked_rows, key=lambda row: row.topo_index), checks + picked_checks
+        rows, checks = selection.merged(rows, checks, ref, dets.picked, name)  # index tensors, by what they select
         checks.insert(1, paired_check)
         det_checks, det_source = detections.checks_of(cfg.detections, name, loosest(precision))
         det_rows, det_results = detections.compare(name, ref, dets, len(samples), cfg.detections, det_checks)
