@@ -42,11 +42,25 @@ def test_init_on_an_efficientnms_detector_writes_a_detection_example_that_valida
     assert r.code == 0, r.err
 
 
-def test_init_on_a_torchvision_detector_names_its_nms_and_asks_for_a_hook(tmp_path, capsys, monkeypatch):
+def test_init_on_a_torchvision_detector_names_its_nms_and_its_layout(tmp_path, capsys, monkeypatch):
     text = _init(SSD, tmp_path, capsys, monkeypatch)
     assert "ONNX NonMaxSuppression ends the model" in text  # found inside the If that torchvision exports
     assert "#   task: detection" in text and "task: classification" not in text
-    assert "outputs boxes [?, 4], scores [?], labels [?] fit no built-in layout" in text
+    assert "#   # layout found: outputs boxes [K, 4], scores [K], labels [K] (torchvision's detection models" in text
+    assert "#   postprocess: {layout: torchvision, outputs: {boxes: boxes, scores: scores, labels: labels}}" in text
+
+
+def test_init_on_outputs_no_layout_fits_asks_for_a_hook(tmp_path, capsys, monkeypatch):
+    """The same torchvision detector with its scores output dropped: no built-in layout reads it."""
+    import onnx
+
+    model = onnx.load(str(SSD))
+    kept = [o for o in model.graph.output if o.name != "scores"]
+    del model.graph.output[:]
+    model.graph.output.extend(kept)
+    onnx.save(model, str(tmp_path / "no_scores.onnx"))
+    text = _init(tmp_path / "no_scores.onnx", tmp_path, capsys, monkeypatch)
+    assert "outputs boxes [?, 4], labels [?] fit no built-in layout" in text
     assert '#   postprocess: {hook: "my_postprocess:decode"}' in text
 
 

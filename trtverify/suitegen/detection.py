@@ -4,8 +4,8 @@ alone (nothing runs), for the suite's e2e example (task detection with the layou
 An NMS is an ONNX NonMaxSuppression node (anywhere, subgraphs included: torchvision puts it inside an If) or a
 TensorRT NMS plugin node. The layout is read from the graph outputs as the e2e stage's built-in layouts name them
 (config/postprocess.py): `nms` (count, boxes, scores, classes: the NMS plugins' four outputs, or outputs of those
-shapes), `mmdeploy` (dets [B, K, 5], labels [B, K]), `rows` ([B, K, 6] or [K, 6]); outputs that fit none (a
-torchvision detector's per-image boxes, scores, labels) get a postprocess hook to write.
+shapes), `mmdeploy` (dets [B, K, 5], labels [B, K]), `rows` ([B, K, 6] or [K, 6]), `torchvision` (boxes [K, 4],
+scores [K], labels [K] of one image); outputs that fit none get a postprocess hook to write.
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ from trtverify.graph.onnxinfo import TensorMeta
 
 NMS_PLUGINS = {"EfficientNMS_TRT": "nms", "BatchedNMS_TRT": "nms", "BatchedNMSDynamic_TRT": "nms"}
 NMS_PLUGINS["TRTBatchedNMS"] = "mmdeploy"
-ROLES = {"nms": ("count", "boxes", "scores", "classes"), "mmdeploy": ("dets", "labels")}
+ROLES = {
+    "nms": ("count", "boxes", "scores", "classes"),
+    "mmdeploy": ("dets", "labels"),
+    "torchvision": ("boxes", "scores", "labels"),
+}
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,19 @@ def _by_shape(outputs: list[TensorMeta]) -> tuple[str | None, dict[str, str], st
         if len(scores) == 1 and len(classes) == 1 and len(counts) == 1:
             names = (counts[0].name, boxes.name, scores[0].name, classes[0].name)
             return "nms", dict(zip(ROLES["nms"], names)), None, "outputs count, boxes [B, K, 4], scores, classes"
+    for boxes in (m for m in shaped if _floating(m) and len(m.shape or ()) == 2 and (m.shape or ())[-1] == 4):
+        k = (boxes.shape or ())[0]  # exporters name K differently per output: a dynamic K matches any
+        same = [
+            m
+            for m in shaped
+            if len(m.shape or ()) == 1
+            and (not isinstance(k, int) or not isinstance(m.shape[0], int) or m.shape[0] == k)
+        ]
+        scores, labels = [m for m in same if _floating(m)], [m for m in same if _integer(m)]
+        if len(scores) == 1 and len(labels) == 1:
+            names = (boxes.name, scores[0].name, labels[0].name)
+            why = "outputs boxes [K, 4], scores [K], labels [K] (torchvision's detection models, one image)"
+            return "torchvision", dict(zip(ROLES["torchvision"], names)), None, why
     listed = ", ".join(f"{m.name} {_shape(m)}" for m in outputs)
     return None, {}, None, f"outputs {listed} fit no built-in layout"
 
