@@ -6,17 +6,21 @@ held-out rows in ONNX Runtime (repair/evaluate.py: every value tensor computed).
 rel_l2 over the *judged tensors* and held-out rows; the smallest wins (the first in METHODS on a tie) and the final
 model is calibrated with it on all rows.
 
-The judged tensors (`judged_tensors`) are what the model computes before its post-processing: a detector's NMS,
-TopK and NonZero (and an If or Loop around them) select, sort and index, so the element-wise error of their
-outputs says nothing (a box moved to another rank is all error; the labels are integers). Those ops and
-everything after them are cut, and the float tensors flowing into the cut (SSDlite: its per-class scores and its
-decoded boxes, before any selection) are judged. A model without such ops is judged on its float outputs.
+The judged tensors (`judged_tensors`) are what a detector computes before its post-processing: its NMS, TopK and
+NonZero (and an If or Loop around them) select, sort and index, so the element-wise error of their outputs says
+nothing (a box moved to another rank is all error; the labels are integers). In a model with an NMS (the op, one
+inside an If/Loop, a plugin whose op type says NMS), those ops and everything after them are cut, and the float
+tensors flowing into the cut (SSDlite: its per-class scores and its decoded boxes of every anchor, before any
+selection) are judged, with any float output outside it. A model without an NMS is judged on its float outputs
+(a TopK or NonZero alone may sit anywhere: a router, a mask).
 
 Cost bound: minmax runs first; each other method's range computation (entropy's per-tensor threshold search: the
 part that takes minutes, whatever the rows) gets a budget of BUDGET_FACTOR times minmax's whole calibration (at
 least BUDGET_FLOOR_S), and is stopped, not compared, once its projected time passes it (the line says so, with the
-projection). So auto runs at most 3 calibrations on the fit rows and 1 on all rows (of a method that stayed in its
-budget), and spends on range computations at most 2 x (BUDGET_FACTOR x minmax's time) per method.
+projection; `--method entropy` still calibrates with it alone, unbounded). So auto runs at most 3 calibrations on
+the fit rows and 1 on all rows (with a method that stayed in its budget), and entropy's threshold search (the one
+part whose cost does not follow the rows: about 1 s per tensor on ONNX Runtime 1.32) takes at most the budget, twice
+when entropy wins.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from trtverify.util.errors import UsageError
 HOLD_OUT = 0.25  # the fraction of calibration rows held out to judge each method
 BUDGET_FACTOR = 10.0  # a method's range computation may take this many times minmax's whole calibration
 BUDGET_FLOOR_S = 30.0  # and at least this (a small model's minmax takes a second)
-# ops that select, sort or index: their outputs and everything after them are not judged element-wise
+# with an NMS, the ops that select, sort or index: their outputs and everything after them are not judged element-wise
 POSTPROCESS_OPS = ("NonMaxSuppression", "TopK", "NonZero")
 
 
@@ -152,22 +156,29 @@ def choose(
 
 
 def judged_tensors(ref: Reference) -> tuple[list[str], str]:
-    """The tensors `auto` judges a method on, and what they are (see module): the float tensors that flow into the
-    model's post-processing (POSTPROCESS_OPS, an If/Loop holding one, a plugin whose op type says NMS) from before
-    it; the float graph outputs when the model has none."""
+    """The tensors `auto` judges a method on, and what they are (see module). In a model with an NMS (the op, an
+    If/Loop holding one, a plugin whose op type says NMS): the float tensors that flow into its post-processing
+    (the NMS and every TopK and NonZero, and all after them) from before it, and any float output outside it.
+    Otherwise (a TopK or NonZero alone may be anywhere: a router, a mask) the float graph outputs."""
     from trtverify.graph.onnxgraph import subgraphs
 
     graph = ref.graph
 
-    def postprocessing(node: Any) -> bool:
-        if node.op_type in POSTPROCESS_OPS or "nms" in node.op_type.lower():
-            return True
-        return any(postprocessing(n) for g in subgraphs(node) for n in g.node)
+    def nms(node: Any) -> bool:
+        return (
+            "nms" in node.op_type.lower()
+            or "nonmaxsuppression" in node.op_type.lower()
+            or any(nms(n) for g in subgraphs(node) for n in g.node)
+        )
 
     def is_float(name: str) -> bool:
         return (0, name) in ref.store and ref.store.get(0, name).dtype.kind == "f"
 
-    cut = {i for i, n in enumerate(graph.nodes) if postprocessing(n)}
+    outputs = [o for o in ref.outputs if is_float(o)] or list(ref.outputs)
+    if not any(nms(n) for n in graph.nodes):
+        return outputs, "its float outputs"
+    cut = {i for i, n in enumerate(graph.nodes) if n.op_type in POSTPROCESS_OPS or nms(n)}
+    ops = sorted({graph.nodes[i].op_type for i in cut})
     todo = list(cut)
     while todo:  # everything after the post-processing ops
         for out in graph.nodes[todo.pop()].output:
@@ -175,17 +186,19 @@ def judged_tensors(ref: Reference) -> tuple[list[str], str]:
                 if j not in cut:
                     cut.add(j)
                     todo.append(j)
+
+    def made_before(t: str) -> bool:
+        return t in graph.producers and graph.producers[t].index not in cut
+
     into = [
         t
         for t in ref.order
-        if t in graph.producers
-        and graph.producers[t].index not in cut
+        if made_before(t)
         and t not in graph.constants
         and any(j in cut for j, _ in graph.consumers.get(t, []))
         and is_float(t)
     ]
-    if cut and into:
-        ops = sorted({graph.nodes[i].op_type for i in cut if postprocessing(graph.nodes[i])})
-        return into, f"the float tensors flowing into its post-processing ({', '.join(ops)}), not its outputs"
-    outputs = [o for o in ref.outputs if is_float(o)] or list(ref.outputs)
-    return outputs, "its float outputs"
+    judged = into + [o for o in outputs if made_before(o) and o not in into]
+    if not judged:
+        return outputs, "its float outputs"
+    return judged, f"the float tensors flowing into its post-processing ({', '.join(ops)}), not its outputs"
