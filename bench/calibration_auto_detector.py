@@ -4,8 +4,8 @@ SSDlite export (tests/data/torchvision/ssdlite.onnx), run as a user runs them (t
 The calibration set is 16 rows made from the export's two images (tests/data/torchvision/inputs.npz): row i is
 image i % 2 plus Gaussian noise (sigma 0.1, seed 1), clipped to [0, 1]. For each of minmax, entropy, percentile
 and auto: the wall time and the CPU time (user + sys) of `trtverify convert --precision int8 --method M`, the
-longest stretch of stderr without a line (how long the user saw nothing), and for auto what it chose and on what
-(read from stderr and from the written model's `trtverify.int8_calibration` metadata).
+longest stretch without a line on stdout or stderr (how long the user saw nothing), and for auto what it chose
+and on what (read from stderr and from the written model's `trtverify.int8_calibration` metadata).
 
     python bench/calibration_auto_detector.py [--pythonpath DIR] [--methods minmax,entropy,percentile,auto]
         [--work DIR] [--out FILE.json]
@@ -45,17 +45,22 @@ def run(method: str, calib: Path, work: Path, pythonpath: Path) -> dict:
     cmd = [sys.executable, "-m", "trtverify", "convert", str(DATA / "ssdlite.onnx"), "--precision", "int8",
            "--calibration", str(calib), "--method", method, "-o", str(out)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    where = [sys.executable, "-c", "import trtverify, pathlib; print(pathlib.Path(trtverify.__file__).parent)"]
+    trtverify = subprocess.run(where, env=env, cwd=work, capture_output=True, text=True).stdout.strip()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()[0]
     t0 = last = time.monotonic()
     silent, lines = 0.0, []
-    with subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env) as proc:
-        assert proc.stderr is not None
-        for line in proc.stderr:
+    # cwd: the work folder, so that `python -m` (the current folder first on sys.path) imports --pythonpath's package
+    with subprocess.Popen(cmd, stderr=subprocess.STDOUT, stdout=subprocess.PIPE, text=True, env=env,
+                          cwd=work) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        for line in proc.stdout:
             now = time.monotonic()
             silent, last = max(silent, now - last), now
             lines.append(f"[{now - t0:6.1f}] {line.rstrip()}")
     wall = time.monotonic() - t0
+    silent = max(silent, t0 + wall - last)  # the stretch from the last line to the end
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     record = None
@@ -64,9 +69,9 @@ def run(method: str, calib: Path, work: Path, pythonpath: Path) -> dict:
 
         props = {p.key: p.value for p in onnx.load(str(out), load_external_data=False).metadata_props}
         record = json.loads(props.get("trtverify.int8_calibration", "null"))
-    return {"method": method, "exit": proc.returncode, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-            "longest_silence_s": round(silent, 1), "load_avg_1min": round(load, 1), "record": record,
-            "stderr": lines}  # fmt: skip
+    return {"method": method, "trtverify": trtverify, "exit": proc.returncode, "wall_s": round(wall, 1),
+            "cpu_s": round(cpu, 1), "longest_silence_s": round(silent, 1), "load_avg_1min": round(load, 1),
+            "record": record, "stderr": lines}  # fmt: skip
 
 
 def main() -> None:
@@ -83,8 +88,9 @@ def main() -> None:
     for method in args.methods.split(","):
         r = run(method, calib, work, args.pythonpath)
         results.append(r)
-        print(f"{method}: exit {r['exit']}, wall {r['wall_s']} s, cpu {r['cpu_s']} s, longest silence "
-              f"{r['longest_silence_s']} s, load {r['load_avg_1min']}, record {r['record']}", flush=True)  # fmt: skip
+        print(f"{method} ({r['trtverify']}): exit {r['exit']}, wall {r['wall_s']} s, cpu {r['cpu_s']} s, longest "
+              f"silence {r['longest_silence_s']} s, load {r['load_avg_1min']}, record {r['record']}",
+              flush=True)  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps({"pythonpath": str(args.pythonpath), "results": results}, indent=1))
 
