@@ -14,9 +14,10 @@ tensors flowing into the cut (SSDlite: its per-class scores and its decoded boxe
 selection) are judged, with any float output outside it. A model without an NMS is judged on its float outputs
 (a TopK or NonZero alone may sit anywhere: a router, a mask).
 
-Cost bound: minmax runs first; each other method's range computation (entropy's per-tensor threshold search: the
-part that takes minutes, whatever the rows) gets a budget of BUDGET_FACTOR times minmax's whole calibration (at
-least BUDGET_FLOOR_S), and is stopped, not compared, once its projected time passes it (the line says so, with the
+Cost bound: minmax runs first; each other method's range computation gets a budget of BUDGET_FACTOR times minmax's
+whole calibration (at least BUDGET_FLOOR_S): entropy's per-tensor threshold search, the part that takes minutes
+whatever the rows (percentile's ranges are one cumulative sum per histogram, well under a second, and have no stop),
+is stopped, and entropy not compared, once its projected time passes the budget (the line says so, with the
 projection; `--method entropy` still calibrates with it alone, unbounded). So auto runs at most 3 calibrations on
 the fit rows and 1 on all rows (with a method that stayed in its budget), and entropy's threshold search (the one
 part whose cost does not follow the rows: about 1 s per tensor on ONNX Runtime 1.32) takes at most the budget, twice
