@@ -1,6 +1,7 @@
 """Progress of ONNX Runtime's INT8 calibration (issue 38, item 6): `convert --precision int8` says on stderr which
-method calibrates and how many rows are done, at the start, every few seconds and at the end (not once per row), and
-`auto` does so for each method it tries. Real torch export, real ONNX Runtime."""
+method calibrates and how many rows are done, at the start, every few seconds and at the end (not once per row), then
+the histogram methods' histograms and entropy's threshold search (issue 45, item 5), and `auto` does so for each
+method it tries. Real torch export, real ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -47,6 +48,15 @@ def test_a_method_shows_its_rows(cnn: tuple[Path, Path], tmp_path: Path, method:
     assert lines[0] == f"int8 {method} calibration: 0/{ROWS} rows", r.err
     assert re.fullmatch(rf"int8 {method} calibration: {ROWS}/{ROWS} rows \([0-9.]+ s\)", lines[-1]), r.err
     assert len(lines) <= 4, r.err  # a fast calibration: its start and end, not a line per row
+    # after the rows, the histogram methods' own phases say what they do (convert/calibranges.py)
+    histograms = re.findall(rf"^int8 {method} calibration: histograms of (\d+)/(\d+) tensors", r.err, re.M)
+    thresholds = re.findall(rf"^int8 {method} calibration: thresholds of (\d+)/(\d+) tensors", r.err, re.M)
+    if method == "minmax":  # its ranges are reduced as the rows run: nothing after them
+        assert not histograms and not thresholds, r.err
+    else:
+        assert histograms[0][0] == "0" and histograms[-1][0] == histograms[-1][1] != "0", r.err
+    if method == "entropy":  # its KL search, over the tensors a Q/DQ reads: the input and the ReLU's output
+        assert thresholds[0] == ("0", "2") and thresholds[-1] == ("2", "2"), r.err
 
 
 def test_auto_shows_each_methods_rows(cnn: tuple[Path, Path], tmp_path: Path) -> None:

@@ -102,6 +102,8 @@ def test_auto_prints_each_figure_and_keeps_the_smallest(cnn: tuple[Path, Path], 
     record = json.loads(props["trtverify.int8_calibration"])
     assert record["method"] == chosen and record["chosen_by"] == "auto" and record["held_out_rows"] == 12
     assert record["figures"] == pytest.approx(figures, rel=1e-3)
+    # a classifier has no post-processing to cut: its (float) output is what is judged
+    assert record["judged"] == ["y"] and record["judged_why"] == "its float outputs"
     # the final model: the chosen method on all rows
     assert _scales(out) == _scales(quantize(ref, tmp_path / "direct.onnx", _rows(calib), method=chosen))
 

@@ -61,11 +61,14 @@ def quantize(
     exclude: Iterable[str] = (),
     method: str = "minmax",
     progress: Callable[[str], None] | None = None,
+    budget_s: float | None = None,
 ) -> Path:
     """Static INT8 Q/DQ quantisation of `reference` calibrated on `calibration` (feeds) with `method` (one of
     METHODS), written to `out`; `progress` gets the rows done (RowProgress: at the start, every PROGRESS_EVERY_S
-    seconds, at the end). A graph with plugin nodes is quantized up to them (convert/around_plugins.py); weights
-    held in Constant nodes are made initializers first (convert/weights.py), so that they are quantized per channel."""
+    seconds, at the end), then the range computation's (convert/calibranges.py); `budget_s`: stop the range
+    computation with calibranges.OverBudget once its projected time passes it. A graph with plugin nodes is
+    quantized up to them (convert/around_plugins.py); weights held in Constant nodes are made initializers first
+    (convert/weights.py), so that they are quantized per channel."""
     import shutil
     import tempfile
 
@@ -82,7 +85,7 @@ def quantize(
     if not moved and not upgraded and not plugin_nodes(graph):
         del graph
         return _quantize(reference, out, calibration, symmetric=symmetric, per_channel=per_channel, exclude=exclude,
-                         method=method, progress=progress)  # fmt: skip
+                         method=method, progress=progress, budget_s=budget_s)  # fmt: skip
     del graph
     model = onnx.load(str(reference))
     constants_to_initializers(model)
@@ -102,7 +105,7 @@ def quantize(
         onnx.save(head, str(Path(tmp) / "head.onnx"))
         q = _quantize(Path(tmp) / "head.onnx", Path(tmp) / "head_int8.onnx", calibration, symmetric=symmetric,
                       per_channel=per_channel, exclude=exclude, name=Path(reference).name, method=method,
-                      progress=progress)  # fmt: skip
+                      progress=progress, budget_s=budget_s)  # fmt: skip
         if parts is not None:
             stitch(q, model, rest, out)
         else:
@@ -125,6 +128,7 @@ def _quantize(
     name: str | None = None,
     method: str = "minmax",
     progress: Callable[[str], None] | None = None,
+    budget_s: float | None = None,
 ) -> Path:
     check_method(method)
     from trtverify.util.deps import quiet_onnxruntime
@@ -151,18 +155,18 @@ def _quantize(
             self._asked += 1
             return next(self._it, None)
 
+    from trtverify.convert.calibranges import compute_ranges
+
     calibrate = {
         "minmax": CalibrationMethod.MinMax,
         "entropy": CalibrationMethod.Entropy,
         "percentile": CalibrationMethod.Percentile,
     }[method]
-    # entropy and percentile build histograms; their range is made symmetric like the activations' Q/DQ (percentile:
-    # ONNX Runtime's default 99.999). MinMax keeps its settings as they were (its symmetric Q/DQ uses max |x| anyway)
-    calib_options = {} if method == "minmax" else {"CalibTensorRangeSymmetric": symmetric}
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # "Please consider pre-processing before quantization"
     import onnxruntime
+    from onnxruntime.quantization.calibrate import save_tensors_data
 
     try:
         with (
@@ -175,16 +179,16 @@ def _quantize(
             tempfile.TemporaryDirectory(prefix="trtverify-calib-") as tmp,
             contextlib.redirect_stdout(io.StringIO()),  # its histogram calibrators print() their settings
         ):
-            cache = None
-            reader = Reader()
-            if method == "entropy":  # the rows are read here; quantize_static then takes the ranges from the cache
-                cache = Path(tmp) / "ranges.json"
-                _entropy_ranges(reference, reader, symmetric, cache, Path(tmp))
-                reader = Reader()
+            # the ranges are computed here, step by step with progress (convert/calibranges.py); quantize_static
+            # then takes them from the cache instead of calibrating again
+            cache = Path(tmp) / "ranges.json"
+            data = compute_ranges(reference, Reader(), method, symmetric, Path(tmp), QUANTIZED_OPS, rows, budget_s)
+            save_tensors_data(data, cache)
+            del data
             quantize_static(
                 str(reference),
                 str(out),
-                reader,
+                None,
                 quant_format=QuantFormat.QDQ,
                 activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
@@ -197,7 +201,6 @@ def _quantize(
                     "WeightSymmetric": True,
                     "QuantizeBias": False,  # TensorRT's parser rejects DequantizeLinear on int32 biases
                     "OpTypesToExcludeOutputQuantization": list(QUANTIZED_OPS),
-                    **calib_options,
                 },
                 calibration_cache_path=cache,
             )
@@ -233,26 +236,6 @@ class RowProgress:
         else:
             return
         self.last = now
-
-
-def _entropy_ranges(reference: Path, reader: Any, symmetric: bool, cache: Path, tmp: Path) -> None:
-    """Entropy ranges as TensorRT's calibrator finds them (2048 histogram bins, thresholds searched over 128-bin
-    quantisations), written as an ONNX Runtime calibration cache. quantize_static builds its Entropy histogram with
-    128 bins and no option to change it: with 128 quantised bins the one threshold it can try is the full range,
-    i.e. MinMax's."""
-    from onnxruntime.quantization import CalibrationMethod
-    from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
-
-    calibrator = create_calibrator(
-        Path(reference),
-        list(QUANTIZED_OPS),
-        augmented_model_path=str(tmp / "augmented.onnx"),
-        calibrate_method=CalibrationMethod.Entropy,
-        extra_options={"symmetric": symmetric, "num_bins": 2048, "num_quantized_bins": 128},
-    )
-    calibrator.collect_data(reader)
-    save_tensors_data(calibrator.compute_data(), cache)
-    del calibrator
 
 
 CALIBRATION_KEY = "trtverify.int8_calibration"  # the model's metadata_props entry: how it was calibrated

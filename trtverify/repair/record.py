@@ -105,7 +105,8 @@ class RepairRecord(Record):
     calibration: dict[str, Any] | None = Field(
         default=None,
         description="int8 made here: how it was calibrated (method, calibration_rows; auto: chosen_by, held_out_rows "
-        "and each method's worst output rel_l2 on them, figures)",
+        "and each method's worst rel_l2 on them over the judged tensors, figures; judged, judged_why; skipped: "
+        "methods stopped by auto's budget)",
     )
     pending: list[str] = omitted(
         list,
