@@ -398,7 +398,7 @@ def run_stages(
         samples = samples_override
         check_samples(samples, model_inputs, "the samples chosen with --samples")
     else:
-        samples = build_samples(loaded)
+        samples = build_samples(loaded, model_inputs)  # the reference's inputs as preflight read them: not again
         check_samples(samples, model_inputs, inputs_source(loaded))
     warning = nonfinite_inputs(samples)
     loaded = loaded if idle else with_recipes_made(loaded, samples, out_dir, progress)

@@ -189,6 +189,7 @@ class TensorSeries:
     hist: dict[str, Any] = field(default_factory=dict)
     comparisons: list[Comparison] = field(default_factory=list)  # one per sample compared, as `values`
     saturated_values: tuple[float, float] | None = None  # the first saturated fill: (reference, candidate)
+    _judged: tuple[int, list[dict[str, float]]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def add(self, ref: np.ndarray, cand: np.ndarray, extra: dict[str, dict[str, Any]]) -> None:
         self.samples += 1
@@ -236,13 +237,20 @@ class TensorSeries:
     def zero_reference(self) -> int:
         """Samples whose reference is all zeros and whose candidate is not, in a tensor with a nonzero reference
         elsewhere: judged against the tensor's typical magnitude (`metrics.judged`)."""
-        return sum(1 for m, c in zip(judged(self.comparisons), self.comparisons) if m is not c.metrics)
+        return sum(1 for m, c in zip(self._per_sample(), self.comparisons) if m is not c.metrics)
+
+    def _per_sample(self) -> list[dict[str, float]]:
+        """`metrics.judged` of the samples compared so far, worked out once (checks, summaries and the zero-reference
+        count all read it)."""
+        if self._judged is None or self._judged[0] != len(self.comparisons):
+            self._judged = (len(self.comparisons), judged(self.comparisons))
+        return self._judged[1]
 
     def judged(self) -> dict[str, tuple[list[float], list[int]]]:
         """Per metric key, the values checks read and the position in `values` of each: `values`, but a
         zero-reference sample's rel_l2 and sqnr against the tensor's typical magnitude and its cosine left out
         (a zero vector has no direction)."""
-        per_sample = judged(self.comparisons)
+        per_sample = self._per_sample()
         if all(m is c.metrics for m, c in zip(per_sample, self.comparisons)):
             return {k: (v, list(range(len(v)))) for k, v in self.values.items()}
         out: dict[str, tuple[list[float], list[int]]] = {}

@@ -89,8 +89,10 @@ def judged(per_sample: Sequence[Comparison]) -> list[dict[str, float]]:
     """Each sample's metrics, a zero-reference sample's `rejudged` against the tensor's typical magnitude (the
     same dict where nothing changed). Where the reference is zero on every sample, nothing rescales it: rel_l2
     stays +inf (a dead tensor that came alive is a real error)."""
+    if not any(c.zero_reference for c in per_sample):  # the common case: no sum over the samples
+        return [c.metrics for c in per_sample]
     sq, n = typical_square(per_sample)
-    if not n or not any(c.zero_reference for c in per_sample):
+    if not n:
         return [c.metrics for c in per_sample]
     return [rejudged(c, sq / n) if c.zero_reference else c.metrics for c in per_sample]
 

@@ -285,6 +285,11 @@ def _with_baseline(ctx: StageContext, rows: list[PerfRow], notes: list[str]) -> 
                 change = (r.median_ms - base) / base if r.median_ms is not None and base > 0 else None
                 cmp = BaselineCompare(state="comparable", median_ms=base, change=change)
         out.append(r.model_copy(update={"baseline": cmp}))
+    unstored = sum(1 for r in out if r.source == "measured" and r.baseline and r.baseline.state == "missing")
+    if stored is not None and unstored:
+        notes.append(f"{count(unstored, 'row')} measured here with no entry in {path}, so no latency regression "
+                     "gate on them: --update-baseline stores this machine's numbers (a latency measured here holds for "
+                     "this machine only)")  # fmt: skip
     return out, path
 
 
