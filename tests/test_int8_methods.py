@@ -94,7 +94,7 @@ def test_auto_prints_each_figure_and_keeps_the_smallest(cnn: tuple[Path, Path], 
     assert set(figures) == {"minmax", "entropy", "percentile"}, line
     chosen = line.split(":")[1].split()[0]
     assert figures[chosen] == min(figures.values()), line
-    assert "12 held-out row(s), calibrated on 36" in line  # the last quarter held out
+    assert "12 held-out rows, calibrated on 36" in line  # the last quarter held out
     for m in figures:  # progress as each method runs
         assert f"int8 auto: calibrating with {m} on rows 0-35" in r.err
     # recorded in the model: the choice and each figure

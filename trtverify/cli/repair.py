@@ -10,6 +10,7 @@ import click
 
 from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, unclaimed_folder
 from trtverify.util.errors import UsageError
+from trtverify.util.words import count
 
 
 def tool_option(help_text: str) -> Any:
@@ -333,8 +334,9 @@ def _calibrate(reference: Path, output: Path, feeds: list, method: str) -> dict[
         figures = ", ".join(f"{m} {v:.4g}" for m, v in choice.figures.items())
         figures += "".join(f", {m} not compared (over budget)" for m in choice.skipped)
         click.echo(
-            f"int8 calibration method: {choice.method} (worst rel_l2 over {len(choice.judged)} judged tensor(s) on "
-            f"{choice.held_out} held-out row(s), calibrated on {choice.fit_rows}: {figures}); final model calibrated "
+            f"int8 calibration method: {choice.method} (worst rel_l2 over {count(len(choice.judged), 'judged tensor')} "
+            f"on {count(choice.held_out, 'held-out row')}, calibrated on {choice.fit_rows}: {figures}); final model "
+            "calibrated "
             "on all rows",
             err=True,
         )
