@@ -165,3 +165,23 @@ def test_torchvision_ssdlite_converts_to_fp16_that_loads_and_compares(tmp_path: 
     r = call("layerwise", str(ref), str(out), "--out", str(tmp_path / "lw"))
     assert r.code in (0, 1), r.err  # random weights: FP16 may move the top-k; never a crash
     assert "paired and compared" in r.err
+
+
+def test_a_model_onnx_checker_passes_but_this_onnx_runtime_cannot_load_is_written_with_a_warning(
+    gated: Path, tmp_path: Path
+):
+    """ONNX Runtime 1.30 (the GPU machine's) refuses the FP16 encoder of tests/test_native_crash.py: 'Type Error:
+    Type (tensor(float)) of output arg (InsertedPrecisionFreeCast_...)', its own inserted casts mistyped; 1.32, the
+    one here, loads it. That refusal cannot happen here, so the verdict is given its message as 1.30 wrote it: a
+    well-typed file is written with a warning naming ONNX Runtime's version, not called a bug in trtverify."""
+    from trtverify.convert.output import Problems, _verdict
+
+    message = (
+        "[ONNXRuntimeError] : 1 : FAIL : Type Error: Type (tensor(float)) of output arg (InsertedPrecisionFreeCast_x) "
+        "of node (Cast_3) does not match expected type (tensor(float16))."
+    )
+    (warning,) = _verdict(Problems(checker=None, onnxruntime=message), gated, tmp_path / "g16.onnx", "fp16")
+    assert "cannot load g16.onnx" in warning and "passes onnx.checker's full check" in warning
+    assert "InsertedPrecisionFreeCast_x" in warning
+    with pytest.raises(ConversionBug):  # the checker objecting as well is still the conversion's fault
+        _verdict(Problems(checker="inconsistent type", onnxruntime=message), gated, tmp_path / "g16.onnx", "fp16")
