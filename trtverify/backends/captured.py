@@ -1,0 +1,122 @@
+"""A candidate captured on another machine (docs/captured.md): its "run" returns the tensors a capture file holds
+for the feed whose digest the capture kit recorded, so the layerwise stage compares them like any candidate's.
+
+Nothing is run here, so nothing can be re-run: root causes are ranked from the captured tensors alone (amplification),
+and a feed that is not one of the kit's is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from trtverify.backends.base import Backend, Capabilities, Feed
+from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
+from trtverify.toolout.captures import Capture, read_capture
+from trtverify.toolout.kit import MANIFEST, Kit, feed_digest, feeds_digest, find_kit, read_kit
+from trtverify.util.errors import BackendError, UsageError
+from trtverify.util.words import count
+
+
+def _shapes(feeds: Sequence[Feed]) -> str:
+    first = feeds[0] if feeds else {}
+    return ", ".join(f"{n} {'x'.join(map(str, a.shape))} {a.dtype}" for n, a in sorted(first.items()))
+
+
+class CapturedBackend(Backend):
+    name = "captured"
+    capabilities = Capabilities(exposes_intermediates=True, onnx_graph=False, casts_feeds=False)
+    unexposed = "not captured (not marked, or fused away where it ran)"
+
+    def __init__(self, model_path: Path, captured: Path, runner: str | None = None, feeds: Sequence[Feed] = ()):
+        super().__init__()
+        self.model_path = Path(model_path)
+        self.captured = Path(captured)
+        self.runner = runner
+        self._feeds = list(feeds)
+        self._capture: Capture | None = None
+        self._kit: Kit | None = None
+        self._inputs: list[TensorMeta] = []
+        self._outputs: list[TensorMeta] = []
+        self._exposed: list[str] = []
+        self.ran_as: str | None = None
+
+    @classmethod
+    def from_capture(cls, model_path: Path, captured: Path, runner: str | None, samples: Sequence[Feed]) -> Backend:
+        return cls(model_path, captured, runner, samples)
+
+    def load(self) -> None:
+        if self._capture is not None:
+            return
+        manifest = find_kit(self.captured)
+        if manifest is None:
+            raise UsageError(
+                f"{self.captured}: no capture kit ({MANIFEST}) in its folder or the one above: a capture is compared "
+                "only with the feeds it was made from; make them with `trtverify capture` and keep the capture in the "
+                "kit's folder"
+            )
+        kit = read_kit(manifest)
+        cap = read_capture(self.captured, self.runner)
+        if len(cap.iterations) != len(kit.sample_digests):
+            raise UsageError(
+                f"{cap.describe()}: {count(len(cap.iterations), 'iteration')}, but its kit {manifest} holds "
+                f"{count(len(kit.sample_digests), 'feed')}"
+            )
+        if self._feeds:
+            digests = [feed_digest(f) for f in self._feeds]
+            if feeds_digest(digests) != kit.digest:
+                raise UsageError(
+                    f"{self.captured}: captured from the kit's feeds ({manifest}: {kit.describe()}), but this run "
+                    f"feeds {count(len(digests), 'feed')} of {_shapes(self._feeds)}, digest "
+                    f"{feeds_digest(digests)[:12]}: compare with the kit's inputs ({kit.inputs_file}), or capture "
+                    "again from a kit of these inputs"
+                )
+        inputs, outputs = graph_io(load_io(self.model_path))
+        self._inputs, self._outputs = inputs, outputs
+        self._capture, self._kit = cap, kit
+        self.ran_as = (
+            f"captured elsewhere: {cap.describe()}, kit {manifest}; tensors read from the file, nothing run here, so "
+            "root causes are ranked by the error each layer adds (isolation re-runs the candidate: skipped)"
+        )
+
+    def close(self) -> None:
+        self._capture = None
+
+    def inputs(self) -> list[TensorMeta]:
+        return list(self._inputs)
+
+    def outputs(self) -> list[TensorMeta]:
+        return list(self._outputs)
+
+    def _cap(self) -> Capture:
+        if self._capture is None:
+            self.load()
+        assert self._capture is not None
+        return self._capture
+
+    def intermediates(self) -> list[str]:
+        outs = {m.name for m in self._outputs}
+        return [n for n in self._cap().names() if n not in outs]
+
+    def expose(self, names: Sequence[str]) -> list[str]:
+        have = set(self._cap().names())
+        self._exposed = [n for n in dict.fromkeys(names) if n in have]
+        return list(self._exposed)
+
+    def infer(self, feed: Feed) -> dict[str, np.ndarray]:
+        cap = self._cap()
+        assert self._kit is not None
+        digest = feed_digest(feed)
+        if digest not in self._kit.sample_digests:
+            raise BackendError(
+                f"{self.captured}: no captured tensors for this feed ({_shapes([feed])}, digest {digest[:12]}): the "
+                f"capture holds the kit's feeds only ({self._kit.describe()})"
+            )
+        tensors = cap.iterations[self._kit.sample_digests.index(digest)]
+        wanted = [m.name for m in self._outputs] + self._exposed
+        return {n: tensors[n]() for n in dict.fromkeys(wanted) if n in tensors}
+
+
+__all__ = ["CapturedBackend"]
