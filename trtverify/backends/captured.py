@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from trtverify.backends.base import Backend, Capabilities, Feed
-from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
+from trtverify.graph.onnxgraph import GraphIndex
+from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io, load_onnx
 from trtverify.toolout.captures import Capture, read_capture
 from trtverify.toolout.kit import MANIFEST, Kit, feed_digest, feeds_digest, find_kit, read_kit
 from trtverify.util.errors import BackendError, UsageError
@@ -74,6 +75,14 @@ class CapturedBackend(Backend):
                     "again from a kit of these inputs"
                 )
         inputs, outputs = graph_io(load_io(self.model_path))
+        known = set(GraphIndex.from_model(load_onnx(self.model_path)).producers) | {m.name for m in inputs}
+        names = cap.names()
+        if not known & set(names):
+            raise UsageError(
+                f"{cap.describe()}: none of its {count(len(names), 'tensor')} ({', '.join(names[:3])}"
+                f"{', ...' if len(names) > 3 else ''}) is a tensor of {self.model_path.name}: captured from another "
+                "model?"
+            )
         self._inputs, self._outputs = inputs, outputs
         self._capture, self._kit = cap, kit
         self.ran_as = (

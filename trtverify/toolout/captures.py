@@ -119,8 +119,9 @@ def _json(path: Path) -> Any:
                                                                    "Infinity"), text))  # fmt: skip
             except json.JSONDecodeError:
                 pass
-        where = "truncated? " if exc.pos >= len(text.rstrip()) - 1 else ""
-        raise UsageError(f"{path}: not valid JSON ({where}{exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        cut = exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated")
+        where = "truncated? " if cut else ""
+        raise UsageError(f"{path}: not valid JSON ({where}{exc.msg}: line {exc.lineno} column {exc.colno})") from None
     finally:
         del text
 
@@ -236,7 +237,7 @@ def _load_npy(f: Path) -> np.ndarray:
     try:
         arr = np.load(f, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
-        if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
+        if any(w in str(exc) for w in ("allow_pickle", "Object arrays", "Python objects")):
             raise UsageError(f"{f}: an object array, which only pickle reads; refused") from None
         raise UsageError(f"{f}: not a readable .npy file ({exc}); is it truncated?") from None
     except Exception as exc:  # OSError, EOFError
