@@ -57,7 +57,7 @@ def _dq(text: str) -> str:
 
 
 def readme(reference: Path, names: list[str], dims: dict[str, list[int]], dynamic: bool, samples: int) -> str:
-    ref = shlex.quote(reference.name)
+    ref = shlex.quote(f"../{reference.name}")
     load = " ".join(_dq(f"--loadInputs='{n}':trtexec/{escape_name(n)}.bin") for n in names)
     shapes = "--shapes=" + ",".join(f"'{n}':{'x'.join(map(str, dims[n]))}" for n in names)
     trtexec = (
@@ -67,8 +67,9 @@ def readme(reference: Path, names: list[str], dims: dict[str, list[int]], dynami
     )
     return f"""# Capture kit for {reference.name}
 
-Made by `trtverify capture`. Copy this folder and {reference.name} to the machine where the TensorRT engine runs,
-run one of the commands below in this folder, copy the `captured/` folder back into the kit, then compare:
+Made by `trtverify capture`. Copy this folder to the machine where the TensorRT engine runs, with {reference.name}
+beside it (the commands read ../{reference.name}, the ONNX the engine is built from), run one of the commands below
+in this folder, copy the `captured/` folder back into the kit, then compare:
 
     trtverify layerwise {reference.name} --captured KIT/captured/outputs.json
 
