@@ -148,3 +148,26 @@ def test_capture_of_other_inputs_is_refused_naming_both(kit: Path, tmp_path: Pat
     shutil.copy(cap / "fp32.json", lone / "fp32.json")  # no kit beside it
     code, _, text = layerwise(["--captured", str(lone / "fp32.json")], tmp_path / "f", capsys, monkeypatch)
     assert code == 2 and "no capture kit" in text and "fp32.json" in text
+
+
+def test_a_suite_names_a_capture_as_a_candidate_of_layerwise_only(kit: Path, tmp_path: Path, capsys, monkeypatch):
+    cap = kit / "captured"
+    cap.mkdir(exist_ok=True)
+    if not (cap / "fp32.json").is_file():
+        polygraphy(REF, kit, cap / "fp32.json")
+    suite = tmp_path / "suite.yaml"
+    body = (f"name: cap\nmodels:\n  reference: {REF}\n  candidates:\n    jetson: {{captured: {cap / 'fp32.json'}}}\n"
+            f"inputs: {{file: {kit / 'inputs.npz'}}}\nstages:\n  layerwise: {{confirm_top: 1}}\n")  # fmt: skip
+    suite.write_text(body)
+    r = main_in_process(["run", str(suite), "--out", str(tmp_path / "out"), "-q"], capsys, monkeypatch)
+    assert r.code == 0, r.out + r.err
+    c = candidate(json.loads((tmp_path / "out" / "results.json").read_text()))
+    assert c["name"] == "jetson" and c["backend"] == "captured"
+    (why,) = c["not_isolated"].values()  # confirming re-runs the candidate: said, not done
+    assert "captured on another machine" in why
+    suite.write_text(body + "  perf: {}\n")
+    r = main_in_process(["validate", str(suite)], capsys, monkeypatch)
+    assert r.code == 2 and "jetson: captured on another machine, compared by stage layerwise only" in r.out + r.err
+    suite.write_text(body.replace("jetson: {captured:", "jetson: {backend: onnxruntime, captured:"))
+    r = main_in_process(["validate", str(suite)], capsys, monkeypatch)
+    assert r.code == 2 and "backend: captured goes with captured: FILE" in r.out + r.err
