@@ -13,9 +13,9 @@
   "Open Inference Protocol" / Triton HTTP/REST API, tensor data in row-major order).
 
 Every reader refuses a malformed, truncated or mismatching file with a UsageError that names the file and what is
-wrong. Memory: the JSON formats are parsed whole (the Polygraphy file's base64 text stays in memory, each array is
-decoded when asked for and dropped after; trtexec's and KServe's number lists become arrays as they are read); a
-folder of `.npy` files is memory-mapped, so it streams.
+wrong. Memory: a folder of `.npy` files is memory-mapped, so it streams. The JSON formats are parsed whole (text and
+parsed form side by side while parsing); the Polygraphy file's base64 text then stays in memory and each array is
+decoded when asked for and dropped after; trtexec's and KServe's number lists become one array per tensor.
 """
 
 from __future__ import annotations
