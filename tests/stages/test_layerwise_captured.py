@@ -8,6 +8,7 @@ RunResults container (polygraphy/comparator/struct.py), so the file read is the 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def candidate(results: dict) -> dict:
     return cand
 
 
-def test_kit_files_and_real_polygraphy_loads_its_inputs(kit: Path, tmp_path: Path):
+def test_kit_files(kit: Path):
     manifest = json.loads((kit / "manifest.json").read_text())
     assert manifest["inputs"] == [{"name": "input", "shape": [1, 1, 28, 28], "dtype": "float32"}]
     raw = np.fromfile(kit / "trtexec" / "input.bin", dtype="<f4").reshape(1, 1, 28, 28)
@@ -85,7 +86,33 @@ def test_kit_files_and_real_polygraphy_loads_its_inputs(kit: Path, tmp_path: Pat
     readme = (kit / "README.md").read_text()
     assert "--trt-outputs mark all" in readme and "--loadInputs='input':trtexec/input.bin" in readme
     assert "--exportOutput=" in readme
-    polygraphy(REF, kit, tmp_path / "out.json")  # exit 0: Polygraphy read the kit's --load-inputs file
+
+
+@pytest.mark.parametrize(
+    ("model", "extra"),
+    [(REF, []), (ROOT / "tests" / "data" / "tiny" / "tiny.onnx", ["--dim", "batch=2"])],
+    ids=["fixed", "dynamic-batch-2"],
+)
+def test_the_kits_polygraphy_command_runs_with_the_onnx_runtime_runner(model, extra, tmp_path, capsys, monkeypatch):
+    """The README's marked-all Polygraphy line, run as written in the kit's folder but with the ONNX Runtime runner in
+    place of TensorRT's (--onnxrt, --onnx-outputs): the rest of the line is what the target runs; then compared. A
+    dynamic model's feed of batch 2 (--input-shapes, the kit's rows read back two per feed) too."""
+    shutil.copy(model, tmp_path / model.name)
+    kit = tmp_path / "kit"
+    assert main_in_process(["capture", str(model), *extra, "--out", str(kit)], capsys, monkeypatch).code == 0
+    lines = [ln.strip() for ln in (kit / "README.md").read_text().splitlines() if ln.strip().startswith("polygraphy")]
+    assert len(lines) == 2 and ("--input-shapes 'input:[2,1,8,8]'" in lines[0]) == bool(extra)
+    (kit / "captured").mkdir()
+    for line in lines[:1]:
+        cpu = line.replace(" --trt ", " --onnxrt ").replace("--trt-outputs", "--onnx-outputs")
+        args = shlex.split(cpu)
+        p = subprocess.run([str(POLYGRAPHY), *args[1:]], cwd=kit, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, cpu + "\n" + p.stdout + p.stderr
+    r = main_in_process(["layerwise", str(model), "--captured", str(kit / "captured" / "outputs.json"), "--out",
+                         str(tmp_path / "a"), "-q"], capsys, monkeypatch)  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    c = candidate(json.loads((tmp_path / "a" / "results.json").read_text()))
+    assert c["first_divergence"] is None and len(c["rows"]) >= 3
 
 
 def test_captured_reference_passes_and_planted_overflow_is_found(kit: Path, tmp_path: Path, capsys, monkeypatch):

@@ -59,7 +59,8 @@ def capture(
         # the kit's .npz must give back the same feeds when `layerwise --captured` reads it
         again = layerwise_suite(Path(tmp), reference, [reference], inputs_file=out / "inputs.npz", samples=None,
                                 dims=(), seed=0, backend="onnxruntime", precisions=[], checks=[], memory_budget=None,
-                                root_causes=None)  # fmt: skip
+                                root_causes=None, batch_size=int(manifest["batch_size"]) if manifest["batch_size"] != 1
+                                else None)  # fmt: skip
         back = [feed_digest(f) for f in build_samples(load_suite(again), inputs)]
         if back != manifest["sample_digests"]:
             raise UsageError(

@@ -38,17 +38,20 @@ def polygraphy_inputs(feeds: Sequence[dict[str, np.ndarray]], path: Path) -> Non
     atomic_write_text(path, json.dumps(doc))
 
 
-def _rows(feeds: Sequence[dict[str, np.ndarray]], ranks: dict[str, int | None]) -> dict[str, np.ndarray]:
-    """The feeds as rows of an .npz the inputs reader splits back into the same feeds: concatenated along the batch
-    axis where a feed has the model input's rank, stacked where the input has no batch axis."""
+def _rows(feeds: Sequence[dict[str, np.ndarray]], ranks: dict[str, int | None]) -> tuple[dict[str, np.ndarray], int]:
+    """The feeds as rows of an .npz the inputs reader splits back into the same feeds (with `inputs.batch_size`, the
+    second value): concatenated along the batch axis where a feed has the model input's rank, stacked where the
+    input has no batch axis."""
     out = {}
+    batches = set()
     for name in feeds[0]:
         parts = [f[name] for f in feeds]
-        if ranks.get(name) == parts[0].ndim:
-            out[name] = np.concatenate(parts, axis=0) if parts[0].ndim else np.stack(parts)
+        if ranks.get(name) == parts[0].ndim and parts[0].ndim:
+            out[name] = np.concatenate(parts, axis=0)
+            batches.add(parts[0].shape[0])
         else:
             out[name] = np.stack(parts)
-    return out
+    return out, (batches.pop() if len(batches) == 1 else 1)
 
 
 def _dq(text: str) -> str:
@@ -60,6 +63,11 @@ def readme(reference: Path, names: list[str], dims: dict[str, list[int]], dynami
     ref = shlex.quote(f"../{reference.name}")
     load = " ".join(_dq(f"--loadInputs='{n}':trtexec/{escape_name(n)}.bin") for n in names)
     shapes = "--shapes=" + ",".join(f"'{n}':{'x'.join(map(str, dims[n]))}" for n in names)
+    # a dynamic model's engine profile at the kit's shapes (min = opt = max)
+    pg_shapes = (" --input-shapes " + " ".join(shlex.quote(f"{n}:{dims[n]}".replace(" ", "")) for n in names)
+                 if dynamic else "")  # fmt: skip
+    run = f"polygraphy run {ref} --trt{pg_shapes} --load-inputs inputs.json"
+    marked = f"{run} --trt-outputs mark all --save-outputs captured/outputs.json"
     trtexec = (
         f"trtexec --onnx={ref} {load}{' ' + _dq(shapes) if dynamic else ''} --exportOutput=captured/trtexec.json"
         if samples == 1
@@ -78,14 +86,14 @@ in this folder, copy the `captured/` folder back into the kit, then compare:
 ## Every tensor (Polygraphy, TensorRT runner)
 
     mkdir -p captured
-    polygraphy run {ref} --trt --load-inputs inputs.json --trt-outputs mark all --save-outputs captured/outputs.json
+    {marked}
 
 Marking every tensor changes what TensorRT fuses: the engine measured is not quite the one deployed. Compare its
 outputs with an outputs-only capture of the same engine.
 
 ## Outputs only (Polygraphy)
 
-    polygraphy run {ref} --trt --load-inputs inputs.json --save-outputs captured/outputs_only.json
+    {run} --save-outputs captured/outputs_only.json
 
 ## trtexec (outputs only, one feed)
 
@@ -126,7 +134,7 @@ def write_kit(
     for n in names:  # the first feed: trtexec runs one
         arr = np.ascontiguousarray(feeds[0][n], dtype=feeds[0][n].dtype.newbyteorder("<"))
         atomic_write(raw / f"{escape_name(n)}.bin", lambda fh, arr=arr: fh.write(arr.tobytes()))
-    rows = _rows(feeds, ranks)
+    rows, batch = _rows(feeds, ranks)
     buf = io.BytesIO()
     np.savez(buf, **rows)
     atomic_write(out / "inputs.npz", lambda fh: fh.write(buf.getvalue()))
@@ -136,6 +144,7 @@ def write_kit(
         "reference": reference.name,
         "reference_sha256": hashlib.sha256(reference.read_bytes()).hexdigest(),
         "samples": len(feeds),
+        "batch_size": batch,  # rows of inputs.npz per feed
         "inputs": [{"name": n, "shape": list(next(iter(shapes[n]))), "dtype": next(iter(dtypes[n]))} for n in names],
         "digest": feeds_digest(digests),
         "sample_digests": digests,

@@ -134,7 +134,7 @@ def _file_inputs(inputs_file: Path, dims: Sequence[str]) -> dict[str, Any]:
     return {"file": str(inputs_file.resolve())}
 
 
-def _kit_inputs(capture: Path) -> Path:
+def _kit_inputs(capture: Path) -> tuple[Path, int | None]:
     """The inputs of the kit a capture was made from (its manifest in the capture's folder or the one above)."""
     from trtverify.toolout.kit import MANIFEST, find_kit, read_kit
 
@@ -147,7 +147,7 @@ def _kit_inputs(capture: Path) -> Path:
     kit = read_kit(manifest)
     if not kit.inputs_file.is_file():
         raise UsageError(f"{manifest}: its inputs file {kit.inputs_file} is missing")
-    return kit.inputs_file
+    return kit.inputs_file, (kit.batch_size if kit.batch_size > 1 else None)
 
 
 def _add_plugins(suite: dict[str, Any], plugins: dict[str, str] | None) -> None:
@@ -175,12 +175,13 @@ def layerwise_suite(
     plugins: dict[str, str] | None = None,
     calibration_cache: Path | None = None,
     captured: Sequence[tuple[Path, str | None]] = (),
+    batch_size: int | None = None,
 ) -> Path:
     """Write `out/suite.yaml` for a layerwise comparison and return its path. `captured`: (file, runner) of each
     candidate captured on another machine; without `inputs_file` the first capture's kit gives the inputs."""
     reference = reference.resolve()
     if captured and inputs_file is None and not dims:
-        inputs_file = _kit_inputs(captured[0][0])
+        inputs_file, batch_size = _kit_inputs(captured[0][0])
     # a calibration cache alone is judged against the reference run as the candidate
     if not candidates and not captured:
         if backend == "onnxruntime" and calibration_cache is None:
@@ -196,6 +197,8 @@ def layerwise_suite(
         inputs: dict[str, Any] = _file_inputs(inputs_file, dims)
         if samples:
             inputs["samples"] = samples
+        if batch_size:
+            inputs["batch_size"] = batch_size
     else:
         inputs = _generated_inputs(reference, dims, seed)
         if samples:

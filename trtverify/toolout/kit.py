@@ -43,6 +43,7 @@ class Kit:
     sample_digests: list[str]
     inputs: list[dict[str, Any]]  # name, shape (of one feed), dtype
     inputs_file: Path  # the kit's feeds as .npz (rows), for a run without --inputs
+    batch_size: int  # rows of inputs_file per feed
 
     def describe(self) -> str:
         shapes = ", ".join(f"{i['name']} {'x'.join(map(str, i['shape']))} {i['dtype']}" for i in self.inputs)
@@ -77,6 +78,7 @@ def read_kit(manifest: Path) -> Kit:
                 for i in doc["inputs"]
             ],  # fmt: skip
             inputs_file=manifest.parent / str(doc["files"]["npz"]),
+            batch_size=int(doc.get("batch_size", 1)),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         why = f"not a trtverify kit manifest (format {KIT_FORMAT}): bad or missing {exc}"
