@@ -198,3 +198,26 @@ def test_a_suite_names_a_capture_as_a_candidate_of_layerwise_only(kit: Path, tmp
     suite.write_text(body.replace("jetson: {captured:", "jetson: {backend: onnxruntime, captured:"))
     r = main_in_process(["validate", str(suite)], capsys, monkeypatch)
     assert r.code == 2 and "backend: captured goes with captured: FILE" in r.out + r.err
+
+
+def test_trtexec_and_kserve_captures_are_candidates_side_by_side(kit: Path, tmp_path: Path, capsys, monkeypatch):
+    """Outputs-only captures as trtexec --exportOutput and a KServe v2 response write them (layouts as in
+    tests/toolout/test_captures.py), values from a real Polygraphy run; --captured repeated: one candidate each."""
+    cap = kit / "captured"
+    cap.mkdir(exist_ok=True)
+    if not (cap / "fp32.json").is_file():
+        polygraphy(REF, kit, cap / "fp32.json")
+    logits = read_capture(cap / "fp32.json").iterations[0]["logits"]()
+    values = ", ".join(repr(float(v)) for v in logits.ravel())
+    text = f'[\n  {{ "name" : "logits"\n  , "dimensions" : "1x10"\n  , "values" : [ {values} ]\n  }}\n]\n'
+    (cap / "trtexec.json").write_text(text)
+    (cap / "kserve.json").write_text(json.dumps({"model_name": "fashion", "outputs": [
+        {"name": "logits", "shape": [1, 10], "datatype": "FP32", "data": logits.ravel().tolist()}]}))  # fmt: skip
+    code, results, text = layerwise(["--captured", str(cap / "trtexec.json"), str(cap / "kserve.json")],
+                                    tmp_path / "a", capsys, monkeypatch)  # fmt: skip
+    assert code == 0, text
+    (stage,) = results["stages"]
+    assert [c["name"] for c in stage["candidates"]] == ["captured_trtexec", "captured_kserve"]
+    for c in stage["candidates"]:
+        assert [r["tensor"] for r in c["rows"]] == ["logits"] and c["rows"][0]["passed"]
+        assert "trtexec" in c["emulation"] or "kserve" in c["emulation"]
