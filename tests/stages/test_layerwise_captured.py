@@ -20,7 +20,8 @@ import pytest
 from onnx import numpy_helper
 
 from tests.conftest import ROOT, main_in_process
-from trtverify.toolout.captures import read_capture
+from trtverify.data.kit import polygraphy_inputs
+from trtverify.toolout.captures import read_capture, read_feeds
 
 REF = ROOT / "demo" / "fp16_repair" / "fashion_bn_fp32.onnx"
 PLANTED = "/features/block2/conv/Conv_output_0"  # the tensor an FP16-style overflow is planted in
@@ -113,6 +114,15 @@ def test_the_kits_polygraphy_command_runs_with_the_onnx_runtime_runner(model, ex
     assert r.code == 0, r.out + r.err
     c = candidate(json.loads((tmp_path / "a" / "results.json").read_text()))
     assert c["first_divergence"] is None and len(c["rows"]) >= 3
+    # the inputs Polygraphy saved beside the capture are checked against the kit's: other inputs are refused
+    saved = kit / "captured" / "outputs.inputs.json"
+    fed = read_feeds(saved)
+    polygraphy_inputs([{n: a + 1 for n, a in f.items()} for f in fed], saved)
+    r = main_in_process(["layerwise", str(model), "--captured", str(kit / "captured" / "outputs.json"), "--out",
+                         str(tmp_path / "b"), "-q"], capsys, monkeypatch)  # fmt: skip
+    assert r.code == 2
+    why = json.loads((tmp_path / "b" / "results.json").read_text())["stages"][0]["error"]["message"]
+    assert "made from other inputs than its kit's" in why and str(saved) in why and why.count("digest") == 2, why
 
 
 def test_captured_reference_passes_and_planted_overflow_is_found(kit: Path, tmp_path: Path, capsys, monkeypatch):

@@ -15,7 +15,7 @@ import numpy as np
 from trtverify.backends.base import Backend, Capabilities, Feed
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io, load_onnx
-from trtverify.toolout.captures import Capture, read_capture
+from trtverify.toolout.captures import Capture, inputs_beside, read_capture, read_feeds
 from trtverify.toolout.kit import MANIFEST, Kit, feed_digest, feeds_digest, find_kit, read_kit
 from trtverify.util.errors import BackendError, UsageError
 from trtverify.util.words import count
@@ -65,6 +65,16 @@ class CapturedBackend(Backend):
                 f"{cap.describe()}: {count(len(cap.iterations), 'iteration')}, but its kit {manifest} holds "
                 f"{count(len(kit.sample_digests), 'feed')}"
             )
+        saved = inputs_beside(self.captured)
+        if self.captured.is_file() and saved.is_file():  # the inputs the target's tool fed, saved with the capture
+            fed = read_feeds(saved)
+            digest = feeds_digest([feed_digest(f) for f in fed])
+            if digest != kit.digest:
+                raise UsageError(
+                    f"{self.captured}: made from other inputs than its kit's: {saved} holds "
+                    f"{count(len(fed), 'feed')} of {_shapes(fed)}, digest {digest[:12]}; the kit ({manifest}) "
+                    f"{kit.describe()}: capture again with --load-inputs {kit.folder / 'inputs.json'}"
+                )
         if self._feeds:
             digests = [feed_digest(f) for f in self._feeds]
             if feeds_digest(digests) != kit.digest:

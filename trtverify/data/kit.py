@@ -68,6 +68,7 @@ def readme(reference: Path, names: list[str], dims: dict[str, list[int]], dynami
                  if dynamic else "")  # fmt: skip
     run = f"polygraphy run {ref} --trt{pg_shapes} --load-inputs inputs.json"
     marked = f"{run} --trt-outputs mark all --save-outputs captured/outputs.json"
+    marked += " --save-inputs captured/outputs.inputs.json"
     trtexec = (
         f"trtexec --onnx={ref} {load}{' ' + _dq(shapes) if dynamic else ''} --exportOutput=captured/trtexec.json"
         if samples == 1
@@ -81,7 +82,8 @@ in this folder, copy the `captured/` folder back into the kit, then compare:
 
     trtverify layerwise {reference.name} --captured KIT/captured/outputs.json
 
-{samples} feed(s); their sha256 digest is in manifest.json, and a capture is compared only with these feeds.
+{samples} feed(s); their sha256 digest is in manifest.json, and a capture is compared only with these feeds:
+the inputs Polygraphy fed, saved beside its capture (`--save-inputs`), must have that digest.
 
 ## Every tensor (Polygraphy, TensorRT runner)
 
@@ -93,7 +95,7 @@ outputs with an outputs-only capture of the same engine.
 
 ## Outputs only (Polygraphy)
 
-    {run} --save-outputs captured/outputs_only.json
+    {run} --save-outputs captured/outputs_only.json --save-inputs captured/outputs_only.inputs.json
 
 ## trtexec (outputs only, one feed)
 

@@ -334,6 +334,23 @@ def _kserve(path: Path, doc: dict[str, Any]) -> Capture:
     return Capture(path, "kserve", iterations=[tensors], shapes=[shapes])
 
 
+def read_feeds(path: Path) -> list[dict[str, np.ndarray]]:
+    """A Polygraphy inputs file (`--save-inputs`, `--load-inputs`: a list of feeds, each input an np.save payload)."""
+    doc = _json(path)
+    if not isinstance(doc, list) or not doc or not all(isinstance(d, dict) for d in doc):
+        raise UsageError(f"{path}: not a Polygraphy inputs file (a list of feeds, each {{input name: array}})")
+    return [
+        {n: decode_array(path, f"feed {i}, input '{n}'", _np_payload(path, f"feed {i}, input '{n}'", obj))
+         for n, obj in feed.items()}
+        for i, feed in enumerate(doc)
+    ]  # fmt: skip
+
+
+def inputs_beside(capture: Path) -> Path:
+    """Where the inputs a capture was made from are saved beside it (`polygraphy run ... --save-inputs`)."""
+    return capture.with_name(f"{capture.stem}.inputs.json")
+
+
 def split_selector(spec: str) -> tuple[Path, str | None]:
     """'FILE' or 'FILE#RUNNER' (a Polygraphy runner's name or 0-based index) -> (path, runner)."""
     if "#" in spec and not Path(spec).exists():
@@ -342,4 +359,14 @@ def split_selector(spec: str) -> tuple[Path, str | None]:
     return Path(spec), None
 
 
-__all__ = ["KINDS", "Capture", "decode_array", "escape_name", "read_capture", "split_selector", "unescape_name"]
+__all__ = [
+    "KINDS",
+    "Capture",
+    "decode_array",
+    "escape_name",
+    "inputs_beside",
+    "read_capture",
+    "read_feeds",
+    "split_selector",
+    "unescape_name",
+]
