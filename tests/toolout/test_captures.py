@@ -243,6 +243,14 @@ def test_a_malformed_capture_and_other_models_tensors_exit_2_through_the_cli(tmp
     assert r.code == 2
     why = json.loads((tmp_path / "b" / "results.json").read_text())["stages"][0]["error"]["message"]
     assert str(foreign) in why and "none of its 1 tensor" in why and "captured from another model" in why
+    wrong = kit / "wrong_shape"
+    wrong.mkdir()
+    np.save(wrong / "logits.npy", np.ones((2, 5), np.float32))
+    r = main_in_process(["layerwise", str(REF), "--captured", str(wrong), "--out", str(tmp_path / "w")], capsys,
+                        monkeypatch)  # fmt: skip
+    assert r.code == 2
+    why = json.loads((tmp_path / "w" / "results.json").read_text())["stages"][0]["error"]["message"]
+    assert str(wrong) in why and "output 'logits' has shape [2, 5]" in why and "declares ['batch', 10]" in why, why
     manifest = kit / "manifest.json"
     doc = json.loads(manifest.read_text())
     doc["sample_digests"][0] = "0" * 64

@@ -26,6 +26,12 @@ def _shapes(feeds: Sequence[Feed]) -> str:
     return ", ".join(f"{n} {'x'.join(map(str, a.shape))} {a.dtype}" for n, a in sorted(first.items()))
 
 
+def _clashes(got: tuple[int, ...], declared: tuple[object, ...]) -> bool:
+    if len(got) != len(declared):
+        return True
+    return any(isinstance(d, int) and d > 0 and d != g for g, d in zip(got, declared))
+
+
 class CapturedBackend(Backend):
     name = "captured"
     capabilities = Capabilities(exposes_intermediates=True, onnx_graph=False, casts_feeds=False)
@@ -93,6 +99,14 @@ class CapturedBackend(Backend):
                 f"{', ...' if len(names) > 3 else ''}) is a tensor of {self.model_path.name}: captured from another "
                 "model?"
             )
+        for i, shapes in enumerate(cap.shapes):  # a graph output's declared sizes (the fixed ones) hold in the capture
+            for m in outputs:
+                got = shapes.get(m.name)
+                if got is not None and m.shape is not None and _clashes(got, m.shape):
+                    raise UsageError(
+                        f"{cap.describe()}: iteration {i}, output '{m.name}' has shape {list(got)}, but "
+                        f"{self.model_path.name} declares {list(m.shape)}"
+                    )
         self._inputs, self._outputs = inputs, outputs
         self._capture, self._kit = cap, kit
         self.ran_as = (
