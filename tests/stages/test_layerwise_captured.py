@@ -231,3 +231,31 @@ def test_trtexec_and_kserve_captures_are_candidates_side_by_side(kit: Path, tmp_
     for c in stage["candidates"]:
         assert [r["tensor"] for r in c["rows"]] == ["logits"] and c["rows"][0]["passed"]
         assert "trtexec" in c["emulation"] or "kserve" in c["emulation"]
+
+
+def test_one_iteration_of_a_capture_is_selectable(kit: Path, tmp_path: Path, capsys, monkeypatch):
+    """A kit of two feeds (the module kit's feed A, then B) and a capture whose two iterations both hold A's tensors
+    (a real Polygraphy iteration, repeated): iteration 0 alone passes on feed A, the whole capture and iteration 1
+    fail on feed B, an iteration the file lacks is refused."""
+    cap = kit / "captured"
+    cap.mkdir(exist_ok=True)
+    if not (cap / "fp32.json").is_file():
+        polygraphy(REF, kit, cap / "fp32.json")
+    a = np.load(kit / "inputs.npz")["input"]
+    np.savez(tmp_path / "ab.npz", input=np.concatenate([a, a[:, :, ::-1]]))
+    two = tmp_path / "two"
+    assert main_in_process(["capture", str(REF), "--inputs", str(tmp_path / "ab.npz"), "--out", str(two)], capsys,
+                           monkeypatch).code == 0  # fmt: skip
+    doc = json.loads((cap / "fp32.json").read_text())
+    doc["lst"][0][1] = doc["lst"][0][1] * 2
+    (two / "twice.json").write_text(json.dumps(doc))
+    code, results, text = layerwise(["--captured", f"{two / 'twice.json'}##0"], tmp_path / "a", capsys, monkeypatch)
+    assert code == 0, text
+    c = candidate(results)
+    assert "iteration 0 only" in c["emulation"] and {r["samples"] for r in c["rows"]} == {1}
+    for spec, where in ((str(two / "twice.json"), "b"), (f"{two / 'twice.json'}##1", "c")):
+        code, results, text = layerwise(["--captured", spec], tmp_path / where, capsys, monkeypatch)
+        assert code == 1, text
+        assert candidate(results)["first_divergence"] is not None
+    code, results, text = layerwise(["--captured", f"{two / 'twice.json'}##2"], tmp_path / "d", capsys, monkeypatch)
+    assert code == 2 and "no iteration 2" in results["stages"][0]["error"]["message"]

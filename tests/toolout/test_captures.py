@@ -72,8 +72,11 @@ def test_several_runners_are_listed_and_one_is_picked(real: Path, tmp_path: Path
     assert len(read_capture(two, "1").iterations) == 2
     assert read_capture(two, "trt-runner-N0").runner == "trt-runner-N0"
     refused(two, "no runner 'gpu'", runner="gpu")
-    assert split_selector(f"{two}#trt-runner-N0") == (two, "trt-runner-N0")
-    assert split_selector(str(two)) == (two, None)
+    assert split_selector(f"{two}#trt-runner-N0") == (two, "trt-runner-N0", None)
+    assert split_selector(f"{two}#1#0") == (two, "1", 0) and split_selector(f"{two}##2") == (two, None, 2)
+    assert split_selector(str(two)) == (two, None, None)
+    with pytest.raises(UsageError, match="is a number"):
+        split_selector(f"{two}#1#x")
 
 
 def _edit(real: Path, tmp_path: Path, name: str, change) -> Path:  # noqa: ANN001

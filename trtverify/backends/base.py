@@ -120,13 +120,13 @@ def candidate_backend(
     model_path: Path,
     backends: Backends,
     samples: Sequence[Feed] = (),
-    capture: tuple[Path, str | None] | None = None,
+    capture: tuple[Path, str | None, int | None] | None = None,
 ) -> Backend:
-    """The registered backend `name` for a candidate ONNX model (imported on first use); `capture`: (file, runner) of
-    a candidate captured elsewhere, whose ONNX model is `model_path`."""
+    """The registered backend `name` for a candidate ONNX model (imported on first use); `capture`: (file, runner,
+    iteration) of a candidate captured elsewhere, whose ONNX model is `model_path`."""
     cls: type[Backend] = BACKENDS.load(name)
     if capture is not None:
-        return cls.from_capture(Path(model_path), capture[0], capture[1], samples)  # type: ignore[attr-defined]
+        return cls.from_capture(Path(model_path), *capture, samples)  # type: ignore[attr-defined]
     return cls.from_config(Path(model_path), backends, samples)
 
 

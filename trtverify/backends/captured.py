@@ -37,11 +37,20 @@ class CapturedBackend(Backend):
     capabilities = Capabilities(exposes_intermediates=True, onnx_graph=False, casts_feeds=False)
     unexposed = "not captured (not marked, or fused away where it ran)"
 
-    def __init__(self, model_path: Path, captured: Path, runner: str | None = None, feeds: Sequence[Feed] = ()):
+    def __init__(
+        self,
+        model_path: Path,
+        captured: Path,
+        runner: str | None = None,
+        iteration: int | None = None,
+        feeds: Sequence[Feed] = (),
+    ):
         super().__init__()
         self.model_path = Path(model_path)
         self.captured = Path(captured)
         self.runner = runner
+        self.iteration = iteration
+        self._only: str | None = None  # with `iteration`: the digest of the one feed compared
         self._feeds = list(feeds)
         self._capture: Capture | None = None
         self._kit: Kit | None = None
@@ -51,8 +60,10 @@ class CapturedBackend(Backend):
         self.ran_as: str | None = None
 
     @classmethod
-    def from_capture(cls, model_path: Path, captured: Path, runner: str | None, samples: Sequence[Feed]) -> Backend:
-        return cls(model_path, captured, runner, samples)
+    def from_capture(
+        cls, model_path: Path, captured: Path, runner: str | None, iteration: int | None, samples: Sequence[Feed]
+    ) -> Backend:
+        return cls(model_path, captured, runner, iteration, samples)
 
     def load(self) -> None:
         if self._capture is not None:
@@ -71,6 +82,13 @@ class CapturedBackend(Backend):
                 f"{cap.describe()}: {count(len(cap.iterations), 'iteration')}, but its kit {manifest} holds "
                 f"{count(len(kit.sample_digests), 'feed')}"
             )
+        only = ""
+        if self.iteration is not None:
+            if self.iteration >= len(cap.iterations):
+                raise UsageError(f"{cap.describe()}: no iteration {self.iteration} (iterations 0 to "
+                                 f"{len(cap.iterations) - 1})")  # fmt: skip
+            self._only = kit.sample_digests[self.iteration]
+            only = f"; iteration {self.iteration} only, on the kit's feed {self.iteration}: other feeds not compared"
         saved = inputs_beside(self.captured)
         if self.captured.is_file() and saved.is_file():  # the inputs the target's tool fed, saved with the capture
             fed = read_feeds(saved)
@@ -111,7 +129,7 @@ class CapturedBackend(Backend):
         self._capture, self._kit = cap, kit
         self.ran_as = (
             f"captured elsewhere: {cap.describe()}, kit {manifest}; tensors read from the file, nothing run here, so "
-            "root causes are ranked by the error each layer adds (isolation re-runs the candidate: skipped)"
+            "root causes are ranked by the error each layer adds (isolation re-runs the candidate: skipped)" + only
         )
 
     def close(self) -> None:
@@ -147,6 +165,8 @@ class CapturedBackend(Backend):
                 f"{self.captured}: no captured tensors for this feed ({_shapes([feed])}, digest {digest[:12]}): the "
                 f"capture holds the kit's feeds only ({self._kit.describe()})"
             )
+        if self._only is not None and digest != self._only:
+            return {}  # another iteration's feed: not compared (said in `ran_as`)
         tensors = cap.iterations[self._kit.sample_digests.index(digest)]
         wanted = [m.name for m in self._outputs] + self._exposed
         return {n: tensors[n]() for n in dict.fromkeys(wanted) if n in tensors}

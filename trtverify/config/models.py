@@ -98,6 +98,12 @@ class Candidate(Strict):
     runner: str | None = Field(
         default=None, description="captured: which runner of a Polygraphy file holding several (its name or index)"
     )
+    iteration: int | None = Field(
+        default=None,
+        ge=0,
+        description="captured: only this iteration of the capture, compared on the kit's feed of "
+        "the same index (default: every iteration, each on its feed)",
+    )
     description: str | None = Field(default=None, description="free text, shown in the report")
     precision: CandidatePrecision | None = Field(
         default=None,
@@ -113,16 +119,16 @@ class Candidate(Strict):
         return data
 
     @property
-    def capture(self) -> tuple[Path, str | None] | None:
-        """(file, runner) of a captured candidate."""
-        return (self.captured, self.runner) if self.captured is not None else None
+    def capture(self) -> tuple[Path, str | None, int | None] | None:
+        """(file, runner, iteration) of a captured candidate."""
+        return (self.captured, self.runner, self.iteration) if self.captured is not None else None
 
     @model_validator(mode="after")
     def _path_or_recipe(self) -> Candidate:
         if (self.captured is not None) != (self.backend == "captured"):
             raise ValueError("backend: captured goes with captured: FILE, and captured: FILE with no other backend")
-        if self.runner is not None and self.captured is None:
-            raise ValueError("runner goes with captured: FILE")
+        if (self.runner is not None or self.iteration is not None) and self.captured is None:
+            raise ValueError("runner and iteration go with captured: FILE")
         if (self.path is None) == (self.from_ is None):
             raise ValueError("give either path (an ONNX file) or from: reference (a recipe), not both or neither")
         recipe_keys = [

@@ -174,11 +174,11 @@ def layerwise_suite(
     fail_on_lint: Sequence[str] = (),
     plugins: dict[str, str] | None = None,
     calibration_cache: Path | None = None,
-    captured: Sequence[tuple[Path, str | None]] = (),
+    captured: Sequence[tuple[Path, str | None, int | None]] = (),
     batch_size: int | None = None,
 ) -> Path:
-    """Write `out/suite.yaml` for a layerwise comparison and return its path. `captured`: (file, runner) of each
-    candidate captured on another machine; without `inputs_file` the first capture's kit gives the inputs."""
+    """Write `out/suite.yaml` for a layerwise comparison and return its path. `captured`: (file, runner, iteration)
+    of each candidate captured on another machine; without `inputs_file` the first capture's kit gives the inputs."""
     reference = reference.resolve()
     if captured and inputs_file is None and not dims:
         inputs_file, batch_size = _kit_inputs(captured[0][0])
@@ -189,10 +189,11 @@ def layerwise_suite(
         candidates = [reference]
     taken: set[str] = set()
     cands: dict[str, Any] = {_name(c, taken): {"path": str(c.resolve()), "backend": backend} for c in candidates}
-    for file, runner in captured:
-        cands[_name(Path(f"captured_{file.stem}"), taken)] = {"captured": str(file.resolve())} | (
-            {"runner": runner} if runner is not None else {}
-        )
+    for file, runner, iteration in captured:
+        chosen = {"runner": runner, "iteration": iteration}
+        cands[_name(Path(f"captured_{file.stem}"), taken)] = {"captured": str(file.resolve())} | {
+            k: v for k, v in chosen.items() if v is not None
+        }
     if inputs_file is not None:
         inputs: dict[str, Any] = _file_inputs(inputs_file, dims)
         if samples:

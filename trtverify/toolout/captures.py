@@ -351,12 +351,16 @@ def inputs_beside(capture: Path) -> Path:
     return capture.with_name(f"{capture.stem}.inputs.json")
 
 
-def split_selector(spec: str) -> tuple[Path, str | None]:
-    """'FILE' or 'FILE#RUNNER' (a Polygraphy runner's name or 0-based index) -> (path, runner)."""
-    if "#" in spec and not Path(spec).exists():
-        file, _, runner = spec.rpartition("#")
-        return Path(file), runner or None
-    return Path(spec), None
+def split_selector(spec: str) -> tuple[Path, str | None, int | None]:
+    """'FILE', 'FILE#RUNNER' (a Polygraphy runner's name or 0-based index) or 'FILE#RUNNER#I' / 'FILE##I' (only its
+    iteration I, compared on the kit's feed I) -> (path, runner, iteration)."""
+    if "#" not in spec or Path(spec).exists():
+        return Path(spec), None, None
+    file, _, rest = spec.partition("#")
+    runner, _, iteration = rest.partition("#")
+    if iteration and not iteration.isdigit():
+        raise UsageError(f"--captured {spec}: the iteration after the second '#' is a number (0, 1, ...)")
+    return Path(file), runner or None, int(iteration) if iteration else None
 
 
 __all__ = [
