@@ -230,6 +230,11 @@ def test_npy_folder_names_and_iterations(tmp_path: Path):
 
 def test_a_malformed_capture_and_other_models_tensors_exit_2_through_the_cli(tmp_path: Path, capsys, monkeypatch):
     kit = tmp_path / "kit"
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, x=np.ones((2, 3), np.float32))
+    r = main_in_process(["capture", str(REF), "--inputs", str(wrong), "--out", str(kit)], capsys, monkeypatch)
+    assert r.code == 2 and str(wrong) in r.err and "not inputs of the model: x" in r.err
+    assert not (kit / "manifest.json").exists()
     assert main_in_process(["capture", str(REF), "--out", str(kit)], capsys, monkeypatch).code == 0
     cut = kit / "cut.json"
     cut.write_text('{"lst": [["runner", [{"outputs": ')

@@ -36,7 +36,7 @@ def capture(
     `trtverify layerwise REFERENCE --captured FILE`.
     """
     from trtverify.config.loader import load_suite
-    from trtverify.data.inputs import build_samples
+    from trtverify.data.inputs import build_samples, check_samples
     from trtverify.data.kit import write_kit
     from trtverify.graph.onnxinfo import graph_io, load_io
     from trtverify.suitegen.adhoc import layerwise_suite
@@ -53,6 +53,7 @@ def capture(
         loaded = load_suite(suite)
         inputs, _ = graph_io(load_io(reference))
         feeds = build_samples(loaded, inputs)
+        check_samples(feeds, inputs, str(inputs_file) if inputs_file is not None else "generated inputs")
         ranks = {m.name: (len(m.shape) if m.shape is not None else None) for m in inputs}
         dynamic = any(not (isinstance(d, int) and d > 0) for m in inputs for d in (m.shape or ()))
         manifest = write_kit(out, reference, feeds, ranks, dynamic)
@@ -63,6 +64,7 @@ def capture(
                                 else None)  # fmt: skip
         back = [feed_digest(f) for f in build_samples(load_suite(again), inputs)]
         if back != manifest["sample_digests"]:
+            (out / "manifest.json").unlink()  # no capture is compared against a kit that cannot give its feeds back
             raise UsageError(
                 f"{out / 'inputs.npz'}: these feeds do not read back as the same feeds (batched feeds of several rows "
                 "each); give --inputs with one row per feed"
