@@ -46,6 +46,7 @@ class Backend(ABC):
 
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
+    unexposed: ClassVar[str] = "not exposed by the candidate (fused or optimised away)"  # why a tensor is not there
 
     def __init__(self) -> None:
         self.casts: dict[str, tuple[str, str]] = {}  # input -> (fed dtype, model dtype), for the record
@@ -114,9 +115,18 @@ class Backend(ABC):
         raise UsageError(f"backend '{self.name}' does not run an ONNX graph as written")
 
 
-def candidate_backend(name: str, model_path: Path, backends: Backends, samples: Sequence[Feed] = ()) -> Backend:
-    """The registered backend `name` for a candidate ONNX model (imported on first use)."""
+def candidate_backend(
+    name: str,
+    model_path: Path,
+    backends: Backends,
+    samples: Sequence[Feed] = (),
+    capture: tuple[Path, str | None, int | None] | None = None,
+) -> Backend:
+    """The registered backend `name` for a candidate ONNX model (imported on first use); `capture`: (file, runner,
+    iteration) of a candidate captured elsewhere, whose ONNX model is `model_path`."""
     cls: type[Backend] = BACKENDS.load(name)
+    if capture is not None:
+        return cls.from_capture(Path(model_path), *capture, samples)  # type: ignore[attr-defined]
     return cls.from_config(Path(model_path), backends, samples)
 
 

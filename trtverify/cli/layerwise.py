@@ -13,6 +13,16 @@ from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, 
 @click.argument("reference", type=OnnxFile())
 @click.argument("candidates", nargs=-1, type=OnnxFile())
 @click.option(
+    "--captured",
+    "captured",
+    cls=Several,
+    metavar="FILE[#RUNNER[#I]]",
+    help="A candidate captured on another machine (docs/captured.md): Polygraphy --save-outputs JSON (#RUNNER: which "
+    "runner, by name or index, of a file holding several; #I: only its iteration I, on the kit's feed I), trtexec "
+    "--exportOutput JSON, KServe v2 response JSON or a folder of .npy, in the folder of the kit it was made from "
+    "(several values, or repeat it).",
+)
+@click.option(
     "--inputs",
     "inputs_file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
@@ -81,6 +91,7 @@ from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, 
 def layerwise(
     reference: Path,
     candidates: tuple[Path, ...],
+    captured: tuple[str, ...],
     inputs_file: Path | None,
     samples: int | None,
     dims: tuple[str, ...],
@@ -104,6 +115,7 @@ def layerwise(
     from trtverify.cli.run import execute
     from trtverify.config.loader import load_suite
     from trtverify.suitegen.adhoc import layerwise_suite
+    from trtverify.toolout.captures import split_selector
     from trtverify.util.fsutil import writable_folder
 
     out = out_dir or Path("reports") / f"layerwise-{reference.stem}"
@@ -126,5 +138,6 @@ def layerwise(
         root_causes=root_causes,
         plugins=plugin_map(plugins),
         calibration_cache=calibration_cache,
+        captured=[split_selector(c) for c in captured],
     )
     execute(load_suite(path), out, ("layerwise",), False, None, quiet)

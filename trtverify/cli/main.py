@@ -450,6 +450,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _register() -> None:
+    from trtverify.cli.capture import capture
     from trtverify.cli.engine import engine
     from trtverify.cli.init import init
     from trtverify.cli.layerwise import layerwise
@@ -463,6 +464,7 @@ def _register() -> None:
     cli.add_command(repair)
     cli.add_command(convert)
     cli.add_command(engine)
+    cli.add_command(capture)
 
 
 _register()

@@ -149,6 +149,16 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         for i, g in enumerate(e2e.gates):
             if g.metric not in known:
                 add(("stages", "e2e", "gates", i, "metric"), unknown(f"{e2e.task} metric", g.metric, known))
+    for stage in ("e2e", "perf"):  # a capture holds the kit's feeds: only stage layerwise compares it (issue 46)
+        cfg = getattr(suite.stages, stage)
+        captured = [] if cfg is None else [n for n in suite.candidates_of(cfg) if _captured(suite, n)]
+        if captured:
+            add(("stages", stage, "candidates"), f"{', '.join(captured)}: captured on another machine, compared by "
+                "stage layerwise only (docs/captured.md); list the other candidates in stages."
+                f"{stage}.candidates")  # fmt: skip
+    if rp is not None and rp.candidate is not None and _captured(suite, rp.candidate):
+        add(("stages", "repair", "candidate"), f"{rp.candidate}: captured on another machine; repair needs an ONNX "
+            "candidate it can run")  # fmt: skip
     bl = suite.stages.buildlog
     if bl is not None:
         from trtverify.config.findings import CATEGORIES, KINDS, known
@@ -163,6 +173,11 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
             if value < 0:
                 add(("stages", "buildlog", "max", name), f"must be >= 0, got {value}")
     return out
+
+
+def _captured(suite: Suite, name: str) -> bool:
+    c = suite.models.candidates.get(name)
+    return c is not None and c.captured is not None
 
 
 def load_suite(path: str | Path, *, check_files: bool = True) -> LoadedSuite:

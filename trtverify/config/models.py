@@ -14,7 +14,18 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 from trtverify.config.backends import Backends
 from trtverify.config.registry import BACKENDS
 from trtverify.config.stages import CandidatePrecision, Stages
-from trtverify.config.types import DirPath, DType, FilePath, HookSpec, Name, OnnxPath, OutPath, Strict, suffix
+from trtverify.config.types import (
+    DirPath,
+    DType,
+    FilePath,
+    HookSpec,
+    Name,
+    OnnxPath,
+    OutPath,
+    PathOrDir,
+    Strict,
+    suffix,
+)
 from trtverify.util.errors import unknown
 
 
@@ -78,6 +89,21 @@ class Candidate(Strict):
         default="onnxruntime",
         description=f"one of: {', '.join(e.name for e in BACKENDS.entries() if e.runs_candidates)}",
     )
+    captured: PathOrDir | None = Field(
+        default=None,
+        description="tensors of the engine captured on another machine (docs/captured.md): a Polygraphy "
+        "--save-outputs JSON, trtexec --exportOutput JSON, KServe v2 response JSON or a folder of .npy, kept in the "
+        "capture kit's folder; `path` is then the ONNX model the engine was built from (default: the reference)",
+    )
+    runner: str | None = Field(
+        default=None, description="captured: which runner of a Polygraphy file holding several (its name or index)"
+    )
+    iteration: int | None = Field(
+        default=None,
+        ge=0,
+        description="captured: only this iteration of the capture, compared on the kit's feed of "
+        "the same index (default: every iteration, each on its feed)",
+    )
     description: str | None = Field(default=None, description="free text, shown in the report")
     precision: CandidatePrecision | None = Field(
         default=None,
@@ -85,8 +111,24 @@ class Candidate(Strict):
         "types and Q/DQ nodes, and the TensorRT precision flags)",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _captured_backend(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("captured") is not None and "backend" not in data:
+            return {**data, "backend": "captured"}
+        return data
+
+    @property
+    def capture(self) -> tuple[Path, str | None, int | None] | None:
+        """(file, runner, iteration) of a captured candidate."""
+        return (self.captured, self.runner, self.iteration) if self.captured is not None else None
+
     @model_validator(mode="after")
     def _path_or_recipe(self) -> Candidate:
+        if (self.captured is not None) != (self.backend == "captured"):
+            raise ValueError("backend: captured goes with captured: FILE, and captured: FILE with no other backend")
+        if (self.runner is not None or self.iteration is not None) and self.captured is None:
+            raise ValueError("runner and iteration go with captured: FILE")
         if (self.path is None) == (self.from_ is None):
             raise ValueError("give either path (an ONNX file) or from: reference (a recipe), not both or neither")
         recipe_keys = [
@@ -107,6 +149,8 @@ class Candidate(Strict):
     def _known_backend(cls, v: str) -> str:
         if v not in BACKENDS:
             raise ValueError(unknown("backend", v, BACKENDS.names()))
+        if v == "captured":  # read, not run: with captured: FILE (checked above)
+            return v
         if not BACKENDS.get(v).runs_candidates:
             runs = [e.name for e in BACKENDS.entries() if e.runs_candidates]
             raise ValueError(f"backend '{v}' cannot run candidate ONNX models (use one of: {', '.join(runs)})")
@@ -117,8 +161,23 @@ def _candidate_shorthand(v: Any) -> Any:
     return {"path": v} if isinstance(v, str) else v
 
 
+def _captured_path(data: Any) -> Any:
+    """A captured candidate without `path`: its engine was built from the reference."""
+    if not isinstance(data, dict) or not isinstance(data.get("candidates"), dict):
+        return data
+    cands = {
+        k: {**c, "path": data.get("reference")}
+        if isinstance(c, dict) and c.get("captured") is not None and c.get("path") is None and c.get("from") is None
+        else c
+        for k, c in data["candidates"].items()
+    }
+    return {**data, "candidates": cands}
+
+
 class Models(Strict):
     """The reference, its PyTorch source, and the candidates."""
+
+    _captured = model_validator(mode="before")(_captured_path)
 
     reference: OnnxPath = Field(description="the reference FP32 ONNX model")
     pytorch: PyTorchModel | None = Field(default=None, description="the PyTorch model (stage framework)")

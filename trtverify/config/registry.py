@@ -49,6 +49,8 @@ BACKENDS: Registry[BackendEntry] = Registry(
         BackendEntry("torch", "trtverify.backends.torch:TorchBackend", False),
         BackendEntry("tensorrt", "trtverify.backends.tensorrt:TensorRTBackend", True),
         BackendEntry("tensorrt-rtx", "trtverify.backends.tensorrt:TensorRTRTXBackend", True),
+        # a candidate captured on another machine (models.candidates.*.captured): read, never run
+        BackendEntry("captured", "trtverify.backends.captured:CapturedBackend", False),
     ],
 )
 

@@ -134,6 +134,22 @@ def _file_inputs(inputs_file: Path, dims: Sequence[str]) -> dict[str, Any]:
     return {"file": str(inputs_file.resolve())}
 
 
+def _kit_inputs(capture: Path) -> tuple[Path, int | None]:
+    """The inputs of the kit a capture was made from (its manifest in the capture's folder or the one above)."""
+    from trtverify.toolout.kit import MANIFEST, find_kit, read_kit
+
+    manifest = find_kit(capture)
+    if manifest is None:
+        raise UsageError(
+            f"{capture}: no capture kit ({MANIFEST}) in its folder or the one above: a capture is compared only with "
+            "the feeds it was made from; make them with `trtverify capture` and keep the capture in the kit's folder"
+        )
+    kit = read_kit(manifest)
+    if not kit.inputs_file.is_file():
+        raise UsageError(f"{manifest}: its inputs file {kit.inputs_file} is missing")
+    return kit.inputs_file, (kit.batch_size if kit.batch_size > 1 else None)
+
+
 def _add_plugins(suite: dict[str, Any], plugins: dict[str, str] | None) -> None:
     """--plugin references, found in the folder the command ran in (so is a rerun of the suite written)."""
     if plugins:
@@ -158,19 +174,32 @@ def layerwise_suite(
     fail_on_lint: Sequence[str] = (),
     plugins: dict[str, str] | None = None,
     calibration_cache: Path | None = None,
+    captured: Sequence[tuple[Path, str | None, int | None]] = (),
+    batch_size: int | None = None,
 ) -> Path:
-    """Write `out/suite.yaml` for a layerwise comparison and return its path."""
+    """Write `out/suite.yaml` for a layerwise comparison and return its path. `captured`: (file, runner, iteration)
+    of each candidate captured on another machine; without `inputs_file` the first capture's kit gives the inputs."""
     reference = reference.resolve()
-    if not candidates:  # a calibration cache alone is judged against the reference run as the candidate
+    if captured and inputs_file is None and not dims:
+        inputs_file, batch_size = _kit_inputs(captured[0][0])
+    # a calibration cache alone is judged against the reference run as the candidate
+    if not candidates and not captured:
         if backend == "onnxruntime" and calibration_cache is None:
             raise UsageError("give a CANDIDATE model, or --backend tensorrt/tensorrt-rtx to build the reference itself")
         candidates = [reference]
     taken: set[str] = set()
-    cands = {_name(c, taken): {"path": str(c.resolve()), "backend": backend} for c in candidates}
+    cands: dict[str, Any] = {_name(c, taken): {"path": str(c.resolve()), "backend": backend} for c in candidates}
+    for file, runner, iteration in captured:
+        chosen = {"runner": runner, "iteration": iteration}
+        cands[_name(Path(f"captured_{file.stem}"), taken)] = {"captured": str(file.resolve())} | {
+            k: v for k, v in chosen.items() if v is not None
+        }
     if inputs_file is not None:
         inputs: dict[str, Any] = _file_inputs(inputs_file, dims)
         if samples:
             inputs["samples"] = samples
+        if batch_size:
+            inputs["batch_size"] = batch_size
     else:
         inputs = _generated_inputs(reference, dims, seed)
         if samples:

@@ -181,7 +181,7 @@ def run(ctx: StageContext) -> E2EResult:
     models = [_Model("reference", OnnxRuntimeBackend(Path(suite.models.reference), quiet), task.accumulator())]
     for n in ctx.candidates(suite.candidates_of(cfg)):
         spec = suite.models.candidates[n]
-        backend = candidate_backend(spec.backend, Path(spec.path), suite.backends, ctx.samples)
+        backend = candidate_backend(spec.backend, Path(spec.path), suite.backends, ctx.samples, spec.capture)
         models.append(_Model(n, backend, task.accumulator()))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()

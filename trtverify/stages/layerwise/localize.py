@@ -395,6 +395,9 @@ def root_causes(
         local, not_isolated = isolate(ctx, budget, light, make, ev, timings, label)
         return "isolate", ranked(isolate_ranking(local, ev)), not_isolated
     causes = ranked(amplification_ranking(ev))
+    if cfg.confirm_top and causes and spec.captured is not None:  # read from a file: nothing here re-runs it
+        why = "not confirmed: the candidate was captured on another machine, and confirming re-runs it"
+        return "amplification", causes, {rc.tensor: why for rc in causes[: cfg.confirm_top]}
     if cfg.confirm_top and causes:
         causes = confirm(ctx, budget, cfg.confirm_top, spec, ev, causes, workdir, timings, label)
     return "amplification", causes, {}

@@ -319,7 +319,7 @@ def _candidate(
 ) -> tuple[LayerwiseCandidate, list[CheckResult]]:
     suite = ctx.loaded.suite
     spec = suite.models.candidates[name]
-    backend = candidate_backend(spec.backend, Path(spec.path), as_written(suite.backends), samples)
+    backend = candidate_backend(spec.backend, Path(spec.path), as_written(suite.backends), samples, spec.capture)
     ort_options = as_written(suite.backends).onnxruntime
     with backend:
         cand_names = list(dict.fromkeys(list(backend.intermediates()) + [m.name for m in backend.outputs()]))
@@ -330,7 +330,7 @@ def _candidate(
             f"compute, each of {rounded} BF16/FP16 tensors rounded to its type (docs/stages/layerwise.md#fp16-and-"
             "bf16-on-a-cpu)"
             if rounded is not None
-            else None
+            else getattr(backend, "ran_as", None)  # a capture: where and how it was made
         )
         onnx_graph = backend.capabilities.onnx_graph
         # the candidate's ONNX graph says what each name holds, also for engines built from it (TensorRT marks
@@ -388,7 +388,7 @@ def _candidate(
             else []
         )
         checks += _lint_checks(name, cfg.lint.fail_on, lint)
-    reason = "not in the candidate graph" if onnx_graph else "not exposed by the candidate (fused or optimised away)"
+    reason = "not in the candidate graph" if onnx_graph else backend.unexposed
     mix = Counter(node_precisions(source if source is not None else Path(spec.path)).values()) if onnx_graph else None
     result = LayerwiseCandidate(
         name=name,

@@ -1,0 +1,73 @@
+"""Command `trtverify capture` (registered on the main group in cli/main.py): a kit for capturing an engine's tensors
+on another machine (docs/captured.md)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+from trtverify.cli.options import OnnxFile, Several
+
+
+@click.command()
+@click.argument("reference", type=OnnxFile())
+@click.option(
+    "--inputs",
+    "inputs_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help=".npz/.npy of inputs, read as `trtverify layerwise --inputs` reads it [default: one random feed].",
+)
+@click.option(
+    "--samples", type=click.IntRange(min=1), help="Number of feeds [default: 1 generated, or every row of --inputs]."
+)
+@click.option("--dim", "dims", cls=Several, metavar="NAME=VALUE", help="Value of a dynamic dimension [default: 1].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated inputs.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="The kit's folder.")  # fmt: skip
+def capture(
+    reference: Path, inputs_file: Path | None, samples: int | None, dims: tuple[str, ...], seed: int, out_dir: Path
+) -> None:
+    """Write a kit to capture REFERENCE's engine's tensors on another machine (Polygraphy, trtexec).
+
+    The kit holds the feeds (Polygraphy --load-inputs JSON, trtexec raw files, .npz), their digest
+    (manifest.json) and a README with the commands; compare what they write with
+    `trtverify layerwise REFERENCE --captured FILE`.
+    """
+    from trtverify.config.loader import load_suite
+    from trtverify.data.inputs import build_samples, check_samples
+    from trtverify.data.kit import write_kit
+    from trtverify.graph.onnxinfo import graph_io, load_io
+    from trtverify.suitegen.adhoc import layerwise_suite
+    from trtverify.toolout.kit import feed_digest
+    from trtverify.util.errors import UsageError
+    from trtverify.util.fsutil import writable_folder
+
+    out = writable_folder(out_dir)
+    with tempfile.TemporaryDirectory(prefix="trtverify-capture-") as tmp:
+        # the feeds exactly as `trtverify layerwise` makes them from the same arguments
+        suite = layerwise_suite(Path(tmp), reference, [reference], inputs_file=inputs_file, samples=samples,
+                                dims=dims, seed=seed, backend="onnxruntime", precisions=[], checks=[],
+                                memory_budget=None, root_causes=None)  # fmt: skip
+        loaded = load_suite(suite)
+        inputs, _ = graph_io(load_io(reference))
+        feeds = build_samples(loaded, inputs)
+        check_samples(feeds, inputs, str(inputs_file) if inputs_file is not None else "generated inputs")
+        ranks = {m.name: (len(m.shape) if m.shape is not None else None) for m in inputs}
+        dynamic = any(not (isinstance(d, int) and d > 0) for m in inputs for d in (m.shape or ()))
+        manifest = write_kit(out, reference, feeds, ranks, dynamic)
+        # the kit's .npz must give back the same feeds when `layerwise --captured` reads it
+        again = layerwise_suite(Path(tmp), reference, [reference], inputs_file=out / "inputs.npz", samples=None,
+                                dims=(), seed=0, backend="onnxruntime", precisions=[], checks=[], memory_budget=None,
+                                root_causes=None, batch_size=int(manifest["batch_size"]) if manifest["batch_size"] != 1
+                                else None)  # fmt: skip
+        back = [feed_digest(f) for f in build_samples(load_suite(again), inputs)]
+        if back != manifest["sample_digests"]:
+            (out / "manifest.json").unlink()  # no capture is compared against a kit that cannot give its feeds back
+            raise UsageError(
+                f"{out / 'inputs.npz'}: these feeds do not read back as the same feeds (batched feeds of several rows "
+                "each); give --inputs with one row per feed"
+            )
+    click.echo(f"kit: {out} ({manifest['samples']} feed(s), digest {str(manifest['digest'])[:12]}); commands in "
+               f"{out / 'README.md'}")  # fmt: skip

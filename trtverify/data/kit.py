@@ -1,0 +1,165 @@
+"""A capture kit (`trtverify capture`): the feeds trtverify compares, in the formats the target machine's tools read,
+and the exact commands that capture the engine's tensors there.
+
+Written: `inputs.json` (Polygraphy `--load-inputs`: a list of feed dicts, each array `{"array": base64 of np.save,
+"polygraphy_class": "ndarray"}`, what Polygraphy's `--save-inputs` writes), `trtexec/NAME.bin` (raw C-order
+little-endian values per input, for `--loadInputs='NAME':FILE`; one feed only, as trtexec runs one), `inputs.npz`
+(the feeds as rows, what `trtverify layerwise --captured` feeds the reference), `manifest.json` (input names,
+shapes, dtypes, the sha256 digest of the feeds) and `README.md` (the commands).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from trtverify.toolout.captures import escape_name
+from trtverify.toolout.kit import KIT_FORMAT, MANIFEST, feed_digest, feeds_digest
+from trtverify.util.errors import UsageError
+from trtverify.util.fsutil import atomic_write, atomic_write_json, atomic_write_text
+
+
+def _b64_npy(arr: np.ndarray) -> str:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def polygraphy_inputs(feeds: Sequence[dict[str, np.ndarray]], path: Path) -> None:
+    """Polygraphy's `--load-inputs` JSON: a list of feeds, arrays as Polygraphy's JSON encoder writes them."""
+    doc = [{n: {"array": _b64_npy(a), "polygraphy_class": "ndarray"} for n, a in feed.items()} for feed in feeds]
+    atomic_write_text(path, json.dumps(doc))
+
+
+def _rows(feeds: Sequence[dict[str, np.ndarray]], ranks: dict[str, int | None]) -> tuple[dict[str, np.ndarray], int]:
+    """The feeds as rows of an .npz the inputs reader splits back into the same feeds (with `inputs.batch_size`, the
+    second value): concatenated along the batch axis where a feed has the model input's rank, stacked where the
+    input has no batch axis."""
+    out = {}
+    batches = set()
+    for name in feeds[0]:
+        parts = [f[name] for f in feeds]
+        if ranks.get(name) == parts[0].ndim and parts[0].ndim:
+            out[name] = np.concatenate(parts, axis=0)
+            batches.add(parts[0].shape[0])
+        else:
+            out[name] = np.stack(parts)
+    return out, (batches.pop() if len(batches) == 1 else 1)
+
+
+def _dq(text: str) -> str:
+    """`text` in double quotes for a POSIX shell (single quotes inside stay literal, as trtexec wants them)."""
+    return '"' + "".join("\\" + c if c in '"$`\\' else c for c in text) + '"'
+
+
+def readme(reference: Path, names: list[str], dims: dict[str, list[int]], dynamic: bool, samples: int) -> str:
+    ref = shlex.quote(f"../{reference.name}")
+    load = " ".join(_dq(f"--loadInputs='{n}':trtexec/{escape_name(n)}.bin") for n in names)
+    shapes = "--shapes=" + ",".join(f"'{n}':{'x'.join(map(str, dims[n]))}" for n in names)
+    # a dynamic model's engine profile at the kit's shapes (min = opt = max)
+    pg_shapes = (" --input-shapes " + " ".join(shlex.quote(f"{n}:{dims[n]}".replace(" ", "")) for n in names)
+                 if dynamic else "")  # fmt: skip
+    run = f"polygraphy run {ref} --trt{pg_shapes} --load-inputs inputs.json"
+    marked = f"{run} --trt-outputs mark all --save-outputs captured/outputs.json"
+    marked += " --save-inputs captured/outputs.inputs.json"
+    trtexec = (
+        f"trtexec --onnx={ref} {load}{' ' + _dq(shapes) if dynamic else ''} --exportOutput=captured/trtexec.json"
+        if samples == 1
+        else f"(trtexec runs one feed: this kit holds {samples}; make a kit with --samples 1 for trtexec)"
+    )
+    return f"""# Capture kit for {reference.name}
+
+Made by `trtverify capture`. Copy this folder to the machine where the TensorRT engine runs, with {reference.name}
+beside it (the commands read ../{reference.name}, the ONNX the engine is built from), run one of the commands below
+in this folder, copy the `captured/` folder back into the kit, then compare:
+
+    trtverify layerwise {reference.name} --captured KIT/captured/outputs.json
+
+{samples} feed(s); their sha256 digest is in manifest.json, and a capture is compared only with these feeds:
+the inputs Polygraphy fed, saved beside its capture (`--save-inputs`), must have that digest.
+
+## Every tensor (Polygraphy, TensorRT runner)
+
+    mkdir -p captured
+    {marked}
+
+Marking every tensor changes what TensorRT fuses: the engine measured is not quite the one deployed. Compare its
+outputs with an outputs-only capture of the same engine.
+
+## Outputs only (Polygraphy)
+
+    {run} --save-outputs captured/outputs_only.json --save-inputs captured/outputs_only.inputs.json
+
+## trtexec (outputs only, one feed)
+
+    {trtexec}
+
+trtexec reads `trtexec/*.bin` as raw values of the engine input's type (C order, little endian, {
+        ", ".join(f"{n}: {'x'.join(map(str, dims[n]))}" for n in names)
+    }); an engine whose inputs are FP16 needs them converted.
+
+## Not in this kit yet
+
+No runner script for targets without Polygraphy or trtexec, no debug tensors (`--markDebug`,
+`--saveAllDebugTensors`), no validation batches for e2e.
+"""
+
+
+def write_kit(
+    out: Path,
+    reference: Path,
+    feeds: Sequence[dict[str, np.ndarray]],
+    ranks: dict[str, int | None],
+    dynamic: bool,
+) -> dict[str, object]:
+    """Write the kit into `out`; returns the manifest."""
+    if not feeds:
+        raise UsageError("no feeds to put into the kit")
+    names = list(feeds[0])
+    shapes = {n: set(tuple(f[n].shape) for f in feeds) for n in names}
+    dtypes = {n: {str(f[n].dtype) for f in feeds} for n in names}
+    for n in names:
+        if len(shapes[n]) > 1 or len(dtypes[n]) > 1:
+            raise UsageError(f"input '{n}': the feeds differ in shape or dtype ({shapes[n]}, {dtypes[n]}); a kit holds "
+                             "feeds of one shape")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    polygraphy_inputs(feeds, out / "inputs.json")
+    raw = out / "trtexec"
+    raw.mkdir(exist_ok=True)
+    for n in names:  # the first feed: trtexec runs one
+        arr = np.ascontiguousarray(feeds[0][n], dtype=feeds[0][n].dtype.newbyteorder("<"))
+        atomic_write(raw / f"{escape_name(n)}.bin", lambda fh, arr=arr: fh.write(arr.tobytes()))
+    rows, batch = _rows(feeds, ranks)
+    buf = io.BytesIO()
+    np.savez(buf, **rows)
+    atomic_write(out / "inputs.npz", lambda fh: fh.write(buf.getvalue()))
+    digests = [feed_digest(f) for f in feeds]
+    manifest: dict[str, object] = {
+        "trtverify_kit": KIT_FORMAT,
+        "reference": reference.name,
+        "reference_sha256": hashlib.sha256(reference.read_bytes()).hexdigest(),
+        "samples": len(feeds),
+        "batch_size": batch,  # rows of inputs.npz per feed
+        "inputs": [{"name": n, "shape": list(next(iter(shapes[n]))), "dtype": next(iter(dtypes[n]))} for n in names],
+        "digest": feeds_digest(digests),
+        "sample_digests": digests,
+        "files": {
+            "polygraphy": "inputs.json",
+            "npz": "inputs.npz",
+            "trtexec": {n: f"trtexec/{escape_name(n)}.bin" for n in names},
+        },
+    }
+    atomic_write_json(out / MANIFEST, manifest)
+    dims = {n: list(next(iter(shapes[n]))) for n in names}
+    atomic_write_text(out / "README.md", readme(reference, names, dims, dynamic, len(feeds)))
+    return manifest
+
+
+__all__ = ["polygraphy_inputs", "readme", "write_kit"]
