@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from trtverify.cli.options import OnnxFile, Several
+from trtverify.util.words import count
 
 
 @click.command()
@@ -69,5 +70,5 @@ def capture(
                 f"{out / 'inputs.npz'}: these feeds do not read back as the same feeds (batched feeds of several rows "
                 "each); give --inputs with one row per feed"
             )
-    click.echo(f"kit: {out} ({manifest['samples']} feed(s), digest {str(manifest['digest'])[:12]}); commands in "
+    click.echo(f"kit: {out} ({count(manifest['samples'], 'feed')}, digest {str(manifest['digest'])[:12]}); commands in "
                f"{out / 'README.md'}")  # fmt: skip
