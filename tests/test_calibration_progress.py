@@ -16,7 +16,7 @@ from tests.conftest import run_cli
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from trtverify.convert import int8  # noqa: E402
+from trtverify.convert import calibranges, int8  # noqa: E402
 
 ROWS = 40
 
@@ -80,7 +80,8 @@ def test_rows_are_reported_every_few_seconds_not_every_row(
     lines: list[str] = []
     int8.quantize(ref, tmp_path / "q.onnx", rows, progress=lines.append)
     assert len(lines) == 2  # well under PROGRESS_EVERY_S: the start and the end
-    monkeypatch.setattr(int8, "PROGRESS_EVERY_S", 0.0)  # every moment is "a few seconds later": each row has a line
+    # every moment is "a few seconds later": each row has a line
+    monkeypatch.setattr(calibranges, "PROGRESS_EVERY_S", 0.0)
     lines.clear()
     int8.quantize(ref, tmp_path / "q.onnx", rows, progress=lines.append)
     assert [int(re.search(r": (\d+)/", line).group(1)) for line in lines] == list(range(ROWS + 1))  # type: ignore[union-attr]

@@ -4,7 +4,7 @@ quantize_static calibrates and quantizes in one call and says nothing in between
 the rows in seconds, then searches each tensor's KL-optimal threshold for minutes (SSDlite: 16 rows in 2 s, then
 214 s without a line). Here the calibrator is ONNX Runtime's (`create_calibrator`), driven step by step:
 
-1. the rows (`METHOD calibration: done/N rows`, convert/int8.py RowProgress), then for entropy and percentile
+1. the rows (`METHOD calibration: done/N rows`, RowProgress), then for entropy and percentile
    each tensor's histogram (`... histograms of done/N tensors`, every PROGRESS_EVERY_S);
 2. the ranges: minmax has them when the rows are done; percentile computes its own at once (one line); entropy's
    threshold search runs tensor by tensor through the collector's own `get_entropy_threshold`, with a line every
@@ -31,6 +31,35 @@ from typing import Any
 ENTROPY_OPTIONS = {"num_bins": 2048, "num_quantized_bins": 128}
 
 
+PROGRESS_EVERY_S = 5.0  # a calibration's progress line at most this often between its first and its last
+
+
+class RowProgress:
+    """Progress of one calibration pass: `METHOD calibration: 0/N rows` at the start, the rows done at most every
+    PROGRESS_EVERY_S seconds (thousands of rows make a few lines, not thousands), and the last row with the time
+    it took (then the ranges are computed from what the rows gave)."""
+
+    def __init__(self, method: str, total: int, progress: Callable[[str], None] | None) -> None:
+        self.method, self.total, self.progress = method, total, progress
+        self.t0 = self.last = time.monotonic()
+        self.finished = False
+
+    def done(self, rows: int) -> None:
+        if self.progress is None or self.finished:
+            return
+        now = time.monotonic()
+        if rows == 0:
+            self.progress(f"{self.method} calibration: 0/{self.total} rows")
+        elif rows >= self.total:
+            self.finished = True
+            self.progress(f"{self.method} calibration: {self.total}/{self.total} rows ({now - self.t0:.1f} s)")
+        elif now - self.last >= PROGRESS_EVERY_S:
+            self.progress(f"{self.method} calibration: {rows}/{self.total} rows ({now - self.t0:.1f} s)")
+        else:
+            return
+        self.last = now
+
+
 class OverBudget(Exception):  # noqa: N818 - a stop, not a failure
     """A range computation stopped: its projected time passed the budget."""
 
@@ -46,8 +75,6 @@ def _collector(calibrator: Any, say: Callable[[str], None]) -> Any:
     result is the same as one call with every tensor."""
     from onnxruntime.quantization.calibrate import HistogramCollector
 
-    from trtverify.convert import int8
-
     method = calibrator.method
 
     class Collector(HistogramCollector):
@@ -60,7 +87,7 @@ def _collector(calibrator: Any, say: Callable[[str], None]) -> Any:
                 now = time.monotonic()
                 if done == len(names):
                     say(f"{method} calibration: histograms of {done}/{len(names)} tensors ({now - t0:.1f} s)")
-                elif now - last >= int8.PROGRESS_EVERY_S:
+                elif now - last >= PROGRESS_EVERY_S:
                     say(f"{method} calibration: histograms of {done}/{len(names)} tensors ({now - t0:.0f} s)")
                     last = now
 
@@ -125,8 +152,6 @@ def _entropy(calibrator: Any, quantized: set[str], say: Callable[[str], None], b
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import TensorsData
 
-    from trtverify.convert import int8
-
     collector = calibrator.collector
     histograms = collector.histogram_dict
     searched = [t for t in histograms if t in quantized]
@@ -146,7 +171,7 @@ def _entropy(calibrator: Any, quantized: set[str], say: Callable[[str], None], b
             raise OverBudget("entropy", spent, projected, done, len(searched), budget_s)
         if done == len(searched):
             say(f"entropy calibration: thresholds of {done}/{len(searched)} tensors ({spent:.1f} s)")
-        elif now - last >= int8.PROGRESS_EVERY_S:
+        elif now - last >= PROGRESS_EVERY_S:
             say(f"entropy calibration: thresholds of {done}/{len(searched)} tensors ({spent:.0f} s, about "
                 f"{projected - spent:.0f} s left)")  # fmt: skip
             last = now

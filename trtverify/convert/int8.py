@@ -19,7 +19,6 @@ import contextlib
 import io
 import logging
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,7 +63,7 @@ def quantize(
     budget_s: float | None = None,
 ) -> Path:
     """Static INT8 Q/DQ quantisation of `reference` calibrated on `calibration` (feeds) with `method` (one of
-    METHODS), written to `out`; `progress` gets the rows done (RowProgress: at the start, every PROGRESS_EVERY_S
+    METHODS), written to `out`; `progress` gets the rows done (calibranges.RowProgress: at the start, every few
     seconds, at the end), then the range computation's (convert/calibranges.py); `budget_s`: stop the range
     computation with calibranges.OverBudget once its projected time passes it. A graph with plugin nodes is
     quantized up to them (convert/around_plugins.py); weights held in Constant nodes are made initializers first
@@ -142,6 +141,8 @@ def _quantize(
         quantize_static,
     )
 
+    from trtverify.convert.calibranges import RowProgress, compute_ranges
+
     rows = RowProgress(method, len(calibration), progress)
 
     class Reader(CalibrationDataReader):
@@ -154,8 +155,6 @@ def _quantize(
             rows.done(self._asked)
             self._asked += 1
             return next(self._it, None)
-
-    from trtverify.convert.calibranges import compute_ranges
 
     calibrate = {
         "minmax": CalibrationMethod.MinMax,
@@ -207,35 +206,6 @@ def _quantize(
     finally:
         root.setLevel(level)
     return out
-
-
-PROGRESS_EVERY_S = 5.0  # a calibration's progress line at most this often between its first and its last
-
-
-class RowProgress:
-    """Progress of one calibration pass: `METHOD calibration: 0/N rows` at the start, the rows done at most every
-    PROGRESS_EVERY_S seconds (thousands of rows make a few lines, not thousands), and the last row with the time
-    it took (then the ranges are computed from what the rows gave)."""
-
-    def __init__(self, method: str, total: int, progress: Callable[[str], None] | None) -> None:
-        self.method, self.total, self.progress = method, total, progress
-        self.t0 = self.last = time.monotonic()
-        self.finished = False
-
-    def done(self, rows: int) -> None:
-        if self.progress is None or self.finished:
-            return
-        now = time.monotonic()
-        if rows == 0:
-            self.progress(f"{self.method} calibration: 0/{self.total} rows")
-        elif rows >= self.total:
-            self.finished = True
-            self.progress(f"{self.method} calibration: {self.total}/{self.total} rows ({now - self.t0:.1f} s)")
-        elif now - self.last >= PROGRESS_EVERY_S:
-            self.progress(f"{self.method} calibration: {rows}/{self.total} rows ({now - self.t0:.1f} s)")
-        else:
-            return
-        self.last = now
 
 
 CALIBRATION_KEY = "trtverify.int8_calibration"  # the model's metadata_props entry: how it was calibrated
