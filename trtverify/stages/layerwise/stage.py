@@ -225,8 +225,7 @@ def _rows_and_checks(
         p = ref.graph.producers.get(r)
         evaluated = evaluate(s, checks_for(c), stage=NAME, candidate=name)
         nonfinite += s.nonfinite["nonfinite_mismatch"]
-        counts = {k: v for k, v in s.nonfinite.items() if v}
-        counts = sided(counts)
+        counts = sided({k: v for k, v in s.nonfinite.items() if v})
         rows.append(
             Row(
                 tensor=r,
