@@ -12,6 +12,7 @@ It says, without running anything and without the weights' values being needed:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,14 @@ def subgraphs(node: Any) -> list[Any]:
         elif a.type == onnx.AttributeProto.GRAPHS:
             out.extend(a.graphs)
     return out
+
+
+def nested_nodes(graph: Any) -> Iterator[Any]:
+    """Every node of `graph` and of its subgraphs (If branches, Loop/Scan bodies), at any depth, parents first."""
+    for node in graph.node:
+        yield node
+        for sub in subgraphs(node):
+            yield from nested_nodes(sub)
 
 
 def _subgraph_scan(graphs: list[Any]) -> tuple[int, set[str]]:

@@ -10,10 +10,10 @@ scores [K], labels [K] of one image); outputs that fit none get a postprocess ho
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from trtverify.graph.onnxgraph import nested_nodes
 from trtverify.graph.onnxinfo import TensorMeta
 
 NMS_PLUGINS = {"EfficientNMS_TRT": "nms", "BatchedNMS_TRT": "nms", "BatchedNMSDynamic_TRT": "nms"}
@@ -32,17 +32,6 @@ class Detector:
     outputs: dict[str, str]  # role -> output name (layouts nms, mmdeploy)
     output: str | None  # the one output read (layout rows)
     why: str  # how the layout was found, or what the outputs are where none fits
-
-
-def _nodes(graph: Any) -> Iterator[Any]:
-    """Every node of the graph and of its subgraphs (If, Loop, Scan bodies)."""
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                yield from _nodes(attr.g)
-            for g in attr.graphs:
-                yield from _nodes(g)
 
 
 def _floating(m: TensorMeta) -> bool:
@@ -98,7 +87,7 @@ def _by_shape(outputs: list[TensorMeta]) -> tuple[str | None, dict[str, str], st
 
 def detector(model: Any, outputs: list[TensorMeta]) -> Detector | None:
     """The detector `model` (an onnx ModelProto, weights not needed) is, or None where no NMS is in it."""
-    plugin = next((n for n in _nodes(model.graph) if n.op_type in NMS_PLUGINS), None)
+    plugin = next((n for n in nested_nodes(model.graph) if n.op_type in NMS_PLUGINS), None)
     if plugin is not None:
         nms = f"{plugin.op_type} node '{plugin.name}'" if plugin.name else f"{plugin.op_type} node"
         layout = NMS_PLUGINS[plugin.op_type]
@@ -109,7 +98,7 @@ def detector(model: Any, outputs: list[TensorMeta]) -> Detector | None:
             return Detector(nms, layout, roles, None, f"the {plugin.op_type} node's outputs are the model's")
         layout_found, roles, output, why = _by_shape(outputs)
         return Detector(nms, layout_found, roles, output, why)
-    if not any(n.op_type == "NonMaxSuppression" for n in _nodes(model.graph)):
+    if not any(n.op_type == "NonMaxSuppression" for n in nested_nodes(model.graph)):
         return None
     layout_found, roles, output, why = _by_shape(outputs)
     return Detector("ONNX NonMaxSuppression", layout_found, roles, output, why)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.compare.checks import CheckResult
-from trtverify.graph.onnxgraph import GraphIndex
+from trtverify.graph.onnxgraph import GraphIndex, nested_nodes, subgraphs
 from trtverify.stages.layerwise.models import Row
 from trtverify.stages.layerwise.reference import NAME, ReferencePass
 
@@ -56,13 +56,7 @@ class Selection:
 
 
 def _subgraph_ops(node: object) -> set[str]:
-    out: set[str] = set()
-    for a in getattr(node, "attribute", []):
-        for g in [a.g] if a.HasField("g") else list(a.graphs):
-            for n in g.node:
-                out.add(n.op_type)
-                out |= _subgraph_ops(n)
-    return out
+    return {n.op_type for g in subgraphs(node) for n in nested_nodes(g)}
 
 
 def classify(g: GraphIndex, dtypes: dict[str, str]) -> dict[str, Selection]:
