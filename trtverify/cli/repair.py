@@ -26,25 +26,16 @@ INPUT_HELP = "Inputs: .npz, keys = input names, first axis = rows [default: one 
 def _rows(reference: Path, path: Path) -> list:
     """Rows of an .npz (keys = input names), one feed each, read like a suite's inputs file."""
 
-    from trtverify.data.inputs import open_array_file, read_member
+    from trtverify.data.inputs import open_array_file, read_member, without_batch_axis
+    from trtverify.graph.onnxinfo import graph_io, load_io
 
     with open_array_file(path) as data:  # a damaged or foreign file: exit 2 naming it
         arrays = {k: read_member(data, k, path) for k in data.files}
     rows = min((len(a) for a in arrays.values()), default=0)
     if not rows:
         raise UsageError(f"{path}: no rows (keys = the input names of {reference.name}, first axis = rows)")
-    ranks = _input_ranks(reference)
-    # a model whose input has no batch axis (torchvision detectors take one [3, H, W] image) reads row i as a[i]
-    unbatched = {k for k, a in arrays.items() if ranks.get(k) == a.ndim - 1}
+    unbatched = without_batch_axis(arrays, {m.name: m for m in graph_io(load_io(reference))[0]})
     return [{k: a[i] if k in unbatched else a[i : i + 1] for k, a in arrays.items()} for i in range(rows)]
-
-
-def _input_ranks(reference: Path) -> dict[str, int]:
-    """The declared rank of each input of `reference` whose shape is declared."""
-    from trtverify.graph.onnxinfo import graph_io, load_io
-
-    inputs, _ = graph_io(load_io(reference))
-    return {m.name: len(m.shape) for m in inputs if m.shape is not None}
 
 
 # what `repair` and `lower` take in --precision (the repair stage's precision)

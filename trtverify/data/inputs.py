@@ -202,7 +202,7 @@ def _from_file(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta] | None = 
         )
     # an input declared without a batch axis (torchvision's detectors take one [3, H, W] image) is fed row by row,
     # each row as it is: rows of [N, 3, H, W] are N samples of [3, H, W], not [1, 3, H, W]
-    unbatched = {name for name, (arr, _) in columns.items() if _rank(declared.get(name)) == arr.ndim - 1}
+    unbatched = without_batch_axis({name: arr for name, (arr, _) in columns.items()}, declared)
     if unbatched and batch != 1:
         raise loaded_error(
             loaded,
@@ -217,6 +217,12 @@ def _from_file(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta] | None = 
             feed[name] = _convert(arr[i] if name in unbatched else arr[i * batch : (i + 1) * batch], spec)
         out.append(feed)
     return out
+
+
+def without_batch_axis(arrays: dict[str, np.ndarray], declared: dict[str, TensorMeta]) -> set[str]:
+    """The inputs whose arrays of rows have one axis more than the input declares (torchvision's detectors take one
+    [3, H, W] image, fed from rows [N, 3, H, W]): a row of them is fed as it is, not as a batch of one."""
+    return {name for name, arr in arrays.items() if _rank(declared.get(name)) == arr.ndim - 1}
 
 
 def _rank(meta: TensorMeta | None) -> int | None:
