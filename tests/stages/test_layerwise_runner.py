@@ -170,3 +170,35 @@ def test_a_changed_kit_an_existing_output_and_a_missing_tensorrt_are_refused(kit
     np.savez(changed / "inputs.npz", input=rows["input"] + 1)
     p = runner(changed, "--onnx", str(kit.parent / REF.name))
     assert p.returncode == 2 and "does not have the digest the manifest records" in p.stderr, p.stderr
+
+
+def _script_module():  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location("run_engine_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_the_memory_layer_binds_the_real_cuda_runtime_where_one_is_installed():
+    """No fake here: the script's ctypes layer loads the machine's real libcudart.so (found as the script finds it)
+    and calls it. Every function it binds must exist (CUDA 11 to 13); without a GPU, the first call fails with the
+    runtime's own words and exit code 4; with one, a copy goes to the device and back."""
+    script = _script_module()
+    path = script.find_cudart()
+    if path == "libcudart.so":
+        pytest.skip("no CUDA runtime library (libcudart.so) installed on this machine")
+    cuda = script.Cuda(script.load_cudart(path))  # binds every function: AttributeError if one is missing
+    assert any(hasattr(cuda.lib, s) for s in ("cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"))
+    try:
+        where = cuda.describe(0)
+    except script.Failed as exc:
+        assert exc.code == 4 and "CUDA error" in str(exc) and "cudaSetDevice" in str(exc)
+        return
+    assert where["gpu"] != "unknown"
+    data = np.arange(12, dtype=np.float32)
+    back = np.zeros_like(data)
+    ptr = cuda.malloc(data.nbytes)
+    cuda.to_device(ptr, data)
+    cuda.to_host(back, ptr)
+    cuda.free(ptr)
+    assert np.array_equal(back, data)

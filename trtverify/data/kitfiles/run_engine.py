@@ -126,17 +126,17 @@ def read_kit(kit):
 
 
 def find_cudart():
+    """libcudart.so where Polygraphy looks (LD_LIBRARY_PATH, the CUDA toolkit, the system) and where pip puts it beside
+    TensorRT's wheels (site-packages/nvidia/cuda_runtime/lib, nvidia/cu13/lib); the newest version in the first
+    folder that has one."""
     dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
-    dirs += [
-        "/usr/local/cuda/lib64",
-        "/usr/local/cuda/targets/aarch64-linux/lib",
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib",
-        "/lib",
-    ]
+    dirs += ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/aarch64-linux/lib", "/usr/lib/x86_64-linux-gnu",
+             "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/lib"]  # fmt: skip
+    for site in sys.path:
+        dirs += sorted(glob.glob(os.path.join(site, "nvidia", "cuda_runtime", "lib")))
+        dirs += sorted(glob.glob(os.path.join(site, "nvidia", "cu[0-9]*", "lib")))
     for d in dirs:
-        found = sorted(glob.glob(os.path.join(d, "libcudart.so*")))
+        found = sorted(glob.glob(os.path.join(d, "libcudart.so*")), reverse=True)
         if found:
             return found[0]
     return "libcudart.so"  # the loader's own search
@@ -178,7 +178,11 @@ class Cuda:
 
     def check(self, status, what):
         if status != 0:
-            raise Failed(4, f"CUDA error {status} in {what}")
+            name = getattr(self.lib, "cudaGetErrorString", None)
+            if name is not None:
+                name.argtypes, name.restype = [ctypes.c_int], ctypes.c_char_p
+                text = (name(status) or b"").decode("utf-8", "replace")
+            raise Failed(4, f"CUDA error {status} in {what}" + (f": {text}" if name is not None else ""))
 
     def malloc(self, nbytes):
         ptr = ctypes.c_void_p()
@@ -537,7 +541,8 @@ def main(argv=None):
             with open(args.engine, "rb") as fh:
                 plan = fh.read()
             engine_path = args.engine
-        engine = trt.Runtime(logger).deserialize_cuda_engine(plan)
+        runtime = trt.Runtime(logger)  # kept while the engine lives
+        engine = runtime.deserialize_cuda_engine(plan)
         if engine is None:
             raise Failed(
                 4,
