@@ -82,6 +82,11 @@ class CapturedBackend(Backend):
                 f"{cap.describe()}: {count(len(cap.iterations), 'iteration')}, but its kit {manifest} holds "
                 f"{count(len(kit.sample_digests), 'feed')}"
             )
+        if cap.run is not None and cap.run.kit_digest != kit.digest:  # the kit's runner script records what it fed
+            raise UsageError(
+                f"{self.captured}: made from other inputs than its kit's: {cap.run.path} records digest "
+                f"{cap.run.kit_digest[:12]}, the kit ({manifest}) {kit.describe()}: run run_engine.py again in this kit"
+            )
         only = ""
         if self.iteration is not None:
             if self.iteration >= len(cap.iterations):

@@ -30,7 +30,7 @@ from trtverify.util.words import count
 def capture(
     reference: Path, inputs_file: Path | None, samples: int | None, dims: tuple[str, ...], seed: int, out_dir: Path
 ) -> None:
-    """Write a kit to capture REFERENCE's engine's tensors on another machine (Polygraphy, trtexec).
+    """Write a kit to capture REFERENCE's engine's tensors on another machine (Polygraphy, trtexec, its runner script).
 
     The kit holds the feeds (Polygraphy --load-inputs JSON, trtexec raw files, .npz), their digest
     (manifest.json) and a README with the commands; compare what they write with

@@ -5,7 +5,8 @@ Written: `inputs.json` (Polygraphy `--load-inputs`: a list of feed dicts, each a
 "polygraphy_class": "ndarray"}`, what Polygraphy's `--save-inputs` writes), `trtexec/NAME.bin` (raw C-order
 little-endian values per input, for `--loadInputs='NAME':FILE`; one feed only, as trtexec runs one), `inputs.npz`
 (the feeds as rows, what `trtverify layerwise --captured` feeds the reference), `manifest.json` (input names,
-shapes, dtypes, the sha256 digest of the feeds) and `README.md` (the commands).
+shapes, dtypes, the sha256 digest of the feeds), `run_engine.py` (a runner script that needs only tensorrt and numpy,
+kept in trtverify/data/kitfiles/ and copied as is) and `README.md` (the commands).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import io
 import json
 import shlex
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,8 @@ from trtverify.toolout.captures import escape_name
 from trtverify.toolout.kit import KIT_FORMAT, MANIFEST, feed_digest, feeds_digest
 from trtverify.util.errors import UsageError
 from trtverify.util.fsutil import atomic_write, atomic_write_json, atomic_write_text
+
+RUNNER = "run_engine.py"  # the kit's runner script (trtverify/data/kitfiles/), for targets without Polygraphy, trtexec
 
 
 def _b64_npy(arr: np.ndarray) -> str:
@@ -105,10 +109,24 @@ trtexec reads `trtexec/*.bin` as raw values of the engine input's type (C order,
         ", ".join(f"{n}: {'x'.join(map(str, dims[n]))}" for n in names)
     }); an engine whose inputs are FP16 needs them converted.
 
+## Neither Polygraphy nor trtexec: the runner script
+
+`run_engine.py` needs only TensorRT's Python package (8.6 to 11) and numpy, on Python 3.8 or newer; device memory
+comes from libcudart.so through ctypes (`--cudart PATH` if it is not found). In this folder:
+
+    python3 run_engine.py --onnx {ref} --mark-all --out captured/runner
+    python3 run_engine.py --onnx {ref} --out captured/runner_outputs_only
+    python3 run_engine.py --engine YOUR.engine --out captured/runner_engine
+
+The first builds the engine here with every tensor an output, the second with the model's outputs only (add
+`--fp16`, `--bf16` or `--int8` up to TensorRT 10 to build as you deploy; TensorRT 11 takes the precision from
+the ONNX model), the third runs an engine built elsewhere for this GPU. Each writes a folder per feed (`0/`, `1/`,
+... one `.npy` per tensor) and `run.json` (TensorRT version, GPU, engine, the digest of the inputs it fed); compare
+with `trtverify layerwise {reference.name} --captured KIT/captured/runner`.
+
 ## Not in this kit yet
 
-No runner script for targets without Polygraphy or trtexec, no debug tensors (`--markDebug`,
-`--saveAllDebugTensors`), no validation batches for e2e.
+No debug tensors (`--markDebug`, `--saveAllDebugTensors`), no validation batches for e2e.
 """
 
 
@@ -159,6 +177,8 @@ def write_kit(
     atomic_write_json(out / MANIFEST, manifest)
     dims = {n: list(next(iter(shapes[n]))) for n in names}
     atomic_write_text(out / "README.md", readme(reference, names, dims, dynamic, len(feeds)))
+    runner = resources.files("trtverify.data").joinpath("kitfiles", RUNNER).read_text(encoding="utf-8")
+    atomic_write_text(out / RUNNER, runner)
     return manifest
 
 

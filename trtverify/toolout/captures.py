@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from trtverify.toolout.runrecord import RunRecord, read_run
 from trtverify.util.errors import UsageError
 from trtverify.util.words import count
 
@@ -64,6 +65,7 @@ class Capture:
     runners: list[tuple[str, int]] = field(default_factory=list)  # Polygraphy: every runner and its iterations
     iterations: list[dict[str, Callable[[], np.ndarray]]] = field(default_factory=list)
     shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
+    run: RunRecord | None = None  # a .npy folder of the kit's runner script: where and how the engine ran (run.json)
 
     def names(self) -> list[str]:
         """Every tensor name of the capture (the first iteration's order, others' extra names after)."""
@@ -71,7 +73,8 @@ class Capture:
 
     def describe(self) -> str:
         who = f", runner {self.runner}" if self.runner else ""
-        return f"{self.path} ({self.kind}{who}, {count(len(self.iterations), 'iteration')})"
+        ran = f"; {self.run.describe()}" if self.run is not None else ""
+        return f"{self.path} ({self.kind}{who}, {count(len(self.iterations), 'iteration')}{ran})"
 
 
 def read_capture(path: Path, runner: str | None = None) -> Capture:
@@ -266,6 +269,10 @@ def _npy_folder(path: Path) -> Capture:
             raise UsageError(f"{path}: a folder without .npy files (or iteration folders 0, 1, ...)")
         cap.iterations.append(tensors)
         cap.shapes.append(shapes)
+    cap.run = read_run(path)
+    if cap.run is not None and cap.run.feeds != len(cap.iterations):
+        raise UsageError(f"{cap.run.path}: records {count(cap.run.feeds, 'feed')}, but {path} holds "
+                         f"{count(len(cap.iterations), 'iteration folder')}: copied back in part?")  # fmt: skip
     return cap
 
 
