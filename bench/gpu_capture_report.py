@@ -108,7 +108,9 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "No TensorRT engine runs on this project's GPU (TensorRT-RTX refuses Hopper): each capture is a node-by-node "
         "interpreter of the ONNX graph in PyTorch CUDA (cuDNN/cuBLAS FP16 and BF16 kernels), every tensor kept by its "
-        "ONNX name (a marked-all capture), fed the kit's feeds (`trtverify capture`). Checks: trtverify's defaults "
+        "ONNX name (a marked-all capture), fed the kit's feeds (`trtverify capture`; "
+        + ", ".join(f"{n}: its first {MODELS[n][4]} real images, one a feed" for n in MODELS)
+        + "). Checks: trtverify's defaults "
         "for the candidate's precision (`precision:` given for the GPU's `fp16`/`bf16` captures of the FP32 graph).",
         "",
     ]
