@@ -153,7 +153,9 @@ class CapturedBackend(Backend):
         return list(self._inputs)
 
     def outputs(self) -> list[TensorMeta]:
-        return list(self._outputs)
+        """The model's outputs, less those whose statistics alone were captured (compared by those, not paired)."""
+        stats_only = set(self._cap().stat_names()) - set(self._cap().names()) if self._capture is not None else set()
+        return [m for m in self._outputs if m.name not in stats_only]
 
     def _cap(self) -> Capture:
         if self._capture is None:

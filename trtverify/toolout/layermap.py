@@ -6,9 +6,10 @@ the parts of the fused name: toolout.layerinfo.nodes_of, which the engine audit 
 
 A TensorRT tensor maps to the output of the last (in the ONNX graph's order) of its layer's fused ONNX nodes: the
 value a fused layer writes is what its last node computes. Where the node has several outputs, the layer's output
-of the same position. Reformat layers' tensors (a copy of a layer's input or output in another format) are not
-mapped. A name that already is an ONNX tensor is kept; one whose ONNX tensor is captured under its
-own name, or claimed by an earlier layer, stays unmapped (then compared as candidate-only), and is counted.
+of the same position. A name as trtexec writes it into a debug-tensor file name (`safe_name`) is found too.
+Reformat layers' tensors (a copy of a layer's input or output in another format) are not mapped. A name that already
+is an ONNX tensor is kept; one whose ONNX tensor is captured under its own name, or claimed by an earlier layer,
+stays unmapped (then compared as candidate-only), and is counted.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trtverify.toolout.debugtensors import safe_name
 from trtverify.toolout.layerinfo import nodes_of
 from trtverify.util.errors import UsageError
 
@@ -70,13 +72,16 @@ def onnx_names(
     """({captured name: ONNX tensor} for the names mapped, [names not mapped]). `nodes`: the ONNX graph's (node
     name, outputs) in topological order; `tensors`: its tensor names. ONNX names are neither."""
     order = {n: (i, list(outs)) for i, (n, outs) in enumerate(nodes)}
+    safe: dict[str, tuple[list[str], int]] = {}  # trtexec's debug-tensor files name tensors by genFilenameSafeString
+    for k, v in lmap.writers.items():
+        safe.setdefault(safe_name(k), v)
     taken = set(captured) & tensors
     mapped: dict[str, str] = {}
     unmapped: list[str] = []
     for name in captured:
         if name in tensors:
             continue
-        writer = lmap.writers.get(name)
+        writer = lmap.writers.get(name) or safe.get(name)
         known = [n for n in (writer[0] if writer else []) if n in order]
         if not known:
             unmapped.append(name)
