@@ -20,7 +20,8 @@ from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, 
     metavar="FILE[#RUNNER[#I]]",
     help="A candidate captured on another machine (docs/captured.md): Polygraphy --save-outputs JSON (#RUNNER: which "
     "runner, by name or index, of a file holding several; #I: only its iteration I, on the kit's feed I), trtexec "
-    "--exportOutput JSON, KServe v2 response JSON or a folder of .npy, in the folder of the kit it was made from "
+    "--exportOutput JSON, trtexec's debug tensors (its folder, or tensor_summary.json), KServe v2 response JSON or a "
+    "folder of .npy, in the folder of the kit it was made from "
     "(several values, or repeat it).",
 )
 @click.option(

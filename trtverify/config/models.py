@@ -92,8 +92,9 @@ class Candidate(Strict):
     captured: PathOrDir | None = Field(
         default=None,
         description="tensors of the engine captured on another machine (docs/captured.md): a Polygraphy "
-        "--save-outputs JSON, trtexec --exportOutput JSON, KServe v2 response JSON or a folder of .npy, kept in the "
-        "capture kit's folder; `path` is then the ONNX model the engine was built from (default: the reference)",
+        "--save-outputs JSON, trtexec --exportOutput JSON, trtexec's debug tensors (their folder or "
+        "tensor_summary.json), KServe v2 response JSON or a folder of .npy, kept in the capture kit's folder; `path` "
+        "is then the ONNX model the engine was built from (default: the reference)",
     )
     runner: str | None = Field(
         default=None, description="captured: which runner of a Polygraphy file holding several (its name or index)"
