@@ -77,6 +77,9 @@ def numpy_capture(folder: Path, tensors: dict[str, np.ndarray], names: dict[str,
 
 
 def test_numpy_debug_tensors_pass_and_a_planted_difference_is_found(kit, tensors, tmp_path, capsys, monkeypatch):
+    readme = (kit / "README.md").read_text()  # the kit says how: trtexec writes into the folder it runs in
+    assert "(cd captured/debug && trtexec --onnx=../../../fashion_bn_fp32.onnx" in readme
+    assert "--markUnfusedTensorsAsDebugTensors --saveAllDebugTensors=numpy,summary" in readme
     numpy_capture(kit / "debug", tensors)
     code, results, text = layerwise(["--captured", str(kit / "debug")], tmp_path / "a", capsys, monkeypatch)
     assert code == 0, text
@@ -109,6 +112,7 @@ def test_summary_statistics_are_compared_as_statistics(kit, tensors, tmp_path, c
         assert r["metrics"]["stats_diff"] < 1e-4, r  # 6 significant digits written, FP32 on both sides
     (check,) = [ch for ch in results["stages"][0]["checks"] if ch["metric"] == "stats_diff"]
     assert check["passed"] and "compared by statistics only" in check["name"]
+    assert c["paired"]["passed"] and c["paired"]["by"] == {"statistics": len(tensors)}
     assert not (set(tensors) & set(c["unmatched"]["reference_only"]))  # compared, so not listed as not captured
     # a planted difference: the tensor's max 3% off (the FP32 default rel_l2 limit 0.01 applies to the statistics,
     # relative to the tensor's largest magnitude)

@@ -74,6 +74,15 @@ def readme(reference: Path, names: list[str], dims: dict[str, list[int]], dynami
         if samples == 1
         else f"(trtexec runs one feed: this kit holds {samples}; make a kit with --samples 1 for trtexec)"
     )
+    # debug tensors: trtexec writes them into the folder it runs in (debugTensorWriter.cpp), so it runs in one
+    deeper = " ".join(_dq(f"--loadInputs='{n}':../../trtexec/{escape_name(n)}.bin") for n in names)
+    debug = (
+        f"mkdir -p captured/debug && (cd captured/debug && trtexec --onnx={shlex.quote(f'../../../{reference.name}')} "
+        f"{deeper}{' ' + _dq(shapes) if dynamic else ''} --markUnfusedTensorsAsDebugTensors "
+        "--saveAllDebugTensors=numpy,summary --iterations=1 --warmUp=0 --duration=0)"
+        if samples == 1
+        else trtexec
+    )
     return f"""# Capture kit for {reference.name}
 
 Made by `trtverify capture`. Copy this folder to the machine where the TensorRT engine runs, with {reference.name}
@@ -105,10 +114,17 @@ trtexec reads `trtexec/*.bin` as raw values of the engine input's type (C order,
         ", ".join(f"{n}: {'x'.join(map(str, dims[n]))}" for n in names)
     }); an engine whose inputs are FP16 needs them converted.
 
+## trtexec debug tensors (every tensor the engine keeps, one feed; TensorRT 10.12 and later)
+
+    {debug}
+
+then compare `KIT/captured/debug`. Unlike marking every tensor an output, debug tensors keep the engine's fusions;
+what it fused away is counted as not captured. `--saveAllDebugTensors=summary` alone writes statistics only (min,
+max, average): compared as statistics.
+
 ## Not in this kit yet
 
-No runner script for targets without Polygraphy or trtexec, no debug tensors (`--markDebug`,
-`--saveAllDebugTensors`), no validation batches for e2e.
+No runner script for targets without Polygraphy or trtexec, no validation batches for e2e.
 """
 
 

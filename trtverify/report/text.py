@@ -33,6 +33,8 @@ def divergence_text(fd: FirstDivergence) -> str:
         nonfinite_words(fd.nonfinite_mismatch, fd.ref_only_nonfinite, fd.cand_only_nonfinite)
         if fd.nonfinite_mismatch
         else f"rel_l2 {fmt(fd.metrics.get('rel_l2'))}"
+        if "rel_l2" in fd.metrics or "stats_diff" not in fd.metrics
+        else f"statistics differ: {fmt(fd.metrics['stats_diff'])} of its largest magnitude"  # docs/captured.md
     )
     return f"first divergence {fd.tensor} ({fd.op_type} {fd.node}, {what})"
 

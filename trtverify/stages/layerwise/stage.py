@@ -406,7 +406,7 @@ def _candidate(
         rows=with_lint(rows, lint),
         detections=det_rows or None,
         detection_checks_source=det_source if det_rows else None,
-        paired=paired,
+        paired=statrows.covered(paired, by_stats),
         unmatched=around_plugins.without(
             unmatched(resolved, structure, ref, reason, shapes, cand_graph), missing | by_stats
         ),

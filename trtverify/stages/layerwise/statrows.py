@@ -23,7 +23,7 @@ from trtverify.backends.base import Backend
 from trtverify.compare.checks import CheckResult, limit_check
 from trtverify.config.checks import Check
 from trtverify.config.stages import PRECISION_CHECKS
-from trtverify.stages.layerwise.models import Row
+from trtverify.stages.layerwise.models import Coverage, Row
 from trtverify.stages.layerwise.reference import NAME, ReferencePass
 from trtverify.toolout.debugtensors import TensorStats, stats_of
 from trtverify.util.words import count
@@ -132,6 +132,15 @@ def merged(
     return rows, checks, {t: COMPARED_BY for t in compared}
 
 
+def covered(coverage: Coverage, compared: dict[str, str]) -> Coverage:
+    """The coverage record with the tensors compared by statistics counted as paired (by: 'statistics')."""
+    if not compared:
+        return coverage
+    paired = coverage.paired + len(compared)
+    return coverage.model_copy(update={"paired": paired, "passed": paired >= coverage.required,
+                                       "by": {**coverage.by, "statistics": len(compared)}})  # fmt: skip
+
+
 def _counting(ch: CheckResult, compared: list[str], ref: ReferencePass) -> CheckResult:
     """The counting checks (tensors compared, tensors paired, graph outputs compared) with the tensors compared by
     statistics counted."""
@@ -152,4 +161,4 @@ def _counting(ch: CheckResult, compared: list[str], ref: ReferencePass) -> Check
     return ch
 
 
-__all__ = ["COMPARED_BY", "differences", "limit", "merged"]
+__all__ = ["COMPARED_BY", "covered", "differences", "limit", "merged"]
