@@ -124,6 +124,11 @@ def test_summary_statistics_are_compared_as_statistics(kit, tensors, tmp_path, c
     assert code == 1, text
     c = candidate(results)
     assert c["first_divergence"]["tensor"] == PLANTED and c["first_divergence"]["failed"] == ["stats_diff <= 0.01"]
+    # a summary cut short (trtexec stopped before its footer) exits 2, naming the file
+    (kit / "summary" / "tensor_summary.json").write_text(summary_text(entries)[:-9])
+    code, results, text = layerwise(["--captured", str(kit / "summary")], tmp_path / "c", capsys, monkeypatch)
+    assert code == 2, text
+    assert "tensor_summary.json: not valid JSON (truncated?" in results["stages"][0]["error"]["message"]
     ref = tensors[PLANTED]
     expected = 0.03 * ref.max() / max(abs(ref.min()), abs(ref.max()))  # over the reference's largest magnitude
     assert c["first_divergence"]["metrics"]["stats_max"] == pytest.approx(expected, rel=1e-3)
@@ -200,3 +205,33 @@ def test_inputs_from_trtexec_raw_files_and_polygraphy_json(kit, tmp_path, capsys
     code, _, text = layerwise(["--captured", str(kit / "debug_raw_inputs"), "--inputs", raw], tmp_path / "l", capsys,
                               monkeypatch)  # fmt: skip
     assert code == 1 and (tmp_path / "l" / "trtexec_inputs.json").is_file(), text  # zeros are not the logits
+
+
+def test_statistics_of_a_real_fp16_model_find_the_elementwise_first_divergence(kit, tmp_path, capsys, monkeypatch):
+    """The demo's FP16 model (demo/fp16_repair: its BatchNormalization overflows FP16), every tensor run by ONNX
+    Runtime and written as trtexec's statistics-only summary: compared by statistics alone, the first divergence is
+    the one the element-wise comparison of the same model finds."""
+    fp16 = ROOT / "demo" / "fp16_repair" / "fashion_bn_fp16.onnx"
+    model = onnx.load(fp16)
+    names = [o for n in model.graph.node for o in n.output if o in {p for m in onnx.load(REF).graph.node
+                                                                      for p in m.output}]  # fmt: skip
+    del model.graph.output[:]
+    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.load(kit / "inputs.npz")["input"][:1]
+    feed = {i.name: x.astype(np.float16 if i.type == "tensor(float16)" else np.float32) for i in sess.get_inputs()}
+    got = dict(zip(names, sess.run(names, feed)))
+    (kit / "fp16_summary").mkdir()
+    entries = [(n, a.astype(np.float32), "HALF", {}) for n, a in got.items()]
+    (kit / "fp16_summary" / "tensor_summary.json").write_text(summary_text(entries))
+    check = ["--check", "rel_l2<=0.1"]
+    code, results, text = layerwise(["--captured", str(kit / "fp16_summary"), *check], tmp_path / "a", capsys,
+                                    monkeypatch)  # fmt: skip
+    assert code == 1, text
+    by_stats = candidate(results)["first_divergence"]
+    code, results, text = layerwise([str(fp16), "--inputs", str(kit / "inputs.npz"), *check], tmp_path / "b", capsys,
+                                    monkeypatch)  # fmt: skip
+    assert code == 1, text
+    elementwise = candidate(results)["first_divergence"]
+    assert by_stats["tensor"] == elementwise["tensor"] == "/features/post_bn/BatchNormalization_output_0"
+    assert "stats_diff" in by_stats["metrics"] and "rel_l2" in elementwise["metrics"]
