@@ -120,10 +120,10 @@ def candidate_backend(
     model_path: Path,
     backends: Backends,
     samples: Sequence[Feed] = (),
-    capture: tuple[Path, str | None, int | None] | None = None,
+    capture: tuple[Path, str | None, int | None, Path | None] | None = None,
 ) -> Backend:
     """The registered backend `name` for a candidate ONNX model (imported on first use); `capture`: (file, runner,
-    iteration) of a candidate captured elsewhere, whose ONNX model is `model_path`."""
+    iteration, layer information) of a candidate captured elsewhere, whose ONNX model is `model_path`."""
     cls: type[Backend] = BACKENDS.load(name)
     if capture is not None:
         return cls.from_capture(Path(model_path), *capture, samples)  # type: ignore[attr-defined]

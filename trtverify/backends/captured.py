@@ -16,7 +16,9 @@ from trtverify.backends.base import Backend, Capabilities, Feed
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io, load_onnx
 from trtverify.toolout.captures import Capture, inputs_beside, read_capture, read_feeds
+from trtverify.toolout.debugtensors import TensorStats
 from trtverify.toolout.kit import MANIFEST, Kit, feed_digest, feeds_digest, find_kit, read_kit
+from trtverify.toolout.layermap import LAYER_INFO, onnx_names, read_layer_map
 from trtverify.util.errors import BackendError, UsageError
 from trtverify.util.words import count
 
@@ -44,12 +46,14 @@ class CapturedBackend(Backend):
         runner: str | None = None,
         iteration: int | None = None,
         feeds: Sequence[Feed] = (),
+        layerinfo: Path | None = None,
     ):
         super().__init__()
         self.model_path = Path(model_path)
         self.captured = Path(captured)
         self.runner = runner
         self.iteration = iteration
+        self.layerinfo = layerinfo
         self._only: str | None = None  # with `iteration`: the digest of the one feed compared
         self._feeds = list(feeds)
         self._capture: Capture | None = None
@@ -61,9 +65,15 @@ class CapturedBackend(Backend):
 
     @classmethod
     def from_capture(
-        cls, model_path: Path, captured: Path, runner: str | None, iteration: int | None, samples: Sequence[Feed]
+        cls,
+        model_path: Path,
+        captured: Path,
+        runner: str | None,
+        iteration: int | None,
+        layerinfo: Path | None,
+        samples: Sequence[Feed],
     ) -> Backend:
-        return cls(model_path, captured, runner, iteration, samples)
+        return cls(model_path, captured, runner, iteration, samples, layerinfo)
 
     def load(self) -> None:
         if self._capture is not None:
@@ -76,7 +86,11 @@ class CapturedBackend(Backend):
                 "kit's folder"
             )
         kit = read_kit(manifest)
-        cap = read_capture(self.captured, self.runner)
+        graph = GraphIndex.from_model(load_onnx(self.model_path))
+        inputs, outputs = graph_io(load_io(self.model_path))
+        known = set(graph.producers) | {m.name for m in inputs}
+        cap = read_capture(self.captured, self.runner, known)
+        mapped = named_by_layers(cap, self.layerinfo or kit.folder / LAYER_INFO, graph, known, self.layerinfo is None)
         if len(cap.iterations) != len(kit.sample_digests):
             raise UsageError(
                 f"{cap.describe()}: {count(len(cap.iterations), 'iteration')}, but its kit {manifest} holds "
@@ -113,9 +127,7 @@ class CapturedBackend(Backend):
                     f"{feeds_digest(digests)[:12]}: compare with the kit's inputs ({kit.inputs_file}), or capture "
                     "again from a kit of these inputs"
                 )
-        inputs, outputs = graph_io(load_io(self.model_path))
-        known = set(GraphIndex.from_model(load_onnx(self.model_path)).producers) | {m.name for m in inputs}
-        names = cap.names()
+        names = cap.names() + cap.stat_names()
         if not known & set(names):
             raise UsageError(
                 f"{cap.describe()}: none of its {count(len(names), 'tensor')} ({', '.join(names[:3])}"
@@ -134,7 +146,9 @@ class CapturedBackend(Backend):
         self._capture, self._kit = cap, kit
         self.ran_as = (
             f"captured elsewhere: {cap.describe()}, kit {manifest}; tensors read from the file, nothing run here, so "
-            "root causes are ranked by the error each layer adds (isolation re-runs the candidate: skipped)" + only
+            "root causes are ranked by the error each layer adds (isolation re-runs the candidate: skipped)"
+            + only
+            + mapped
         )
 
     def close(self) -> None:
@@ -144,7 +158,9 @@ class CapturedBackend(Backend):
         return list(self._inputs)
 
     def outputs(self) -> list[TensorMeta]:
-        return list(self._outputs)
+        """The model's outputs, less those whose statistics alone were captured (compared by those, not paired)."""
+        stats_only = set(self._cap().stat_names()) - set(self._cap().names()) if self._capture is not None else set()
+        return [m for m in self._outputs if m.name not in stats_only]
 
     def _cap(self) -> Capture:
         if self._capture is None:
@@ -175,6 +191,33 @@ class CapturedBackend(Backend):
         tensors = cap.iterations[self._kit.sample_digests.index(digest)]
         wanted = [m.name for m in self._outputs] + self._exposed
         return {n: tensors[n]() for n in dict.fromkeys(wanted) if n in tensors}
+
+    def statistics(self, feed: Feed) -> dict[str, TensorStats]:
+        """The tensors whose statistics alone were captured for this feed (trtexec's tensor_summary.json)."""
+        cap = self._cap()
+        assert self._kit is not None
+        digest = feed_digest(feed)
+        if digest not in self._kit.sample_digests or (self._only is not None and digest != self._only):
+            return {}
+        i = self._kit.sample_digests.index(digest)
+        return dict(cap.statistics[i]) if i < len(cap.statistics) else {}
+
+
+def named_by_layers(cap: Capture, path: Path, graph: GraphIndex, known: set[str], optional: bool) -> str:
+    """Rename the capture's TensorRT-named tensors to the ONNX tensors they hold, by the engine's layer information
+    at `path` (absent and `optional`: nothing renamed); what was done, for `ran_as`."""
+    foreign = [n for n in cap.names() + cap.stat_names() if n not in known]
+    if not foreign or (optional and not path.is_file()):
+        return ""
+    lmap = read_layer_map(path)
+    nodes = [(n.name, list(n.output)) for n in graph.nodes]
+    mapped, unmapped = onnx_names(foreign, lmap, nodes, known)
+    for table in [*cap.iterations, *cap.shapes, *cap.statistics]:
+        for old, new in mapped.items():
+            if old in table:
+                table[new] = table.pop(old)  # type: ignore[attr-defined]
+    return (f"; {count(len(mapped), 'TensorRT tensor name')} mapped to ONNX tensors by {path}, "
+            f"{len(unmapped)} not")  # fmt: skip
 
 
 __all__ = ["CapturedBackend"]

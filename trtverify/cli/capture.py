@@ -8,18 +8,14 @@ from pathlib import Path
 
 import click
 
+from trtverify.cli.inputsarg import INPUTS, resolve_inputs
 from trtverify.cli.options import OnnxFile, Several
 from trtverify.util.words import count
 
 
 @click.command()
 @click.argument("reference", type=OnnxFile())
-@click.option(
-    "--inputs",
-    "inputs_file",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help=".npz/.npy of inputs, read as `trtverify layerwise --inputs` reads it [default: one random feed].",
-)
+@INPUTS
 @click.option(
     "--samples", type=click.IntRange(min=1), help="Number of feeds [default: 1 generated, or every row of --inputs]."
 )
@@ -47,14 +43,15 @@ def capture(
 
     out = writable_folder(out_dir)
     with tempfile.TemporaryDirectory(prefix="trtverify-capture-") as tmp:
+        inputs_path = resolve_inputs(inputs_file, reference, Path(tmp))
         # the feeds exactly as `trtverify layerwise` makes them from the same arguments
-        suite = layerwise_suite(Path(tmp), reference, [reference], inputs_file=inputs_file, samples=samples,
+        suite = layerwise_suite(Path(tmp), reference, [reference], inputs_file=inputs_path, samples=samples,
                                 dims=dims, seed=seed, backend="onnxruntime", precisions=[], checks=[],
                                 memory_budget=None, root_causes=None)  # fmt: skip
         loaded = load_suite(suite)
         inputs, _ = graph_io(load_io(reference))
         feeds = build_samples(loaded, inputs)
-        check_samples(feeds, inputs, str(inputs_file) if inputs_file is not None else "generated inputs")
+        check_samples(feeds, inputs, str(inputs_path) if inputs_path is not None else "generated inputs")
         ranks = {m.name: (len(m.shape) if m.shape is not None else None) for m in inputs}
         dynamic = any(not (isinstance(d, int) and d > 0) for m in inputs for d in (m.shape or ()))
         manifest = write_kit(out, reference, feeds, ranks, dynamic)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from trtverify.cli.inputsarg import INPUTS, resolve_inputs
 from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, unclaimed_folder
 
 
@@ -19,16 +20,18 @@ from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, 
     metavar="FILE[#RUNNER[#I]]",
     help="A candidate captured on another machine (docs/captured.md): Polygraphy --save-outputs JSON (#RUNNER: which "
     "runner, by name or index, of a file holding several; #I: only its iteration I, on the kit's feed I), trtexec "
-    "--exportOutput JSON, KServe v2 response JSON or a folder of .npy, in the folder of the kit it was made from "
+    "--exportOutput JSON, trtexec's debug tensors (its folder, or tensor_summary.json), KServe v2 response JSON or a "
+    "folder of .npy, in the folder of the kit it was made from "
     "(several values, or repeat it).",
 )
 @click.option(
-    "--inputs",
-    "inputs_file",
+    "--layer-info",
+    "layer_info",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help=".npz/.npy of inputs (keys = input names, first axis = rows; arrays of exactly a fixed input shape are "
-    "one sample) [default: random inputs].",
+    help="The engine's layer information (trtexec --exportLayerInfo with --profilingVerbosity=detailed): names the "
+    "--captured tensors TensorRT named by their ONNX tensors [default: layer_info.json in the kit's folder].",
 )
+@INPUTS
 @click.option(
     "--samples", type=click.IntRange(min=1), help="Number of samples [default: 1 generated, or every row of --inputs]."
 )
@@ -92,7 +95,8 @@ def layerwise(
     reference: Path,
     candidates: tuple[Path, ...],
     captured: tuple[str, ...],
-    inputs_file: Path | None,
+    layer_info: Path | None,
+    inputs_file: str | None,
     samples: int | None,
     dims: tuple[str, ...],
     seed: int,
@@ -126,7 +130,7 @@ def layerwise(
         out,
         reference,
         list(candidates),
-        inputs_file=inputs_file,
+        inputs_file=resolve_inputs(inputs_file, reference, out),
         samples=samples,
         dims=dims,
         seed=seed,
@@ -139,5 +143,6 @@ def layerwise(
         plugins=plugin_map(plugins),
         calibration_cache=calibration_cache,
         captured=[split_selector(c) for c in captured],
+        layer_info=layer_info,
     )
     execute(load_suite(path), out, ("layerwise",), False, None, quiet)

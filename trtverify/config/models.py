@@ -92,8 +92,9 @@ class Candidate(Strict):
     captured: PathOrDir | None = Field(
         default=None,
         description="tensors of the engine captured on another machine (docs/captured.md): a Polygraphy "
-        "--save-outputs JSON, trtexec --exportOutput JSON, KServe v2 response JSON or a folder of .npy, kept in the "
-        "capture kit's folder; `path` is then the ONNX model the engine was built from (default: the reference)",
+        "--save-outputs JSON, trtexec --exportOutput JSON, trtexec's debug tensors (their folder or "
+        "tensor_summary.json), KServe v2 response JSON or a folder of .npy, kept in the capture kit's folder; `path` "
+        "is then the ONNX model the engine was built from (default: the reference)",
     )
     runner: str | None = Field(
         default=None, description="captured: which runner of a Polygraphy file holding several (its name or index)"
@@ -103,6 +104,12 @@ class Candidate(Strict):
         ge=0,
         description="captured: only this iteration of the capture, compared on the kit's feed of "
         "the same index (default: every iteration, each on its feed)",
+    )
+    layerinfo: FilePath | None = Field(
+        default=None,
+        description="captured: the engine's layer information (trtexec --exportLayerInfo with "
+        "--profilingVerbosity=detailed), naming captured TensorRT tensors by their ONNX tensors (default: "
+        "layer_info.json in the kit's folder, where it is)",
     )
     description: str | None = Field(default=None, description="free text, shown in the report")
     precision: CandidatePrecision | None = Field(
@@ -119,16 +126,16 @@ class Candidate(Strict):
         return data
 
     @property
-    def capture(self) -> tuple[Path, str | None, int | None] | None:
-        """(file, runner, iteration) of a captured candidate."""
-        return (self.captured, self.runner, self.iteration) if self.captured is not None else None
+    def capture(self) -> tuple[Path, str | None, int | None, Path | None] | None:
+        """(file, runner, iteration, layer information) of a captured candidate."""
+        return (self.captured, self.runner, self.iteration, self.layerinfo) if self.captured is not None else None
 
     @model_validator(mode="after")
     def _path_or_recipe(self) -> Candidate:
         if (self.captured is not None) != (self.backend == "captured"):
             raise ValueError("backend: captured goes with captured: FILE, and captured: FILE with no other backend")
-        if (self.runner is not None or self.iteration is not None) and self.captured is None:
-            raise ValueError("runner and iteration go with captured: FILE")
+        if (self.runner is not None or self.iteration is not None or self.layerinfo) and self.captured is None:
+            raise ValueError("runner, iteration and layerinfo go with captured: FILE")
         if (self.path is None) == (self.from_ is None):
             raise ValueError("give either path (an ONNX file) or from: reference (a recipe), not both or neither")
         recipe_keys = [
@@ -217,10 +224,11 @@ class Inputs(Strict):
     samples: int | None = Field(default=None, ge=1, description="number of feeds (default: 4 generated, or all)")
     seed: int = Field(default=0, description="seed of generated inputs")
     generate: dict[str, GeneratedInput] | None = Field(default=None, description="input name -> random values")
-    file: Annotated[FilePath, AfterValidator(suffix(".npz", ".npy"))] | None = Field(
+    file: Annotated[FilePath, AfterValidator(suffix(".npz", ".npy", ".json"))] | None = Field(
         default=None,
         description=".npz (keys = input names) or .npy, read with allow_pickle=False; first axis = rows, except that "
-        "arrays of exactly the model inputs' fixed shapes are one sample",
+        "arrays of exactly the model inputs' fixed shapes are one sample; or a Polygraphy inputs JSON (--save-inputs, "
+        "--load-inputs: a list of feeds, each one sample)",
     )
     arrays: dict[str, FileArray] | None = Field(
         default=None, description="model input -> how to read it (default: npz keys = input names)"

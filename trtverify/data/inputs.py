@@ -12,6 +12,7 @@ import numpy as np
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.models import GeneratedInput
 from trtverify.graph.onnxinfo import TensorMeta, feed_mismatch, graph_io, load_io, shape_matches
+from trtverify.toolout.captures import read_feeds
 from trtverify.util.errors import Problem, SuiteError, UsageError, did_you_mean
 from trtverify.util.hooks import load_hook
 from trtverify.util.words import count
@@ -156,6 +157,14 @@ def is_one_sample(columns: dict[str, np.ndarray], declared: dict[str, TensorMeta
 def _from_file(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta] | None = None) -> list[dict[str, np.ndarray]]:
     cfg = loaded.suite.inputs
     path = Path(cfg.file)  # type: ignore[arg-type]
+    if path.suffix.lower() == ".json":  # Polygraphy's --save-inputs / --load-inputs: a list of feeds
+        if cfg.arrays is not None or cfg.batch_size is not None:
+            raise UsageError(f"{path}: a Polygraphy inputs file holds feeds: 'arrays' and 'batch_size' do not apply")
+        feeds = read_feeds(path)
+        if cfg.samples is not None and cfg.samples > len(feeds):
+            raise loaded_error(loaded, ("inputs", "samples"), f"asks for {count(cfg.samples, 'sample')} but "
+                               f"{path.name} holds {count(len(feeds), 'feed')}")  # fmt: skip
+        return feeds[: cfg.samples] if cfg.samples is not None else feeds
     data = open_array_file(path)
     if isinstance(data, np.ndarray):
         ((name, spec),) = cfg.arrays.items()  # type: ignore[union-attr]

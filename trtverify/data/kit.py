@@ -78,6 +78,15 @@ def readme(reference: Path, names: list[str], dims: dict[str, list[int]], dynami
         if samples == 1
         else f"(trtexec runs one feed: this kit holds {samples}; make a kit with --samples 1 for trtexec)"
     )
+    # debug tensors: trtexec writes them into the folder it runs in (debugTensorWriter.cpp), so it runs in one
+    deeper = " ".join(_dq(f"--loadInputs='{n}':../../trtexec/{escape_name(n)}.bin") for n in names)
+    debug = (
+        f"mkdir -p captured/debug && (cd captured/debug && trtexec --onnx={shlex.quote(f'../../../{reference.name}')} "
+        f"{deeper}{' ' + _dq(shapes) if dynamic else ''} --markUnfusedTensorsAsDebugTensors "
+        "--saveAllDebugTensors=numpy,summary --iterations=1 --warmUp=0 --duration=0)"
+        if samples == 1
+        else trtexec
+    )
     return f"""# Capture kit for {reference.name}
 
 Made by `trtverify capture`. Copy this folder to the machine where the TensorRT engine runs, with {reference.name}
@@ -124,9 +133,17 @@ the ONNX model), the third runs an engine built elsewhere for this GPU. Each wri
 ... one `.npy` per tensor) and `run.json` (TensorRT version, GPU, engine, the digest of the inputs it fed); compare
 with `trtverify layerwise {reference.name} --captured KIT/captured/runner`.
 
+## trtexec debug tensors (every tensor the engine keeps, one feed; TensorRT 10.12 and later)
+
+    {debug}
+
+then compare `KIT/captured/debug`. Unlike marking every tensor an output, debug tensors keep the engine's fusions;
+what it fused away is counted as not captured. `--saveAllDebugTensors=summary` alone writes statistics only (min,
+max, average): compared as statistics.
+
 ## Not in this kit yet
 
-No debug tensors (`--markDebug`, `--saveAllDebugTensors`), no validation batches for e2e.
+No validation batches for e2e.
 """
 
 

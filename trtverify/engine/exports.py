@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import Field
 
+from trtverify.toolout.layerinfo import nodes_of
 from trtverify.util.errors import UsageError
 from trtverify.util.record import Record
 
@@ -28,8 +29,6 @@ TYPES = (("int4", "INT4"), ("fp8", "FP8"), ("e4m3", "FP8"), ("int8", "INT8"), ("
          ("float", "FP32"))  # fmt: skip
 NARROW_FIRST = ("INT4", "FP8", "INT8", "BF16", "FP16", "FP32", "INT32", "INT64", "BOOL")
 REFORMAT_OF = re.compile(r"^Reformatting CopyNode for (?:Input|Output) Tensor \d+ to (.+)$")
-ONNX_META = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
-PWN_SPLIT = re.compile(r"[(),]")
 MAX_BYTES = 64 << 20
 TIMES_NAMES = ("timing.json", "times.json", "timings.json")  # trtexec --exportTimes files, as usually named
 
@@ -76,22 +75,6 @@ def _precision(layer: dict[str, Any]) -> str | None:
     found = [io_type(o) for o in layer.get("Outputs", []) if isinstance(o, dict)]
     found = [f for f in found if f]
     return min(found, key=NARROW_FIRST.index) if found else None
-
-
-def nodes_of(name: str, layer: dict[str, Any] | None = None) -> list[str]:
-    """The ONNX nodes a layer implements: its `Metadata` where given, else the parts of its (fused) name."""
-    meta = (layer or {}).get("Metadata")
-    if isinstance(meta, str) and ONNX_META.search(meta):
-        return list(dict.fromkeys(ONNX_META.findall(meta)))
-    if name.startswith("{ForeignNode[") and name.endswith("]}"):
-        return [p for p in name[len("{ForeignNode[") : -2].split("...") if p]  # a Myelin region's first and last node
-    out = []
-    for part in (p.strip() for p in name.split(" + ")):
-        if part.startswith("PWN("):  # TensorRT 8's fused pointwise layer: PWN(PWN(/act/Sigmoid), /act/Mul)
-            out += [q.strip() for q in PWN_SPLIT.split(part.replace("PWN(", "(")) if q.strip()]
-        elif part:
-            out.append(part)
-    return out
 
 
 def is_profile(data: Any) -> bool:

@@ -33,6 +33,8 @@ def divergence_text(fd: FirstDivergence) -> str:
         nonfinite_words(fd.nonfinite_mismatch, fd.ref_only_nonfinite, fd.cand_only_nonfinite)
         if fd.nonfinite_mismatch
         else f"rel_l2 {fmt(fd.metrics.get('rel_l2'))}"
+        if "rel_l2" in fd.metrics or "stats_diff" not in fd.metrics
+        else f"statistics differ: {fmt(fd.metrics['stats_diff'])} of its largest magnitude"  # docs/captured.md
     )
     return f"first divergence {fd.tensor} ({fd.op_type} {fd.node}, {what})"
 
@@ -72,9 +74,12 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
             line += f"; {rewritten} rewritten by the converter, not comparable"
         for why, n in (cand.after_plugins or {}).items():
             line += f"; {count(n, 'tensor')} {why}, not compared"
-        picked = sum(1 for row in cand.rows if row.compared_by)
+        by_stats = sum(1 for row in cand.rows if (row.compared_by or "").startswith("statistics"))
+        picked = sum(1 for row in cand.rows if row.compared_by) - by_stats
         if picked:  # docs/stages/layerwise.md#index-tensors
             line += f"; {count(picked, 'index tensor')} compared by what they select, never a root cause"
+        if by_stats:  # docs/captured.md: trtexec's tensor_summary.json
+            line += f"; {count(by_stats, 'tensor')} compared by statistics only (min, max, avg), not element by element"
         out.append(line)
         for note in cand.plugins or []:  # what the numbers after a plugin rest on
             out.append(f"          {cand.name}: plugin {note}")

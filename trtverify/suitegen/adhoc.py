@@ -176,9 +176,11 @@ def layerwise_suite(
     calibration_cache: Path | None = None,
     captured: Sequence[tuple[Path, str | None, int | None]] = (),
     batch_size: int | None = None,
+    layer_info: Path | None = None,
 ) -> Path:
     """Write `out/suite.yaml` for a layerwise comparison and return its path. `captured`: (file, runner, iteration)
-    of each candidate captured on another machine; without `inputs_file` the first capture's kit gives the inputs."""
+    of each candidate captured on another machine; without `inputs_file` the first capture's kit gives the inputs.
+    `layer_info`: the engine's layer information, for every capture."""
     reference = reference.resolve()
     if captured and inputs_file is None and not dims:
         inputs_file, batch_size = _kit_inputs(captured[0][0])
@@ -190,7 +192,8 @@ def layerwise_suite(
     taken: set[str] = set()
     cands: dict[str, Any] = {_name(c, taken): {"path": str(c.resolve()), "backend": backend} for c in candidates}
     for file, runner, iteration in captured:
-        chosen = {"runner": runner, "iteration": iteration}
+        info = str(layer_info.resolve()) if layer_info else None
+        chosen = {"runner": runner, "iteration": iteration, "layerinfo": info}
         cands[_name(Path(f"captured_{file.stem}"), taken)] = {"captured": str(file.resolve())} | {
             k: v for k, v in chosen.items() if v is not None
         }

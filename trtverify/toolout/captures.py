@@ -9,6 +9,9 @@
 - trtexec `--exportOutput` JSON: a list of `{"name", "dimensions": "1x10", "values": [...]}`, one per output
   (TensorRT's samples/common/sampleInference.cpp `exportJSONOutput`, dimensions written by `operator<<` of `Dims`
   in samples/common/sampleUtils.h); trtexec writes 'nan'/'inf' bare, which are read too;
+- trtexec's debug tensors (`--saveAllDebugTensors=numpy|raw|summary`): a folder of `NNNN_NAME.npy|raw` files and
+  `tensor_summary.json`, or that summary file (trtverify.toolout.debugtensors); tensors with only their statistics are
+  compared as statistics;
 - a Triton / KServe v2 JSON inference response: `{"outputs": [{"name", "shape", "datatype", "data"}]}` (the KServe
   "Open Inference Protocol" / Triton HTTP/REST API, tensor data in row-major order).
 
@@ -25,7 +28,7 @@ import binascii
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,10 +36,12 @@ from typing import Any
 import numpy as np
 
 from trtverify.toolout.runrecord import RunRecord, read_run
+from trtverify.toolout import debugtensors
+from trtverify.toolout.debugtensors import TensorStats
 from trtverify.util.errors import UsageError
 from trtverify.util.words import count
 
-KINDS = ("polygraphy", "npy", "trtexec", "kserve")
+KINDS = ("polygraphy", "npy", "trtexec", "kserve", "trtexec-debug")
 _ESCAPES = {"%": "%25", "/": "%2F", ":": "%3A"}
 # KServe v2 / Triton datatypes (BYTES, strings, is not a number tensor)
 KSERVE_DTYPES = {
@@ -66,28 +71,39 @@ class Capture:
     iterations: list[dict[str, Callable[[], np.ndarray]]] = field(default_factory=list)
     shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
     run: RunRecord | None = None  # a .npy folder of the kit's runner script: where and how the engine ran (run.json)
+    # per iteration: tensors whose statistics alone were captured (trtexec's tensor_summary.json)
+    statistics: list[dict[str, TensorStats]] = field(default_factory=list)
+    note: str = ""  # said in describe(): how it was read
 
     def names(self) -> list[str]:
         """Every tensor name of the capture (the first iteration's order, others' extra names after)."""
         return list(dict.fromkeys(n for it in self.iterations for n in it))
 
+    def stat_names(self) -> list[str]:
+        """The tensors whose statistics alone were captured."""
+        return list(dict.fromkeys(n for it in self.statistics for n in it))
+
     def describe(self) -> str:
         who = f", runner {self.runner}" if self.runner else ""
         ran = f"; {self.run.describe()}" if self.run is not None else ""
-        return f"{self.path} ({self.kind}{who}, {count(len(self.iterations), 'iteration')}{ran})"
+        note = f"; {self.note}" if self.note else ""
+        return f"{self.path} ({self.kind}{who}, {count(len(self.iterations), 'iteration')}{ran}{note})"
 
 
-def read_capture(path: Path, runner: str | None = None) -> Capture:
+def read_capture(path: Path, runner: str | None = None, known: Iterable[str] = ()) -> Capture:
     """The capture at `path` (a file or a folder), its format recognised from its content. `runner`: which
-    runner of a Polygraphy file (its name or its 0-based index); needed when the file holds several."""
+    runner of a Polygraphy file (its name or its 0-based index); needed when the file holds several. `known`: the
+    model's tensor names, which give trtexec's debug-tensor file names their tensor's name back."""
     path = Path(path)
     if path.is_dir():
-        cap = _npy_folder(path)
+        cap = _debug(path, None, known) if debugtensors.is_debug_folder(path) else _npy_folder(path)
     elif not path.is_file():
         raise UsageError(f"{path}: no such file or folder")
     else:
         doc = _json(path)
-        if isinstance(doc, dict) and doc.get("polygraphy_class") == "RunResults":
+        if debugtensors.is_summary(doc):
+            cap = _debug(path.parent, path, known)
+        elif isinstance(doc, dict) and doc.get("polygraphy_class") == "RunResults":
             cap = _polygraphy(path, doc, runner)
         elif isinstance(doc, dict) and "outputs" in doc:
             cap = _kserve(path, doc)
@@ -106,7 +122,7 @@ def read_capture(path: Path, runner: str | None = None) -> Capture:
             )
     if runner is not None and cap.kind != "polygraphy":
         raise UsageError(f"{path}: #{runner} picks a runner of a Polygraphy file; this is a {cap.kind} capture")
-    if not cap.iterations or not any(cap.iterations):
+    if not cap.iterations or not (any(cap.iterations) or any(cap.statistics)):
         raise UsageError(f"{path}: holds no tensors")
     return cap
 
@@ -116,10 +132,10 @@ def _json(path: Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        if _BARE.search(text):  # trtexec prints non-finite floats as C++ does: nan, inf, -inf
+        if _BARE.search(text):  # trtexec prints non-finite floats as C++ does: nan, -nan, inf, -inf
             try:
-                return json.loads(_BARE.sub(lambda m: m.group(1) + ("NaN" if m.group(2).lower() == "nan" else
-                                                                   "Infinity"), text))  # fmt: skip
+                return json.loads(_BARE.sub(lambda m: "NaN" if m.group(2).lower() == "nan" else m.group(1) +
+                                            "Infinity", text))  # fmt: skip
             except json.JSONDecodeError:
                 pass
         cut = exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated")
@@ -274,6 +290,12 @@ def _npy_folder(path: Path) -> Capture:
         raise UsageError(f"{cap.run.path}: records {count(cap.run.feeds, 'feed')}, but {path} holds "
                          f"{count(len(cap.iterations), 'iteration folder')}: copied back in part?")  # fmt: skip
     return cap
+
+
+def _debug(folder: Path, summary: Path | None, known: Iterable[str]) -> Capture:
+    tensors, shapes, stats, note = debugtensors.read_debug_folder(folder, summary, known, _load_npy, _json)
+    return Capture(summary or folder, "trtexec-debug", iterations=[tensors], shapes=[shapes], statistics=[stats],
+                   note=note)  # fmt: skip
 
 
 # -- trtexec and KServe ------------------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """One line of a TensorRT layer-information dump: `Layer(Type): name, Tactic: t, in -> out` (TensorRT 8.x
 verbose build logs) and `Name: n, LayerType: t, ..., TacticName/TacticValue, Metadata` (8.4+ / TensorRT-RTX
 detailed dumps, and trtexec's `--dumpLayerInfo` console listing). The one reader of this format: the build-log
-parser (trtverify.buildlog) and the engine audit (trtverify.engine) both call it."""
+parser (trtverify.buildlog) and the engine audit (trtverify.engine) both call it. `nodes_of`: the ONNX nodes of one
+`--exportLayerInfo` layer record, for the engine audit and for naming captured TensorRT tensors (toolout.layermap)."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import Field
 
@@ -101,3 +103,23 @@ def parse_layer_line(text: str, line: int = 0) -> EngineLayer | None:
             line=line,
         )
     return None
+
+
+ONNX_META = re.compile(r"\[ONNX Layer: ([^\]]+)\]")
+PWN_SPLIT = re.compile(r"[(),]")
+
+
+def nodes_of(name: str, layer: dict[str, Any] | None = None) -> list[str]:
+    """The ONNX nodes a layer implements: its `Metadata` where given, else the parts of its (fused) name."""
+    meta = (layer or {}).get("Metadata")
+    if isinstance(meta, str) and ONNX_META.search(meta):
+        return list(dict.fromkeys(ONNX_META.findall(meta)))
+    if name.startswith("{ForeignNode[") and name.endswith("]}"):
+        return [p for p in name[len("{ForeignNode[") : -2].split("...") if p]  # a Myelin region's first and last node
+    out = []
+    for part in (p.strip() for p in name.split(" + ")):
+        if part.startswith("PWN("):  # TensorRT 8's fused pointwise layer: PWN(PWN(/act/Sigmoid), /act/Mul)
+            out += [q.strip() for q in PWN_SPLIT.split(part.replace("PWN(", "(")) if q.strip()]
+        elif part:
+            out.append(part)
+    return out

@@ -41,7 +41,8 @@ class Row(Record):
     compared_by: str | None = optional(
         "set where the tensor is compared by what it selects, not element by element: an index tensor (metric "
         "selected_overlap) or values picked by one (sorted_rel_l2); never a root cause (docs/stages/layerwise.md#index-"
-        "tensors)"
+        "tensors); or 'statistics ...' where a capture holds its statistics alone (metric stats_diff, "
+        "docs/captured.md)"
     )
     node: str | None = Field(description="the reference node that produces it")
     op_type: str | None

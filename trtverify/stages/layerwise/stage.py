@@ -1,15 +1,13 @@
 """Stage `layerwise`: every intermediate tensor of the reference against each candidate.
 
-Reference: the reference ONNX in ONNX Runtime with every value tensor exposed. Candidate:
-any backend that can expose intermediates. Tensors pair by exact name (or explicit rename);
-what one side alone has is listed, classified, never silently dropped.
+Reference: the reference ONNX in ONNX Runtime with every value tensor exposed. Candidate: any backend that can expose
+intermediates. Tensors pair by exact name (or explicit rename); what one side alone has is listed, classified, never
+silently dropped. A capture's tensors with statistics alone are compared by those (`statrows`).
 
-Localisation: `first_divergence` is the first tensor, in the reference's topological order,
-that breaks the checks; `root_causes` rank each candidate node by its own error
-(`trtverify.stages.layerwise.localize`).
-
-Memory: tensors are exposed in chunks that fit `memory_budget_mb`; when the reference's
-intermediates do not fit, they are kept on disk and read back memory-mapped.
+Localisation: `first_divergence` is the first tensor, in the reference's topological order, that breaks the checks;
+`root_causes` rank each candidate node by its own error (`trtverify.stages.layerwise.localize`).
+Memory: tensors are exposed in chunks that fit `memory_budget_mb`; when the reference's intermediates do not fit,
+they are kept on disk and read back memory-mapped.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ from trtverify.graph.onnxinfo import load_onnx
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
 from trtverify.stages.base import StageContext, status_of
-from trtverify.stages.layerwise import detections, drift, selection
+from trtverify.stages.layerwise import detections, drift, selection, statrows
 from trtverify.stages.layerwise import plugins as around_plugins
 from trtverify.stages.layerwise import ranges as quant_ranges
 from trtverify.stages.layerwise.localize import Evidence, root_causes
@@ -359,6 +357,7 @@ def _candidate(
         )
         rows, checks = selection.merged(rows, checks, ref, dets.picked, name)  # index tensors, by what they select
         checks.insert(1, paired_check)
+        rows, checks, by_stats = statrows.merged(rows, checks, name, ref, backend, samples, checks_for, precision)
         det_checks, det_source = detections.checks_of(cfg.detections, name, loosest(precision))
         det_rows, det_results = detections.compare(name, ref, dets, len(samples), cfg.detections, det_checks)
         checks += det_results
@@ -407,8 +406,10 @@ def _candidate(
         rows=with_lint(rows, lint),
         detections=det_rows or None,
         detection_checks_source=det_source if det_rows else None,
-        paired=paired,
-        unmatched=around_plugins.without(unmatched(resolved, structure, ref, reason, shapes, cand_graph), missing),
+        paired=statrows.covered(paired, by_stats),
+        unmatched=around_plugins.without(
+            unmatched(resolved, structure, ref, reason, shapes, cand_graph), missing | by_stats
+        ),
         after_plugins=around_plugins.counts(missing),
         plugins=plugin_notes or None,
         ranges=ranges or None,
