@@ -94,8 +94,8 @@ class _NpyStream:
 
 
 def write_batches(out: Path, loaded: LoadedSuite, reference: Path) -> dict[str, Any]:
-    """Write the suite's validation batches into `out`/e2e (through a partial folder renamed at the end: a failure
-    leaves no half kit); returns the manifest's `e2e` section."""
+    """Write the suite's validation batches into `out`/e2e (through a partial folder moved in at the end: a failure
+    leaves no half kit, and captures already in `out`/e2e stay); returns the manifest's `e2e` section."""
     cfg = loaded.suite.stages.e2e
     if cfg is None:
         raise UsageError(f"{loaded.path}: has no stage e2e: no validation batches to write (--suite is for them)")
@@ -147,8 +147,11 @@ def write_batches(out: Path, loaded: LoadedSuite, reference: Path) -> dict[str, 
         script = _trtexec_script(reference, name, stem, shapes)
         atomic_write_text(part / "trtexec.sh", script)
         os.chmod(part / "trtexec.sh", 0o755)
-        shutil.rmtree(final, ignore_errors=True)
-        part.rename(final)
+        final.mkdir(exist_ok=True)
+        for item in ("inputs.json", "inputs.npz", "trtexec.sh", "trtexec"):  # what else is there (captured/) stays
+            if (final / item).is_dir():
+                shutil.rmtree(final / item)
+            os.replace(part / item, final / item)
     finally:
         shutil.rmtree(part, ignore_errors=True)
     padded = sum(r["pad"] for r in rows)
