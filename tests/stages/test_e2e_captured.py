@@ -166,6 +166,14 @@ def test_captures_that_are_not_the_kits_batches_are_refused(kit: Path, tmp_path:
     polygraphy_inputs([{n: a + 1 for n, a in f.items()} for f in read_feeds(cap / "outputs.inputs.json")],
                       cap / "other.inputs.json")  # fmt: skip
     refused(detection_suite(tmp_path, str(cap / "other.json")), "b", "other.json", "other inputs", "digest")
+    # a batch's output short of a row (written back through Polygraphy's own RunResults)
+    from polygraphy.comparator import RunResults
+
+    results = RunResults.load(str(cap / "outputs.json"))
+    results[0][1][1]["heatmap"] = results[0][1][1]["heatmap"][:2]
+    results.save(str(cap / "rows.json"))
+    refused(detection_suite(tmp_path, str(cap / "rows.json")), "g", "rows.json", "iteration 1", "'heatmap'",
+            "[2, 3, 32, 32]", "3 rows")  # fmt: skip
     # the suite batches otherwise than the kit; its dataset holds other rows
     good = str(cap / "outputs.json")
     refused(detection_suite(tmp_path, good, batch_size=2), "c", "batch_size is 2", "set batch_size: 3")

@@ -58,6 +58,11 @@ def capture(
     from trtverify.util.errors import UsageError
     from trtverify.util.fsutil import writable_folder
 
+    # the suite first: nothing is written for a suite that cannot give validation batches
+    # (check_files=False: the suite may already name the capture this kit is for, not made yet)
+    loaded_suite = load_suite(suite_file, check_files=False) if suite_file is not None else None
+    if loaded_suite is not None and loaded_suite.suite.stages.e2e is None:
+        raise UsageError(f"{suite_file}: has no stage e2e: --suite adds the validation batches of its e2e stage")
     out = writable_folder(out_dir)
     with tempfile.TemporaryDirectory(prefix="trtverify-capture-") as tmp:
         # the feeds exactly as `trtverify layerwise` makes them from the same arguments
@@ -83,11 +88,10 @@ def capture(
                 f"{out / 'inputs.npz'}: these feeds do not read back as the same feeds (batched feeds of several rows "
                 "each); give --inputs with one row per feed"
             )
-    if suite_file is not None:
+    if loaded_suite is not None:
         from trtverify.stages.e2e.kitbatches import add_batches
 
-        # check_files=False: the suite may already name the capture this kit is for, not made yet
-        e2e = add_batches(out, load_suite(suite_file, check_files=False), reference)
+        e2e = add_batches(out, loaded_suite, reference)
         click.echo(f"validation batches: {out / 'e2e'} ({count(e2e['rows'], 'row')} in "
                    f"{count(len(e2e['batches']), 'batch')}: {e2e['batching']})")  # fmt: skip
     click.echo(f"kit: {out} ({count(manifest['samples'], 'feed')}, digest {str(manifest['digest'])[:12]}); commands in "

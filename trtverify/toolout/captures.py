@@ -25,7 +25,7 @@ import binascii
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,14 +336,18 @@ def _kserve(path: Path, doc: dict[str, Any]) -> Capture:
 
 def read_feeds(path: Path) -> list[dict[str, np.ndarray]]:
     """A Polygraphy inputs file (`--save-inputs`, `--load-inputs`: a list of feeds, each input an np.save payload)."""
+    return list(iter_feeds(path))
+
+
+def iter_feeds(path: Path) -> Iterator[dict[str, np.ndarray]]:
+    """The feeds of a Polygraphy inputs file one at a time, each decoded when reached (the file's text is parsed
+    whole; its arrays are not all decoded at once)."""
     doc = _json(path)
     if not isinstance(doc, list) or not doc or not all(isinstance(d, dict) for d in doc):
         raise UsageError(f"{path}: not a Polygraphy inputs file (a list of feeds, each {{input name: array}})")
-    return [
-        {n: decode_array(path, f"feed {i}, input '{n}'", _np_payload(path, f"feed {i}, input '{n}'", obj))
-         for n, obj in feed.items()}
-        for i, feed in enumerate(doc)
-    ]  # fmt: skip
+    for i, feed in enumerate(doc):
+        yield {n: decode_array(path, f"feed {i}, input '{n}'", _np_payload(path, f"feed {i}, input '{n}'", obj))
+               for n, obj in feed.items()}  # fmt: skip
 
 
 def inputs_beside(capture: Path) -> Path:
@@ -369,6 +373,7 @@ __all__ = [
     "decode_array",
     "escape_name",
     "inputs_beside",
+    "iter_feeds",
     "read_capture",
     "read_feeds",
     "split_selector",

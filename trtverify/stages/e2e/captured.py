@@ -21,7 +21,7 @@ from trtverify.config.stages import E2EStage
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.stages.e2e.kitbatches import FOLDER, _id, model_feed
 from trtverify.tasks.datasets import Reader
-from trtverify.toolout.captures import Capture, inputs_beside, read_capture, read_feeds
+from trtverify.toolout.captures import Capture, inputs_beside, iter_feeds, read_capture
 from trtverify.toolout.kit import MANIFEST, feed_digest, feeds_digest, find_kit
 from trtverify.util.errors import UsageError
 from trtverify.util.words import count
@@ -43,12 +43,27 @@ def read_section(manifest: Path) -> dict[str, Any]:
         batches = [{"rows": [int(i) for i in b["rows"]], "ids": list(b["ids"]), "pad": int(b["pad"]),
                     "digest": str(b["digest"])} for b in sec["batches"]]  # fmt: skip
         out = {"input": str(sec["input"]), "batch_size": int(sec["batch_size"]), "rows": int(sec["rows"]),
-               "digest": str(sec["digest"]), "batches": batches}  # fmt: skip
+               "digest": str(sec["digest"]), "batches": batches, "batch_axis": bool(sec["batch_axis"])}  # fmt: skip
     except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"{manifest}: its e2e section is malformed (bad or missing {exc})") from None
+        raise UsageError(f"{manifest}: its e2e section is malformed ({type(exc).__name__}: {exc})") from None
     if not batches or feeds_digest([b["digest"] for b in batches]) != out["digest"]:
         raise UsageError(f"{manifest}: its e2e digest does not match its batches' digests (the file was edited)")
     return out
+
+
+def _shape_problem(got: tuple[int, ...], declared: tuple[object, ...] | None, rows: int, batched: bool) -> str:
+    """What is wrong with a captured output's shape for a batch of `rows` rows ('' when nothing): its rank, a size
+    the model fixes, or its batch axis (a named first dimension) not of the batch's rows."""
+    if declared is None:
+        return ""
+    if len(got) != len(declared):
+        return f"{len(declared)} dimensions declared ({list(declared)})"
+    fixed = [(k, d) for k, d in enumerate(declared) if isinstance(d, int) and d > 0 and got[k] != d]
+    if fixed:
+        return f"the model fixes dimension {fixed[0][0]} at {fixed[0][1]}"
+    if batched and declared and not isinstance(declared[0], int) and got[0] != rows:
+        return f"its batch axis (0) must hold the batch's {rows} rows"
+    return ""
 
 
 class CapturedBatches(Backend):
@@ -87,8 +102,8 @@ class CapturedBatches(Backend):
             )
         saved = inputs_beside(self.captured)
         if self.captured.is_file() and saved.is_file():
-            fed = read_feeds(saved)
-            digest = feeds_digest([feed_digest(f) for f in fed])
+            fed = [feed_digest(f) for f in iter_feeds(saved)]  # one batch decoded at a time
+            digest = feeds_digest(fed)
             if digest != sec["digest"]:
                 raise UsageError(
                     f"{self.captured}: made from other inputs than the kit's validation batches: {saved} holds "
@@ -103,12 +118,10 @@ class CapturedBatches(Backend):
                                  f"{self.model_path.name}: was it captured from another model?")  # fmt: skip
             rows = len(sec["batches"][i]["rows"]) + sec["batches"][i]["pad"]
             for m in self._outputs:
-                got = cap.shapes[i].get(m.name)
-                if sec["batches"][i]["pad"] and (not got or got[0] != rows):
-                    raise UsageError(
-                        f"{cap.describe()}: iteration {i}, output '{m.name}' has shape {list(got or ())}: a padded "
-                        f"batch's outputs need its {rows} rows on axis 0"
-                    )
+                why = _shape_problem(cap.shapes[i].get(m.name, ()), m.shape, rows, sec["batch_axis"])
+                if why:
+                    raise UsageError(f"{cap.describe()}: iteration {i} (batch {i}, {count(rows, 'row')}), output "
+                                     f"'{m.name}' has shape {list(cap.shapes[i].get(m.name, ()))}: {why}")  # fmt: skip
         self._by_digest = {}
         for k, b in enumerate(sec["batches"]):
             self._by_digest.setdefault(b["digest"], k)

@@ -174,6 +174,7 @@ def write_batches(out: Path, loaded: LoadedSuite, reference: Path) -> dict[str, 
         "dataset": reader.info.get("source"),
         "input": name,
         "batch_size": size,
+        "batch_axis": not no_axis,  # the outputs' first axis is the batch's rows where named (not fixed)
         "batching": batching,
         "rows": total,
         "digest": feeds_digest([r["digest"] for r in rows]),
