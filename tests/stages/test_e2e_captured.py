@@ -38,6 +38,8 @@ def detection_suite(folder: Path, capture: str, batch_size: int = 3, limit: int 
     suite = folder / "suite.yaml"
     suite.write_text(f"""name: shapes_captured
 python_path: [{SHAPES}]
+backends:  # ONNX Runtime as Polygraphy's runner runs it (trtverify's default emulates a GPU's FP16 roundings)
+  onnxruntime: {{graph_optimization_level: all, fp16_on_cpu: native}}
 models:
   reference: {SHAPES / "shapes_fp32.onnx"}
   candidates:
@@ -127,8 +129,9 @@ def test_captured_metrics_equal_the_run_candidates_and_a_planted_fault_fails(kit
     assert code == 0, text
     got = {c["name"]: c["metrics"] for c in stage["candidates"]}
     assert stage["samples"] == 7 and stage["reference"]["map"] > 0.5
-    for key in ("map", "ap50", "ap75", "precision", "recall", "f1"):
-        assert got["cap"][key] == pytest.approx(got["fp16"][key], abs=1e-6), key
+    scalars = {k: v for k, v in got["fp16"].items() if isinstance(v, float)}
+    assert len(scalars) > 10  # map, ap50, ap75, ..., f1: the same arithmetic (ONNX Runtime, same settings)
+    assert {k: got["cap"][k] for k in scalars} == pytest.approx(scalars, abs=1e-9)
     # a fault planted in the captured file, written back through Polygraphy's own RunResults: the boxes' sizes of
     # the first batch halved, as a broken layer would make them
     from polygraphy.comparator import RunResults
