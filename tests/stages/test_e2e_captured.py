@@ -32,7 +32,7 @@ POLYGRAPHY = Path(sys.executable).with_name("polygraphy")
 pytestmark = pytest.mark.skipif(not POLYGRAPHY.is_file(), reason="Polygraphy's CLI is not installed beside python")
 
 
-def detection_suite(folder: Path, capture: str, batch_size: int = 3, limit: int = 7) -> Path:
+def detection_suite(folder: Path, capture: str, batch_size: int = 3, limit: int = 7, more: str = "") -> Path:
     """The shapes demo's e2e stage (suites/shapes_detection.yaml) on its first `limit` validation images, with the
     FP16 candidate run here and `cap`, the same candidate captured elsewhere."""
     suite = folder / "suite.yaml"
@@ -58,7 +58,7 @@ stages:
     gates:
       - {{metric: map, max_drop: 0.01}}
       - {{metric: f1, max_drop: 0.02}}
-""")
+{more}""")
     return suite
 
 
@@ -177,6 +177,13 @@ def test_captures_that_are_not_the_kits_batches_are_refused(kit: Path, tmp_path:
     results.save(str(cap / "rows.json"))
     refused(detection_suite(tmp_path, str(cap / "rows.json")), "g", "rows.json", "iteration 1", "'heatmap'",
             "[2, 3, 32, 32]", "3 rows")  # fmt: skip
+    # the validation capture named in stage layerwise too: refused there, saying which stage it is for
+    r = main_in_process(["run", str(detection_suite(tmp_path, str(cap / "outputs.json"), more="  layerwise: {}\n")),
+                         "--out", str(tmp_path / "h"), "-q"], capsys, monkeypatch)  # fmt: skip
+    assert r.code == 2, r.out + r.err
+    stages = {st["name"]: st for st in json.loads((tmp_path / "h" / "results.json").read_text())["stages"]}
+    assert stages["e2e"]["status"] == "passed"
+    assert "list it in stages.e2e.candidates only" in stages["layerwise"]["error"]["message"]
     # the suite batches otherwise than the kit; its dataset holds other rows
     good = str(cap / "outputs.json")
     refused(detection_suite(tmp_path, good, batch_size=2), "c", "batch_size is 2", "set batch_size: 3")
@@ -245,3 +252,33 @@ stages:
     assert code == 1, text
     cap = next(c for c in stage["candidates"] if c["name"] == "cap")
     assert cap["metrics"]["accuracy"] == pytest.approx(got["cap"]["accuracy"] - 0.1) and not cap["passed"]
+
+
+def test_trtexec_files_per_batch_are_a_capture(kit: Path, tmp_path: Path, capsys, monkeypatch):
+    """What e2e/trtexec.sh writes: one trtexec --exportOutput JSON per batch in a folder (0.json, 1.json, ...; the
+    layout of TensorRT's samples/common/sampleInference.cpp exportJSONOutput, as in tests/toolout/test_captures.py),
+    values from the real Polygraphy capture: the same metrics as that capture; a missing batch file is refused."""
+    from polygraphy.comparator import RunResults
+
+    folder = kit / "e2e" / "captured" / "trtexec"
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, it in enumerate(RunResults.load(str(kit / "e2e" / "captured" / "outputs.json"))[0][1]):
+        parts = []
+        for name in ("heatmap", "wh", "offset"):
+            arr = np.asarray(it[name])
+            values = ", ".join(repr(float(v)) for v in arr.ravel())
+            dims = "x".join(map(str, arr.shape))
+            parts.append(f'{{ "name" : "{name}"\n  , "dimensions" : "{dims}"\n  , "values" : [ {values} ]\n  }}')
+        (folder / f"{k}.json").write_text("[\n  " + "\n, ".join(parts) + "\n]\n")
+    code, stage, text = e2e(detection_suite(tmp_path, str(kit / "e2e" / "captured" / "outputs.json")), tmp_path / "a",
+                            capsys, monkeypatch)  # fmt: skip
+    assert code == 0, text
+    code, stage2, text = e2e(detection_suite(tmp_path, str(folder)), tmp_path / "b", capsys, monkeypatch)
+    assert code == 0, text
+    pick = {c["name"]: c["metrics"] for c in stage["candidates"]}["cap"]
+    got = {c["name"]: c["metrics"] for c in stage2["candidates"]}["cap"]
+    scalars = {k: v for k, v in pick.items() if isinstance(v, float)}
+    assert len(scalars) > 10 and {k: got[k] for k in scalars} == pytest.approx(scalars, abs=1e-9)
+    (folder / "1.json").unlink()
+    code, stage, text = e2e(detection_suite(tmp_path, str(folder)), tmp_path / "c", capsys, monkeypatch)
+    assert code == 2 and "without gaps" in stage["error"]["message"], text

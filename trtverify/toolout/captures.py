@@ -78,7 +78,9 @@ def read_capture(path: Path, runner: str | None = None) -> Capture:
     """The capture at `path` (a file or a folder), its format recognised from its content. `runner`: which
     runner of a Polygraphy file (its name or its 0-based index); needed when the file holds several."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and (path / "0.json").is_file():  # one JSON file per iteration (trtexec runs one feed each)
+        cap = _json_folder(path)
+    elif path.is_dir():
         cap = _npy_folder(path)
     elif not path.is_file():
         raise UsageError(f"{path}: no such file or folder")
@@ -266,6 +268,23 @@ def _npy_folder(path: Path) -> Capture:
             raise UsageError(f"{path}: a folder without .npy files (or iteration folders 0, 1, ...)")
         cap.iterations.append(tensors)
         cap.shapes.append(shapes)
+    return cap
+
+
+def _json_folder(path: Path) -> Capture:
+    """A folder of `0.json`, `1.json`, ...: one trtexec `--exportOutput` file (or KServe response) per iteration."""
+    files = sorted((f for f in path.glob("*.json") if f.stem.isdigit()), key=lambda f: int(f.stem))
+    if [int(f.stem) for f in files] != list(range(len(files))):
+        raise UsageError(f"{path}: iteration files must be 0.json, 1.json, ... without gaps (found "
+                         f"{[f.name for f in files]})")  # fmt: skip
+    cap = Capture(path, "json folder")
+    for f in files:
+        one = read_capture(f)
+        if one.kind not in ("trtexec", "kserve"):
+            raise UsageError(f"{f}: a {one.kind} capture; a folder of iterations holds one trtexec --exportOutput "
+                             "file (or KServe response) per iteration")  # fmt: skip
+        cap.iterations += one.iterations
+        cap.shapes += one.shapes
     return cap
 
 

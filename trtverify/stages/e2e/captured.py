@@ -87,6 +87,8 @@ class CapturedBatches(Backend):
         if self._cap is not None:
             return
         manifest = find_kit(self.captured)
+        if manifest is None and self.captured.is_dir():  # KIT/e2e/captured/trtexec/: what e2e/trtexec.sh writes
+            manifest = find_kit(self.captured.parent)
         if manifest is None:
             raise UsageError(f"{self.captured}: no capture kit ({MANIFEST}) in its folder or the two above: keep the "
                              "capture of the validation batches in the kit's folder (KIT/e2e/captured/)")  # fmt: skip

@@ -229,7 +229,7 @@ batch's dataset positions and ids, and its digest.
 
 Add `--fp16` (or the precision you deploy) as you build the engine. Then, here, name the file in the suite:
 `captured: KIT/e2e/captured/outputs.json` for a candidate of stage e2e. `e2e/trtexec.sh` runs trtexec once per
-batch (an engine built beforehand); its per-batch JSON files are not read back yet.
+batch (an engine built beforehand) into `e2e/captured/trtexec/K.json`: name that folder as the capture.
 """
 
 
