@@ -51,9 +51,11 @@ def read_section(manifest: Path) -> dict[str, Any]:
     return out
 
 
-def _shape_problem(got: tuple[int, ...], declared: tuple[object, ...] | None, rows: int, batched: bool) -> str:
+def _shape_problem(got: tuple[int, ...], declared: tuple[object, ...] | None, rows: int, batch: object) -> str:
     """What is wrong with a captured output's shape for a batch of `rows` rows ('' when nothing): its rank, a size
-    the model fixes, or its batch axis (a named first dimension) not of the batch's rows."""
+    the model fixes, or its batch axis not of the batch's rows (`batch`: the input's named batch dimension; an
+    output whose first dimension has that name holds one row per input row; others, such as the boxes kept by an NMS
+    in the graph, are left to the postprocess). A padded batch's rows are counted with the padding."""
     if declared is None:
         return ""
     if len(got) != len(declared):
@@ -61,7 +63,7 @@ def _shape_problem(got: tuple[int, ...], declared: tuple[object, ...] | None, ro
     fixed = [(k, d) for k, d in enumerate(declared) if isinstance(d, int) and d > 0 and got[k] != d]
     if fixed:
         return f"the model fixes dimension {fixed[0][0]} at {fixed[0][1]}"
-    if batched and declared and not isinstance(declared[0], int) and got[0] != rows:
+    if isinstance(batch, str) and declared and declared[0] == batch and got[0] != rows:
         return f"its batch axis (0) must hold the batch's {rows} rows"
     return ""
 
@@ -113,6 +115,11 @@ class CapturedBatches(Backend):
                     f"{sec['digest'][:12]} ({manifest})"
                 )
         self._inputs, self._outputs = graph_io(load_io(self.model_path))
+        meta = next((m for m in self._inputs if m.name == sec["input"]), None)
+        if meta is None:
+            raise UsageError(f"{manifest}: its validation batches feed '{sec['input']}', which is no input of "
+                             f"{self.model_path.name}")  # fmt: skip
+        batch = meta.shape[0] if sec["batch_axis"] and meta.shape else None
         for i, its in enumerate(cap.iterations):
             missing = [m.name for m in self._outputs if m.name not in its]
             if missing:
@@ -120,7 +127,7 @@ class CapturedBatches(Backend):
                                  f"{self.model_path.name}: was it captured from another model?")  # fmt: skip
             rows = len(sec["batches"][i]["rows"]) + sec["batches"][i]["pad"]
             for m in self._outputs:
-                why = _shape_problem(cap.shapes[i].get(m.name, ()), m.shape, rows, sec["batch_axis"])
+                why = _shape_problem(cap.shapes[i].get(m.name, ()), m.shape, rows, batch)
                 if why:
                     raise UsageError(f"{cap.describe()}: iteration {i} (batch {i}, {count(rows, 'row')}), output "
                                      f"'{m.name}' has shape {list(cap.shapes[i].get(m.name, ()))}: {why}")  # fmt: skip
@@ -140,8 +147,7 @@ class CapturedBatches(Backend):
         if sec["rows"] != total:
             raise UsageError(f"{manifest}: its validation batches hold {count(sec['rows'], 'row')}, stages.e2e's "
                              f"dataset {count(total, 'sample')}: make the kit again from this suite")  # fmt: skip
-        one = len(sec["batches"][0]["rows"]) == 1 and size == 1
-        if size != self.cfg.batch_size and not one:
+        if size != self.cfg.batch_size:
             raise UsageError(f"{manifest}: its validation batches are of {size} rows, stages.e2e.batch_size is "
                              f"{self.cfg.batch_size}: set batch_size: {size}, or make the kit again")  # fmt: skip
         want = [list(range(i, min(i + size, total))) for i in range(0, total, size)]
@@ -182,8 +188,11 @@ class CapturedBatches(Backend):
                 "was made; make the kit again and capture again"
             )
         tensors = self._cap.iterations[k]
-        keep = None if not self._pads[k] else -self._pads[k]
-        return {m.name: np.asarray(tensors[m.name]())[:keep] for m in self._outputs}
+        out = {m.name: np.asarray(tensors[m.name]()) for m in self._outputs}
+        if self._pads[k]:  # the padded rows' outputs dropped (outputs with one row per fed row: the padded count)
+            fed = len(arr)
+            out = {n: a[: fed - self._pads[k]] if a.ndim and len(a) == fed else a for n, a in out.items()}
+        return out
 
 
 __all__ = ["CapturedBatches", "read_section"]

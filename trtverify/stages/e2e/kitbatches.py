@@ -168,6 +168,8 @@ def write_batches(out: Path, loaded: LoadedSuite, reference: Path) -> dict[str, 
         )
     else:
         batching = f"batches of {size}" + (" (the model's fixed batch)" if fixed else "")
+    if size != cfg.batch_size:  # stage e2e must batch as the kit does
+        batching += f"; stages.e2e.batch_size is {cfg.batch_size}: set it to {size} to compare the capture"
     return {
         "suite": loaded.suite.name,
         "task": cfg.task,
