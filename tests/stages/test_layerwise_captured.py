@@ -187,7 +187,7 @@ def test_capture_of_other_inputs_is_refused_naming_both(kit: Path, tmp_path: Pat
     assert code == 2 and "no capture kit" in text and "fp32.json" in text
 
 
-def test_a_suite_names_a_capture_as_a_candidate_of_layerwise_only(kit: Path, tmp_path: Path, capsys, monkeypatch):
+def test_a_suite_names_a_capture_as_a_candidate_of_layerwise_not_perf(kit: Path, tmp_path: Path, capsys, monkeypatch):
     cap = kit / "captured"
     cap.mkdir(exist_ok=True)
     if not (cap / "fp32.json").is_file():
@@ -204,7 +204,9 @@ def test_a_suite_names_a_capture_as_a_candidate_of_layerwise_only(kit: Path, tmp
     assert "captured on another machine" in why
     suite.write_text(body + "  perf: {}\n")
     r = main_in_process(["validate", str(suite)], capsys, monkeypatch)
-    assert r.code == 2 and "jetson: captured on another machine, compared by stage layerwise only" in r.out + r.err
+    assert r.code == 2 and "jetson: captured on another machine, compared by stages layerwise and e2e only" in (
+        r.out + r.err
+    )
     suite.write_text(body.replace("jetson: {captured:", "jetson: {backend: onnxruntime, captured:"))
     r = main_in_process(["validate", str(suite)], capsys, monkeypatch)
     assert r.code == 2 and "backend: captured goes with captured: FILE" in r.out + r.err

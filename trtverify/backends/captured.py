@@ -7,6 +7,7 @@ and a feed that is not one of the kit's is refused.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +33,17 @@ def _clashes(got: tuple[int, ...], declared: tuple[object, ...]) -> bool:
     if len(got) != len(declared):
         return True
     return any(isinstance(d, int) and d > 0 and d != g for g, d in zip(got, declared))
+
+
+def _e2e_hint(manifest: Path, iterations: int) -> str:
+    """Where a capture has as many iterations as the kit has validation batches: it is stage e2e's."""
+    try:
+        batches = json.loads(manifest.read_text(encoding="utf-8"))["e2e"]["batches"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    if not isinstance(batches, list) or len(batches) != iterations:
+        return ""
+    return " (it has the kit's validation batches: a candidate of stage e2e; list it in stages.e2e.candidates only)"
 
 
 class CapturedBackend(Backend):
@@ -94,7 +106,7 @@ class CapturedBackend(Backend):
         if len(cap.iterations) != len(kit.sample_digests):
             raise UsageError(
                 f"{cap.describe()}: {count(len(cap.iterations), 'iteration')}, but its kit {manifest} holds "
-                f"{count(len(kit.sample_digests), 'feed')}"
+                f"{count(len(kit.sample_digests), 'feed')}" + _e2e_hint(manifest, len(cap.iterations))
             )
         if cap.run is not None and cap.run.kit_digest != kit.digest:  # the kit's runner script records what it fed
             raise UsageError(

@@ -21,10 +21,23 @@ from trtverify.util.words import count
 )
 @click.option("--dim", "dims", cls=Several, metavar="NAME=VALUE", help="Value of a dynamic dimension [default: 1].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated inputs.")
+@click.option(
+    "--suite",
+    "suite_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="A suite with stage e2e: also write its validation rows in batches (KIT/e2e/), for a `captured:` candidate "
+    "of stage e2e.",
+)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="The kit's folder.")  # fmt: skip
 def capture(
-    reference: Path, inputs_file: Path | None, samples: int | None, dims: tuple[str, ...], seed: int, out_dir: Path
+    reference: Path,
+    inputs_file: Path | None,
+    samples: int | None,
+    dims: tuple[str, ...],
+    seed: int,
+    suite_file: Path | None,
+    out_dir: Path,
 ) -> None:
     """Write a kit to capture REFERENCE's engine's tensors on another machine (Polygraphy, trtexec, its runner script).
 
@@ -41,6 +54,11 @@ def capture(
     from trtverify.util.errors import UsageError
     from trtverify.util.fsutil import writable_folder
 
+    # the suite first: nothing is written for a suite that cannot give validation batches
+    # (check_files=False: the suite may already name the capture this kit is for, not made yet)
+    loaded_suite = load_suite(suite_file, check_files=False) if suite_file is not None else None
+    if loaded_suite is not None and loaded_suite.suite.stages.e2e is None:
+        raise UsageError(f"{suite_file}: has no stage e2e: --suite adds the validation batches of its e2e stage")
     out = writable_folder(out_dir)
     with tempfile.TemporaryDirectory(prefix="trtverify-capture-") as tmp:
         inputs_path = resolve_inputs(inputs_file, reference, Path(tmp))
@@ -67,5 +85,11 @@ def capture(
                 f"{out / 'inputs.npz'}: these feeds do not read back as the same feeds (batched feeds of several rows "
                 "each); give --inputs with one row per feed"
             )
+    if loaded_suite is not None:
+        from trtverify.stages.e2e.kitbatches import add_batches
+
+        e2e = add_batches(out, loaded_suite, reference)
+        click.echo(f"validation batches: {out / 'e2e'} ({count(e2e['rows'], 'row')} in "
+                   f"{count(len(e2e['batches']), 'batch')}: {e2e['batching']})")  # fmt: skip
     click.echo(f"kit: {out} ({count(manifest['samples'], 'feed')}, digest {str(manifest['digest'])[:12]}); commands in "
                f"{out / 'README.md'}")  # fmt: skip

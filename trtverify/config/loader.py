@@ -149,12 +149,12 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         for i, g in enumerate(e2e.gates):
             if g.metric not in known:
                 add(("stages", "e2e", "gates", i, "metric"), unknown(f"{e2e.task} metric", g.metric, known))
-    for stage in ("e2e", "perf"):  # a capture holds the kit's feeds: only stage layerwise compares it (issue 46)
+    for stage in ("perf",):  # a capture holds the kit's feeds: stages layerwise and e2e compare it (issue 46)
         cfg = getattr(suite.stages, stage)
         captured = [] if cfg is None else [n for n in suite.candidates_of(cfg) if _captured(suite, n)]
         if captured:
             add(("stages", stage, "candidates"), f"{', '.join(captured)}: captured on another machine, compared by "
-                "stage layerwise only (docs/captured.md); list the other candidates in stages."
+                "stages layerwise and e2e only (docs/captured.md); list the other candidates in stages."
                 f"{stage}.candidates")  # fmt: skip
     if rp is not None and rp.candidate is not None and _captured(suite, rp.candidate):
         add(("stages", "repair", "candidate"), f"{rp.candidate}: captured on another machine; repair needs an ONNX "

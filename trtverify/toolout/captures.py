@@ -28,7 +28,7 @@ import binascii
 import io
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +95,9 @@ def read_capture(path: Path, runner: str | None = None, known: Iterable[str] = (
     runner of a Polygraphy file (its name or its 0-based index); needed when the file holds several. `known`: the
     model's tensor names, which give trtexec's debug-tensor file names their tensor's name back."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and (path / "0.json").is_file():  # one JSON file per iteration (trtexec runs one feed each)
+        cap = _json_folder(path)
+    elif path.is_dir():
         cap = _debug(path, None, known) if debugtensors.is_debug_folder(path) else _npy_folder(path)
     elif not path.is_file():
         raise UsageError(f"{path}: no such file or folder")
@@ -298,6 +300,23 @@ def _debug(folder: Path, summary: Path | None, known: Iterable[str]) -> Capture:
                    note=note)  # fmt: skip
 
 
+def _json_folder(path: Path) -> Capture:
+    """A folder of `0.json`, `1.json`, ...: one trtexec `--exportOutput` file (or KServe response) per iteration."""
+    files = sorted((f for f in path.glob("*.json") if f.stem.isdigit()), key=lambda f: int(f.stem))
+    if [int(f.stem) for f in files] != list(range(len(files))):
+        raise UsageError(f"{path}: iteration files must be 0.json, 1.json, ... without gaps (found "
+                         f"{[f.name for f in files]})")  # fmt: skip
+    cap = Capture(path, "json folder")
+    for f in files:
+        one = read_capture(f)
+        if one.kind not in ("trtexec", "kserve"):
+            raise UsageError(f"{f}: a {one.kind} capture; a folder of iterations holds one trtexec --exportOutput "
+                             "file (or KServe response) per iteration")  # fmt: skip
+        cap.iterations += one.iterations
+        cap.shapes += one.shapes
+    return cap
+
+
 # -- trtexec and KServe ------------------------------------------------------------------------------------------
 
 
@@ -365,14 +384,18 @@ def _kserve(path: Path, doc: dict[str, Any]) -> Capture:
 
 def read_feeds(path: Path) -> list[dict[str, np.ndarray]]:
     """A Polygraphy inputs file (`--save-inputs`, `--load-inputs`: a list of feeds, each input an np.save payload)."""
+    return list(iter_feeds(path))
+
+
+def iter_feeds(path: Path) -> Iterator[dict[str, np.ndarray]]:
+    """The feeds of a Polygraphy inputs file one at a time, each decoded when reached (the file's text is parsed
+    whole; its arrays are not all decoded at once)."""
     doc = _json(path)
     if not isinstance(doc, list) or not doc or not all(isinstance(d, dict) for d in doc):
         raise UsageError(f"{path}: not a Polygraphy inputs file (a list of feeds, each {{input name: array}})")
-    return [
-        {n: decode_array(path, f"feed {i}, input '{n}'", _np_payload(path, f"feed {i}, input '{n}'", obj))
-         for n, obj in feed.items()}
-        for i, feed in enumerate(doc)
-    ]  # fmt: skip
+    for i, feed in enumerate(doc):
+        yield {n: decode_array(path, f"feed {i}, input '{n}'", _np_payload(path, f"feed {i}, input '{n}'", obj))
+               for n, obj in feed.items()}  # fmt: skip
 
 
 def inputs_beside(capture: Path) -> Path:
@@ -398,6 +421,7 @@ __all__ = [
     "decode_array",
     "escape_name",
     "inputs_beside",
+    "iter_feeds",
     "read_capture",
     "read_feeds",
     "split_selector",

@@ -181,7 +181,10 @@ def run(ctx: StageContext) -> E2EResult:
     models = [_Model("reference", OnnxRuntimeBackend(Path(suite.models.reference), quiet), task.accumulator())]
     for n in ctx.candidates(suite.candidates_of(cfg)):
         spec = suite.models.candidates[n]
-        backend = candidate_backend(spec.backend, Path(spec.path), suite.backends, ctx.samples, spec.capture)
+        if spec.capture is not None:  # captured elsewhere from the kit's validation batches: read, not run
+            backend = _captured(n, spec.capture, Path(spec.path), cfg, task)
+        else:
+            backend = candidate_backend(spec.backend, Path(spec.path), suite.backends, ctx.samples, spec.capture)
         models.append(_Model(n, backend, task.accumulator()))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -202,6 +205,18 @@ def run(ctx: StageContext) -> E2EResult:
     result = finalize(task, models, len(indices), class_file, timings=timings, **loop, **sliced, **states)
     path = drift.path_for(ctx.store.root, suite.name)  # --reference-dir moves it with the references
     return drift.apply(result, ctx.loaded, path, update=ctx.update_baseline, sharded=data is not None, shape=ctx.shape)
+
+
+def _captured(
+    name: str, capture: tuple[Path, str | None, int | None], model: Path, cfg: E2EStage, task: Task
+) -> Backend:
+    from trtverify.stages.e2e.captured import CapturedBatches
+
+    file, runner, iteration = capture
+    if iteration is not None:
+        raise UsageError(f"models.candidates.{name}.iteration: stage e2e reads every batch of {file}; compare one "
+                         "iteration in stage layerwise only")  # fmt: skip
+    return CapturedBatches(model, file, runner, cfg, task.reader)
 
 
 def task_metrics(ctx: StageContext, paths: dict[str, Path]) -> dict[str, Any]:
