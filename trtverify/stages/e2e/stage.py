@@ -208,11 +208,11 @@ def run(ctx: StageContext) -> E2EResult:
 
 
 def _captured(
-    name: str, capture: tuple[Path, str | None, int | None], model: Path, cfg: E2EStage, task: Task
+    name: str, capture: tuple[Path, str | None, int | None, Path | None], model: Path, cfg: E2EStage, task: Task
 ) -> Backend:
     from trtverify.stages.e2e.captured import CapturedBatches
 
-    file, runner, iteration = capture
+    file, runner, iteration, _layerinfo = capture  # outputs only: no layer names to map
     if iteration is not None:
         raise UsageError(f"models.candidates.{name}.iteration: stage e2e reads every batch of {file}; compare one "
                          "iteration in stage layerwise only")  # fmt: skip
