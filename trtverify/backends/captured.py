@@ -77,10 +77,11 @@ class CapturedBackend(Backend):
             )
         kit = read_kit(manifest)
         cap = read_capture(self.captured, self.runner)
-        if len(cap.iterations) != len(kit.sample_digests):
+        if len(cap.iterations) not in (len(kit.sample_digests), kit.iterations()):  # with the consistency feeds or not
+            extra = f" and {count(len(kit.consistency), 'consistency feed')}" if kit.consistency else ""
             raise UsageError(
                 f"{cap.describe()}: {count(len(cap.iterations), 'iteration')}, but its kit {manifest} holds "
-                f"{count(len(kit.sample_digests), 'feed')}"
+                f"{count(len(kit.sample_digests), 'feed')}{extra}"
             )
         only = ""
         if self.iteration is not None:
@@ -93,7 +94,7 @@ class CapturedBackend(Backend):
         if self.captured.is_file() and saved.is_file():  # the inputs the target's tool fed, saved with the capture
             fed = read_feeds(saved)
             digest = feeds_digest([feed_digest(f) for f in fed])
-            if digest != kit.digest:
+            if digest not in (kit.digest, kit.capture_digest):
                 raise UsageError(
                     f"{self.captured}: made from other inputs than its kit's: {saved} holds "
                     f"{count(len(fed), 'feed')} of {_shapes(fed)}, digest {digest[:12]}; the kit ({manifest}) "
@@ -134,6 +135,17 @@ class CapturedBackend(Backend):
 
     def close(self) -> None:
         self._capture = None
+
+    @property
+    def capture(self) -> Capture:
+        """The capture read (the consistency checks read its further iterations)."""
+        return self._cap()
+
+    @property
+    def kit(self) -> Kit:
+        self._cap()
+        assert self._kit is not None
+        return self._kit
 
     def inputs(self) -> list[TensorMeta]:
         return list(self._inputs)

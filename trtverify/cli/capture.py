@@ -57,7 +57,8 @@ def capture(
         check_samples(feeds, inputs, str(inputs_file) if inputs_file is not None else "generated inputs")
         ranks = {m.name: (len(m.shape) if m.shape is not None else None) for m in inputs}
         dynamic = any(not (isinstance(d, int) and d > 0) for m in inputs for d in (m.shape or ()))
-        manifest = write_kit(out, reference, feeds, ranks, dynamic)
+        declared = {m.name: (tuple(m.shape) if m.shape is not None else None) for m in inputs}
+        manifest = write_kit(out, reference, feeds, ranks, dynamic, declared)
         # the kit's .npz must give back the same feeds when `layerwise --captured` reads it
         again = layerwise_suite(Path(tmp), reference, [reference], inputs_file=out / "inputs.npz", samples=None,
                                 dims=(), seed=0, backend="onnxruntime", precisions=[], checks=[], memory_budget=None,
@@ -70,5 +71,6 @@ def capture(
                 f"{out / 'inputs.npz'}: these feeds do not read back as the same feeds (batched feeds of several rows "
                 "each); give --inputs with one row per feed"
             )
-    click.echo(f"kit: {out} ({count(manifest['samples'], 'feed')}, digest {str(manifest['digest'])[:12]}); commands in "
-               f"{out / 'README.md'}")  # fmt: skip
+    extra = manifest["consistency"]["feeds"]  # type: ignore[index]
+    click.echo(f"kit: {out} ({count(manifest['samples'], 'feed')} and {count(len(extra), 'consistency feed')}, "
+               f"digest {str(manifest['digest'])[:12]}); commands in {out / 'README.md'}")  # fmt: skip

@@ -23,6 +23,15 @@ from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, 
     "(several values, or repeat it).",
 )
 @click.option(
+    "--captured-unmarked",
+    "unmarked",
+    cls=Several,
+    metavar="FILE[#RUNNER]",
+    help="An outputs-only capture of the engine of the --captured of the same position (the first goes with the "
+    "first --captured): its outputs and the marked capture's must agree, or marking every tensor changed the engine "
+    "(docs/captured.md#marking-can-hide-the-bug).",
+)
+@click.option(
     "--inputs",
     "inputs_file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
@@ -92,6 +101,7 @@ def layerwise(
     reference: Path,
     candidates: tuple[Path, ...],
     captured: tuple[str, ...],
+    unmarked: tuple[str, ...],
     inputs_file: Path | None,
     samples: int | None,
     dims: tuple[str, ...],
@@ -116,7 +126,19 @@ def layerwise(
     from trtverify.config.loader import load_suite
     from trtverify.suitegen.adhoc import layerwise_suite
     from trtverify.toolout.captures import split_selector
+    from trtverify.util.errors import UsageError
     from trtverify.util.fsutil import writable_folder
+
+    if len(unmarked) > len(captured):
+        raise UsageError(f"--captured-unmarked given {len(unmarked)} times for {len(captured)} --captured: each goes "
+                         "with the --captured of the same position")  # fmt: skip
+
+    def _unmarked(spec: str) -> tuple[Path, str | None]:
+        file, runner, iteration = split_selector(spec)
+        if iteration is not None:
+            raise UsageError(f"--captured-unmarked {spec}: its outputs are compared on every feed; give FILE or "
+                             "FILE#RUNNER")  # fmt: skip
+        return file, runner
 
     out = out_dir or Path("reports") / f"layerwise-{reference.stem}"
     if out_dir is None:  # the default folder: never over another suite's results
@@ -139,5 +161,6 @@ def layerwise(
         plugins=plugin_map(plugins),
         calibration_cache=calibration_cache,
         captured=[split_selector(c) for c in captured],
+        unmarked=[_unmarked(u) for u in unmarked],
     )
     execute(load_suite(path), out, ("layerwise",), False, None, quiet)

@@ -176,6 +176,7 @@ def layerwise_suite(
     calibration_cache: Path | None = None,
     captured: Sequence[tuple[Path, str | None, int | None]] = (),
     batch_size: int | None = None,
+    unmarked: Sequence[tuple[Path, str | None]] = (),
 ) -> Path:
     """Write `out/suite.yaml` for a layerwise comparison and return its path. `captured`: (file, runner, iteration)
     of each candidate captured on another machine; without `inputs_file` the first capture's kit gives the inputs."""
@@ -189,8 +190,10 @@ def layerwise_suite(
         candidates = [reference]
     taken: set[str] = set()
     cands: dict[str, Any] = {_name(c, taken): {"path": str(c.resolve()), "backend": backend} for c in candidates}
-    for file, runner, iteration in captured:
-        chosen = {"runner": runner, "iteration": iteration}
+    for i, (file, runner, iteration) in enumerate(captured):
+        plain = unmarked[i] if i < len(unmarked) else (None, None)  # its outputs-only capture
+        chosen = {"runner": runner, "iteration": iteration, "unmarked": plain[0] and str(plain[0].resolve()),
+                  "unmarked_runner": plain[1]}  # fmt: skip
         cands[_name(Path(f"captured_{file.stem}"), taken)] = {"captured": str(file.resolve())} | {
             k: v for k, v in chosen.items() if v is not None
         }
