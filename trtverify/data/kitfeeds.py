@@ -1,6 +1,6 @@
-"""The capture kit's consistency feeds (docs/captured.md#consistency-checks): fed after the kit's own feeds by the
-same capture commands, so a capture holds them as further iterations, and the layerwise stage checks the engine
-against itself with them.
+"""The capture kit's consistency feeds (docs/captured.md#captures-against-each-other-and-consistency): fed after the
+kit's own feeds by the same capture commands, so a capture holds them as further iterations, and the layerwise stage
+checks the engine against itself with them.
 
 - `repeat`: feed 0 again; its iteration must equal feed 0's bit for bit (determinism);
 - `duplicated_row`: a batch holding row 0 of feed 0 twice (feed 0 with row 1 replaced by row 0 where its batch has
