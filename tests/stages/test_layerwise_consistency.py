@@ -20,6 +20,8 @@ import pytest
 
 from tests.conftest import ROOT, main_in_process
 from trtverify.data.kit import write_kit
+from trtverify.report.text import pair_text
+from trtverify.stages.layerwise.capmodels import CapturePair
 from trtverify.toolout.captures import escape_name, read_capture
 from trtverify.toolout.kit import read_kit
 
@@ -97,13 +99,13 @@ def test_kit_writes_the_consistency_feeds(kit: Path, tmp_path: Path):
     assert len(cap.iterations) == 4 and cap.shapes[3]["logits"] == (4, 5)
     # a model whose batch is fixed at 1: no duplicated row, no repeated batch, and why
     feed = {"input": np.zeros((1, 1, 8, 8), np.float32)}
-    manifest = write_kit(tmp_path / "k", MODEL, [feed], {"input": 4}, False, {"input": (1, 1, 8, 8)})
+    manifest = write_kit(tmp_path / "k", MODEL, [feed], {"input": 4}, False, {"input": (1, 1, 8, 8)}, [(1, 5)])
     assert [c["role"] for c in manifest["consistency"]["feeds"]] == ["repeat"]
     assert "fixed at 1" in manifest["consistency"]["not_possible"]["duplicated_row"]
     assert "fixed at 1" in manifest["consistency"]["not_possible"]["repeated_batch"]
     # a fixed batch of 3: the repeated batch has the model's 3 rows, the duplicated row is row 1 of feed 0
     feed = {"input": np.arange(3 * 64, dtype=np.float32).reshape(3, 1, 8, 8)}
-    manifest = write_kit(tmp_path / "k3", MODEL, [feed], {"input": 4}, False, {"input": (3, 1, 8, 8)})
+    manifest = write_kit(tmp_path / "k3", MODEL, [feed], {"input": 4}, False, {"input": (3, 1, 8, 8)}, [(3, 5)])
     got = {c["role"]: c for c in manifest["consistency"]["feeds"]}
     assert got["repeated_batch"]["rows"] == 3 and got["duplicated_row"]["duplicated_rows"] == [0, 1]
 
@@ -174,6 +176,16 @@ def test_marking_that_changed_the_outputs_fails_and_says_which_capture_to_trust(
     assert not bad["passed"] and bad["value"] == pytest.approx(0.05, rel=1e-3)
     assert f"trust the outputs-only capture {plain}" in bad["detail"]["message"]
     assert "describes another engine" in bad["detail"]["message"]
+    # an outputs-only capture made from another kit (other feeds) is refused, naming both
+    kit2 = tmp_path / "kit2"
+    assert main_in_process(["capture", str(kit.parent / MODEL.name), "--dim", "batch=2", "--seed", "1", "--out",
+                            str(kit2)], capsys, monkeypatch).code == 0  # fmt: skip
+    elsewhere = shutil.copytree(plain, kit2 / "captured" / "outputs_only")
+    code, results = run(kit, ["--captured", str(marked), "--captured-unmarked", str(elsewhere)], tmp_path / "d",
+                        capsys, monkeypatch)  # fmt: skip
+    assert code == 2
+    why = results["stages"][0]["error"]["message"]
+    assert "made from another kit" in why and str(elsewhere) in why and str(marked) in why, why
     # an unmarked capture without its marked one is a usage error
     r = main_in_process(["layerwise", str(kit.parent / MODEL.name), "--captured-unmarked", str(plain), "--out",
                          str(tmp_path / "c"), "-q"], capsys, monkeypatch)  # fmt: skip
@@ -206,5 +218,44 @@ def test_captures_against_each_other_name_the_first_tensor_where_they_part(kit, 
             0.3, rel=1e-3
         )
         assert "rel_l2 <= 0.01" in p["first_parting"]["failed"]
+    text = pair_text(CapturePair.model_validate(pairs[("captured_outputs", "captured_other")]))
+    assert f"first differ at {planted}, part at {planted} (rel_l2 0.3" in text
+    assert pair_text(CapturePair.model_validate(first)).endswith("identical, bit for bit")
     html = (tmp_path / "r" / "report.html").read_text()
     assert "Captures against each other" in html and planted in html
+
+
+def test_users_models_bert_passes_and_ssd_says_why_it_has_no_batch_checks(tmp_path: Path, capsys, monkeypatch):
+    """Models made as users make them: Hugging Face BERT (two inputs, dynamic batch and sequence; its capture is ONNX
+    Runtime's outputs on every feed of the kit's inputs.json, written as a .npy folder, as a target without Polygraphy
+    would) passes every consistency check; torchvision's SSD takes one image without a batch axis: the kit says so."""
+    import onnxruntime as ort
+
+    from trtverify.toolout.captures import read_feeds
+
+    bert = ROOT / "tests" / "data" / "bert" / "bert_tiny.onnx"
+    shutil.copy(bert, tmp_path / bert.name)
+    kit = tmp_path / "kit"
+    args = ["capture", str(tmp_path / bert.name), "--dim", "batch=1", "--dim", "seq=8", "--out", str(kit)]
+    assert main_in_process(args, capsys, monkeypatch).code == 0
+    session = ort.InferenceSession(str(bert), providers=["CPUExecutionProvider"])
+    for i, feed in enumerate(read_feeds(kit / "inputs.json")):
+        (kit / "captured" / "npy" / str(i)).mkdir(parents=True)
+        (out,) = session.run(["last_hidden_state"], feed)
+        np.save(kit / "captured" / "npy" / str(i) / "last_hidden_state.npy", out)
+    r = main_in_process(["layerwise", str(tmp_path / bert.name), "--captured", str(kit / "captured" / "npy"), "--out",
+                         str(tmp_path / "r"), "-q"], capsys, monkeypatch)  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    got = {c["name"].split(": ", 1)[1]: c for c in checks(results, "captured_npy: ")}
+    assert got["duplicated rows of one batch identical"]["passed"]
+    assert got["duplicated rows of one batch identical"]["detail"]["rows"] == [0, 1]
+    rep = got["repeated batch rows equal the single row"]
+    assert rep["passed"] and rep["detail"]["rows"] == 4 and rep["value"] <= 5e-3  # ONNX Runtime's CPU: 0 measured
+    ssd = ROOT / "tests" / "data" / "detector" / "ssd_tiny.onnx"
+    assert main_in_process(["capture", str(ssd), "--out", str(tmp_path / "ssd")], capsys, monkeypatch).code == 0
+    manifest = json.loads((tmp_path / "ssd" / "manifest.json").read_text())
+    assert [c["role"] for c in manifest["consistency"]["feeds"]] == ["repeat"]
+    why = "input 'images' has a fixed first axis of 3 that the graph outputs do not share: not a batch axis"
+    assert manifest["consistency"]["not_possible"] == {"duplicated_row": why, "repeated_batch": why}
+    assert f"no repeated batch feed: {why}" in (tmp_path / "ssd" / "README.md").read_text()

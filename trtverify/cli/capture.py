@@ -52,13 +52,14 @@ def capture(
                                 dims=dims, seed=seed, backend="onnxruntime", precisions=[], checks=[],
                                 memory_budget=None, root_causes=None)  # fmt: skip
         loaded = load_suite(suite)
-        inputs, _ = graph_io(load_io(reference))
+        inputs, outputs = graph_io(load_io(reference))
         feeds = build_samples(loaded, inputs)
         check_samples(feeds, inputs, str(inputs_file) if inputs_file is not None else "generated inputs")
         ranks = {m.name: (len(m.shape) if m.shape is not None else None) for m in inputs}
         dynamic = any(not (isinstance(d, int) and d > 0) for m in inputs for d in (m.shape or ()))
         declared = {m.name: (tuple(m.shape) if m.shape is not None else None) for m in inputs}
-        manifest = write_kit(out, reference, feeds, ranks, dynamic, declared)
+        outs = [tuple(m.shape) if m.shape is not None else None for m in outputs]
+        manifest = write_kit(out, reference, feeds, ranks, dynamic, declared, outs)
         # the kit's .npz must give back the same feeds when `layerwise --captured` reads it
         again = layerwise_suite(Path(tmp), reference, [reference], inputs_file=out / "inputs.npz", samples=None,
                                 dims=(), seed=0, backend="onnxruntime", precisions=[], checks=[], memory_budget=None,

@@ -159,9 +159,10 @@ def write_kit(
     ranks: dict[str, int | None],
     dynamic: bool,
     declared: dict[str, tuple[object, ...] | None] | None = None,
+    outputs: Sequence[tuple[object, ...] | None] = (),
 ) -> dict[str, object]:
-    """Write the kit into `out`; returns the manifest. `declared`: each input's declared shape, for the consistency
-    feeds (trtverify/data/kitfeeds.py; none without it)."""
+    """Write the kit into `out`; returns the manifest. `declared`: each input's declared shape, and `outputs` each
+    graph output's, for the consistency feeds (trtverify/data/kitfeeds.py; none without `declared`)."""
     if not feeds:
         raise UsageError("no feeds to put into the kit")
     names = list(feeds[0])
@@ -171,7 +172,7 @@ def write_kit(
         if len(shapes[n]) > 1 or len(dtypes[n]) > 1:
             raise UsageError(f"input '{n}': the feeds differ in shape or dtype ({shapes[n]}, {dtypes[n]}); a kit holds "
                              "feeds of one shape")  # fmt: skip
-    extra, not_possible = consistency_feeds(feeds[0], declared) if declared is not None else ([], {})
+    extra, not_possible = consistency_feeds(feeds[0], declared, outputs) if declared is not None else ([], {})
     out.mkdir(parents=True, exist_ok=True)
     polygraphy_inputs([*feeds, *(c.feed for c in extra)], out / "inputs.json")
     raw = out / "trtexec"

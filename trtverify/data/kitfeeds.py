@@ -13,6 +13,7 @@ Where one cannot be made (a batch fixed at 1, an input without a batch axis), th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,10 +43,14 @@ def _fixed(d: object) -> bool:
 
 
 def consistency_feeds(
-    feed0: dict[str, np.ndarray], declared: dict[str, tuple[object, ...] | None]
+    feed0: dict[str, np.ndarray],
+    declared: dict[str, tuple[object, ...] | None],
+    outputs: Sequence[tuple[object, ...] | None] = (),
 ) -> tuple[list[ConsistencyFeed], dict[str, str]]:
     """The consistency feeds made from the kit's first feed, and why the others could not be made.
-    `declared`: each input's declared shape (None: unknown rank)."""
+    `declared`: each input's declared shape (None: unknown rank); `outputs`: the graph outputs' declared shapes. The
+    batch axis is the inputs' first axis where it is dynamic, or fixed at a size every graph output's first axis
+    declares too (a fixed first axis that no output shares, as torchvision's detectors' [3, H, W] image, is not one)."""
     made = [ConsistencyFeed("repeat", {n: a.copy() for n, a in feed0.items()}, 0)]
     not_possible: dict[str, str] = {}
     no_axis = [n for n, a in feed0.items() if declared.get(n) is None or len(declared[n] or ()) != a.ndim or not a.ndim]
@@ -57,6 +62,11 @@ def consistency_feeds(
         why = f"the inputs' first axes differ ({sorted(batches)}): no common batch axis"
         return made, {"duplicated_row": why, "repeated_batch": why}
     batch = batches.pop()
+    fixed_first = [n for n in feed0 if _fixed((declared[n] or (None,))[0])]
+    if fixed_first and not (outputs and all(o and o[0] == batch for o in outputs)):
+        why = (f"input {', '.join(repr(n) for n in fixed_first)} has a fixed first axis of {batch} that the graph "
+               "outputs do not share: not a batch axis")  # fmt: skip
+        return made, {"duplicated_row": why, "repeated_batch": why}
     made[0] = ConsistencyFeed("repeat", made[0].feed, batch)
     dynamic = any(not _fixed((declared[n] or (None,))[0]) for n in feed0)
     if batch >= 2:

@@ -16,6 +16,7 @@ from trtverify.report.kinds import is_stage
 from trtverify.report.rangetext import cache_lines, range_lines
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
+from trtverify.stages.layerwise.capmodels import CapturePair
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
 from trtverify.util.words import count, plural, shorten
 
@@ -101,7 +102,20 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
             first = {f"{f.kind} ({f.severity})": f.node or f.tensor for f in reversed(lesser)}
             listed = ", ".join(f"{k} x{n}" + (f" at {first[k]}" if first[k] else "") for k, n in kinds.most_common())
             out.append(f"          {cand.name}: lint: {listed}")
-    return out + cache_lines(s)
+    return out + cache_lines(s) + [f"          {pair_text(p)}" for p in s.capture_pairs or []]
+
+
+def pair_text(p: CapturePair) -> str:
+    """Two captures against each other: where they differ first, and where they part."""
+    head = f"{p.a} / {p.b} ({count(p.feeds, 'feed')}, {count(p.tensors, 'tensor')}): "
+    if p.not_compared:
+        return head + f"not compared: {p.not_compared}"
+    if p.first_difference is None:
+        return head + "identical, bit for bit"
+    part = p.first_parting
+    parted = (f"part at {part.tensor} (rel_l2 {fmt(part.metrics.get('rel_l2'))})" if part else "never part beyond "
+              "their checks")  # fmt: skip
+    return head + f"first differ at {p.first_difference.tensor}, {parted}"
 
 
 class HighLint(NamedTuple):
@@ -202,6 +216,11 @@ def where(c: CheckResult, stage: StageResult | None = None) -> str:
         parts.append(f"worst sample {c.worst_sample}")
     if isinstance(d.get("reason"), str):
         parts.append(d["reason"])
+    # a captured candidate's consistency checks: where it parts first; marking: which capture to trust
+    parts += [f"{k.replace('_', ' ')}: {d[k]}" for k in ("first_differing", "first_tensor_rows_differ",
+                                                         "first_tensor_beyond") if k in d]  # fmt: skip
+    if "unmarked" in d and isinstance(d.get("message"), str):
+        parts.append(d["message"])
     if d.get("errors"):
         parts.append(_errors_text([str(e) for e in d["errors"]]))
     parts += [str(r) for r in d.get("reasons", [])]
