@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, main_in_process
+from trtverify.compare.checks import CheckResult
 from trtverify.data.kit import write_kit
-from trtverify.report.text import pair_text
+from trtverify.report.text import fail_line, pair_text
 from trtverify.stages.layerwise.capmodels import CapturePair
 from trtverify.toolout.captures import escape_name, read_capture
 from trtverify.toolout.kit import read_kit
@@ -176,6 +177,8 @@ def test_marking_that_changed_the_outputs_fails_and_says_which_capture_to_trust(
     assert not bad["passed"] and bad["value"] == pytest.approx(0.05, rel=1e-3)
     assert f"trust the outputs-only capture {plain}" in bad["detail"]["message"]
     assert "describes another engine" in bad["detail"]["message"]
+    line = fail_line(CheckResult.model_validate(bad))  # the terminal's line says it too
+    assert line.startswith("FAIL captured_marked_other: marking every tensor") and "trust the outputs-only" in line
     # an outputs-only capture made from another kit (other feeds) is refused, naming both
     kit2 = tmp_path / "kit2"
     assert main_in_process(["capture", str(kit.parent / MODEL.name), "--dim", "batch=2", "--seed", "1", "--out",

@@ -89,6 +89,8 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
             out.append(f"          {cand.name}: compute nodes by precision: {mix}")
         if cand.emulation:
             out.append(f"          {cand.name}: {cand.emulation}")
+        if cand.consistency:  # a capture against itself: what was checked, and why not the rest
+            out.append(f"          {cand.name}: consistency: {'; '.join(cand.consistency)}")
         if rc is not None:
             label = "root cause #1" if fd is not None else "largest own error"
             out.append(f"          {cand.name}: {label} {cause_text(rc, cand.root_cause_method)}")
@@ -158,7 +160,8 @@ def fail_line(c: CheckResult, stage: StageResult | None = None) -> str:
     """`FAIL int8: rel_l2 <= 0.01 at /layer3/Conv_output_0 (worst sample 2): 2.09` for checks on tensors; for the
     others the name, the value and the limit, then what the check is about: its tensor, worst sample, the
     findings or unmatched names behind it (`stage`: the result it belongs to, for what the check does not hold)."""
-    if c.tensor is not None and c.threshold is not None and c.metric in METRICS:
+    # (a captured candidate's consistency checks, with their `tolerance`, are said by name: what they compare)
+    if c.tensor is not None and c.threshold is not None and c.metric in METRICS and "tolerance" not in c.detail:
         who = f"{c.candidate}: " if c.candidate else ""
         sample = f" (worst sample {c.worst_sample})" if c.worst_sample is not None else ""
         failing = c.detail.get("tensors_failed")

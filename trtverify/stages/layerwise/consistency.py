@@ -223,11 +223,12 @@ def within(
     said: list[str] = []
     if spec.unmarked is not None:
         checks.append(_unmarked(name, backend, spec, outputs, tol, ref, samples))
+        said.append(f"marking: outputs against the outputs-only capture {spec.unmarked}")
     if len(cap.iterations) < kit.iterations() or backend.iteration is not None:
         why = "one iteration chosen" if backend.iteration is not None else (
             f"the capture holds the kit's {count(len(kit.sample_digests), 'feed')} only (trtexec runs one feed)"
             if kit.consistency else "the kit has no consistency feeds (made before they were written)")  # fmt: skip
-        return checks, [f"consistency feeds not checked: {why}"]
+        return checks, [*said, f"consistency feeds not checked: {why}"]
     batch = kit.inputs[0]["shape"][0] if kit.inputs and kit.inputs[0]["shape"] else 1
     for entry in kit.consistency:
         if entry["role"] == "repeat":
