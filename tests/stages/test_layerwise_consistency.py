@@ -255,6 +255,16 @@ def test_users_models_bert_passes_and_ssd_says_why_it_has_no_batch_checks(tmp_pa
     assert got["duplicated rows of one batch identical"]["detail"]["rows"] == [0, 1]
     rep = got["repeated batch rows equal the single row"]
     assert rep["passed"] and rep["detail"]["rows"] == 4 and rep["value"] <= 5e-3  # ONNX Runtime's CPU: 0 measured
+    # a capture of feed 0 alone (trtexec runs one feed): compared, its consistency not checked, and said so
+    one = shutil.copytree(kit / "captured" / "npy" / "0", kit / "captured" / "feed0")
+    r = main_in_process(["layerwise", str(tmp_path / bert.name), "--captured", str(one), "--out", str(tmp_path / "o"),
+                         "-q"], capsys, monkeypatch)  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    (stage,) = json.loads((tmp_path / "o" / "results.json").read_text())["stages"]
+    (cand,) = stage["candidates"]
+    assert cand["consistency"] == ["consistency feeds not checked: the capture holds the kit's 1 feed only (trtexec "
+                                   "runs one feed)"]  # fmt: skip
+    assert not checks(json.loads((tmp_path / "o" / "results.json").read_text()), "determinism")
     ssd = ROOT / "tests" / "data" / "detector" / "ssd_tiny.onnx"
     assert main_in_process(["capture", str(ssd), "--out", str(tmp_path / "ssd")], capsys, monkeypatch).code == 0
     manifest = json.loads((tmp_path / "ssd" / "manifest.json").read_text())

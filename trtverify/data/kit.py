@@ -26,6 +26,7 @@ from trtverify.toolout.captures import escape_name
 from trtverify.toolout.kit import KIT_FORMAT, MANIFEST, feed_digest, feeds_digest
 from trtverify.util.errors import UsageError
 from trtverify.util.fsutil import atomic_write, atomic_write_json, atomic_write_text
+from trtverify.util.words import count
 
 
 def _b64_npy(arr: np.ndarray) -> str:
@@ -118,8 +119,8 @@ in this folder, copy the `captured/` folder back into the kit, then compare:
 {samples} feed(s); their sha256 digest is in manifest.json, and a capture is compared only with these feeds:
 the inputs Polygraphy fed, saved beside its capture (`--save-inputs`), must have that digest.
 
-`inputs.json` then holds {len(extra)} consistency feed(s), which the same commands run as further iterations (no
-extra step); trtverify checks the engine against itself with them:
+`inputs.json` then holds {count(len(extra), "consistency feed")}, which the same commands run as further iterations
+(no extra step); trtverify checks the engine against itself with them:
 
 {_consistency_text(extra, samples, not_possible or {})}
 

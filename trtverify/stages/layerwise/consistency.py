@@ -304,7 +304,7 @@ def _pair(a: str, b: str, ca: tuple[Capture, dict[str, int]], cb: tuple[Capture,
                 continue
             x, y = cap_a.iterations[ia][n](), cap_b.iterations[ib][n]()
             differs = differs or _max_abs(x, y) != 0
-            series.add(x, y, extras_for(checks_b(n)))
+            series.add(x, y, extras_for([*checks_a(n), *checks_b(n)]))
         if not series.samples:
             continue
         compared += 1
