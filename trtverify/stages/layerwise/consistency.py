@@ -12,12 +12,13 @@ Between captures (two or more captured candidates): per pair, on the feeds both 
 graph's topological order that differs at all, and the first whose difference breaks both candidates' checks.
 
 TACTIC_TOLERANCE: the largest rel_l2 by which a row's outputs moved when only the batch around it changed, measured with
-PyTorch CUDA (cuDNN benchmark mode and cuBLAS choose kernels per shape, as TensorRT's tactics do) on five torchvision
-models on an H200 (bench/consistency_tolerance.py, bench/results/consistency_tolerance_cuda.json): FP32 4.1e-7, TF32
-(TensorRT's default for FP32 engines) 6.3e-4, FP16 4.3e-4, BF16 3.7e-3; ONNX Runtime's CPU (FP32) gave 0 (bitwise) on
-the demo CNNs, tiny.onnx and bert_tiny.onnx (bench/consistency_tolerance_cpu.py). The tolerance is about 8 to 10 times
-the worst: 5e-3 for FP32/TF32/FP16, 4e-2 for BF16; INT8/FP8/INT4 were not measured and take BF16's. Duplicated rows and
-repeated runs were identical bit for bit in every one of those measurements, so those checks are bitwise.
+PyTorch CUDA (cuDNN benchmark mode and cuBLAS choose kernels per shape, as TensorRT's tactics do) on four torchvision
+models on an H200 (ViT-B/16, the fifth, outputs zeros from its zero-initialised head: no figure)
+(bench/consistency_tolerance.py, bench/results/consistency_tolerance_cuda.json): FP32 4.1e-7, TF32 (TensorRT's default
+for FP32 engines) 6.3e-4, FP16 4.3e-4, BF16 3.7e-3; ONNX Runtime's CPU (FP32) gave 0 (bitwise) on the demo CNNs,
+tiny.onnx and bert_tiny.onnx (bench/consistency_tolerance_cpu.py). The tolerance is about 8 to 10 times the worst: 5e-3
+for FP32/TF32/FP16, 4e-2 for BF16; INT8/FP8/INT4 were not measured and take BF16's. Duplicated rows and repeated runs
+were identical bit for bit in every one of those measurements, so those checks are bitwise.
 """
 
 from __future__ import annotations
