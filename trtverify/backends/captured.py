@@ -103,12 +103,13 @@ class CapturedBackend(Backend):
         known = set(graph.producers) | {m.name for m in inputs}
         cap = read_capture(self.captured, self.runner, known)
         mapped = named_by_layers(cap, self.layerinfo or kit.folder / LAYER_INFO, graph, known, self.layerinfo is None)
-        if len(cap.iterations) != len(kit.sample_digests):
+        if len(cap.iterations) not in (len(kit.sample_digests), kit.iterations()):  # with the consistency feeds or not
+            extra = f" and {count(len(kit.consistency), 'consistency feed')}" if kit.consistency else ""
             raise UsageError(
                 f"{cap.describe()}: {count(len(cap.iterations), 'iteration')}, but its kit {manifest} holds "
-                f"{count(len(kit.sample_digests), 'feed')}" + _e2e_hint(manifest, len(cap.iterations))
+                f"{count(len(kit.sample_digests), 'feed')}{extra}" + _e2e_hint(manifest, len(cap.iterations))
             )
-        if cap.run is not None and cap.run.kit_digest != kit.digest:  # the kit's runner script records what it fed
+        if cap.run is not None and cap.run.kit_digest not in (kit.digest, kit.capture_digest):  # what the runner fed
             raise UsageError(
                 f"{self.captured}: made from other inputs than its kit's: {cap.run.path} records digest "
                 f"{cap.run.kit_digest[:12]}, the kit ({manifest}) {kit.describe()}: run run_engine.py again in this kit"
@@ -124,7 +125,7 @@ class CapturedBackend(Backend):
         if self.captured.is_file() and saved.is_file():  # the inputs the target's tool fed, saved with the capture
             fed = read_feeds(saved)
             digest = feeds_digest([feed_digest(f) for f in fed])
-            if digest != kit.digest:
+            if digest not in (kit.digest, kit.capture_digest):
                 raise UsageError(
                     f"{self.captured}: made from other inputs than its kit's: {saved} holds "
                     f"{count(len(fed), 'feed')} of {_shapes(fed)}, digest {digest[:12]}; the kit ({manifest}) "
@@ -165,6 +166,17 @@ class CapturedBackend(Backend):
 
     def close(self) -> None:
         self._capture = None
+
+    @property
+    def capture(self) -> Capture:
+        """The capture read (the consistency checks read its further iterations)."""
+        return self._cap()
+
+    @property
+    def kit(self) -> Kit:
+        self._cap()
+        assert self._kit is not None
+        return self._kit
 
     def inputs(self) -> list[TensorMeta]:
         return list(self._inputs)

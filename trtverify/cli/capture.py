@@ -67,12 +67,14 @@ def capture(
                                 dims=dims, seed=seed, backend="onnxruntime", precisions=[], checks=[],
                                 memory_budget=None, root_causes=None)  # fmt: skip
         loaded = load_suite(suite)
-        inputs, _ = graph_io(load_io(reference))
+        inputs, outputs = graph_io(load_io(reference))
         feeds = build_samples(loaded, inputs)
         check_samples(feeds, inputs, str(inputs_path) if inputs_path is not None else "generated inputs")
         ranks = {m.name: (len(m.shape) if m.shape is not None else None) for m in inputs}
         dynamic = any(not (isinstance(d, int) and d > 0) for m in inputs for d in (m.shape or ()))
-        manifest = write_kit(out, reference, feeds, ranks, dynamic)
+        declared = {m.name: (tuple(m.shape) if m.shape is not None else None) for m in inputs}
+        outs = [tuple(m.shape) if m.shape is not None else None for m in outputs]
+        manifest = write_kit(out, reference, feeds, ranks, dynamic, declared, outs)
         # the kit's .npz must give back the same feeds when `layerwise --captured` reads it
         again = layerwise_suite(Path(tmp), reference, [reference], inputs_file=out / "inputs.npz", samples=None,
                                 dims=(), seed=0, backend="onnxruntime", precisions=[], checks=[], memory_budget=None,
@@ -91,5 +93,6 @@ def capture(
         e2e = add_batches(out, loaded_suite, reference)
         click.echo(f"validation batches: {out / 'e2e'} ({count(e2e['rows'], 'row')} in "
                    f"{count(len(e2e['batches']), 'batch')}: {e2e['batching']})")  # fmt: skip
-    click.echo(f"kit: {out} ({count(manifest['samples'], 'feed')}, digest {str(manifest['digest'])[:12]}); commands in "
-               f"{out / 'README.md'}")  # fmt: skip
+    extra = manifest["consistency"]["feeds"]  # type: ignore[index]
+    click.echo(f"kit: {out} ({count(manifest['samples'], 'feed')} and {count(len(extra), 'consistency feed')}, "
+               f"digest {str(manifest['digest'])[:12]}); commands in {out / 'README.md'}")  # fmt: skip

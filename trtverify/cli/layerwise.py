@@ -25,6 +25,15 @@ from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, 
     "(several values, or repeat it).",
 )
 @click.option(
+    "--captured-unmarked",
+    "unmarked",
+    cls=Several,
+    metavar="FILE[#RUNNER]",
+    help="An outputs-only capture of the engine of the --captured of the same position (the first goes with the "
+    "first --captured): its outputs and the marked capture's must agree, or marking every tensor changed the engine "
+    "(docs/captured.md#marking-can-hide-the-bug).",
+)
+@click.option(
     "--layer-info",
     "layer_info",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
@@ -95,6 +104,7 @@ def layerwise(
     reference: Path,
     candidates: tuple[Path, ...],
     captured: tuple[str, ...],
+    unmarked: tuple[str, ...],
     layer_info: Path | None,
     inputs_file: str | None,
     samples: int | None,
@@ -120,7 +130,19 @@ def layerwise(
     from trtverify.config.loader import load_suite
     from trtverify.suitegen.adhoc import layerwise_suite
     from trtverify.toolout.captures import split_selector
+    from trtverify.util.errors import UsageError
     from trtverify.util.fsutil import writable_folder
+
+    if len(unmarked) > len(captured):
+        raise UsageError(f"--captured-unmarked given {len(unmarked)} times for {len(captured)} --captured: each goes "
+                         "with the --captured of the same position")  # fmt: skip
+
+    def _unmarked(spec: str) -> tuple[Path, str | None]:
+        file, runner, iteration = split_selector(spec)
+        if iteration is not None:
+            raise UsageError(f"--captured-unmarked {spec}: its outputs are compared on every feed; give FILE or "
+                             "FILE#RUNNER")  # fmt: skip
+        return file, runner
 
     out = out_dir or Path("reports") / f"layerwise-{reference.stem}"
     if out_dir is None:  # the default folder: never over another suite's results
@@ -144,5 +166,6 @@ def layerwise(
         calibration_cache=calibration_cache,
         captured=[split_selector(c) for c in captured],
         layer_info=layer_info,
+        unmarked=[_unmarked(u) for u in unmarked],
     )
     execute(load_suite(path), out, ("layerwise",), False, None, quiet)

@@ -111,6 +111,15 @@ class Candidate(Strict):
         "--profilingVerbosity=detailed), naming captured TensorRT tensors by their ONNX tensors (default: "
         "layer_info.json in the kit's folder, where it is)",
     )
+    unmarked: PathOrDir | None = Field(
+        default=None,
+        description="captured: an outputs-only capture of the same engine, from the same kit, whose outputs the marked "
+        "capture's must equal: marking every tensor changes what TensorRT fuses (docs/captured.md#marking-can-hide-"
+        "the-bug)",
+    )
+    unmarked_runner: str | None = Field(
+        default=None, description="unmarked: which runner of a Polygraphy file holding several (its name or index)"
+    )
     description: str | None = Field(default=None, description="free text, shown in the report")
     precision: CandidatePrecision | None = Field(
         default=None,
@@ -136,6 +145,10 @@ class Candidate(Strict):
             raise ValueError("backend: captured goes with captured: FILE, and captured: FILE with no other backend")
         if (self.runner is not None or self.iteration is not None or self.layerinfo) and self.captured is None:
             raise ValueError("runner, iteration and layerinfo go with captured: FILE")
+        if self.unmarked_runner is not None and self.unmarked is None:
+            raise ValueError("unmarked_runner goes with unmarked: FILE")
+        if self.unmarked is not None and self.captured is None:
+            raise ValueError("unmarked (an outputs-only capture) goes with captured: FILE (the marked capture)")
         if (self.path is None) == (self.from_ is None):
             raise ValueError("give either path (an ONNX file) or from: reference (a recipe), not both or neither")
         recipe_keys = [

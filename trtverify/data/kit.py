@@ -2,7 +2,8 @@
 and the exact commands that capture the engine's tensors there.
 
 Written: `inputs.json` (Polygraphy `--load-inputs`: a list of feed dicts, each array `{"array": base64 of np.save,
-"polygraphy_class": "ndarray"}`, what Polygraphy's `--save-inputs` writes), `trtexec/NAME.bin` (raw C-order
+"polygraphy_class": "ndarray"}`, what Polygraphy's `--save-inputs` writes; after the kit's feeds, its consistency feeds:
+trtverify/data/kitfeeds.py), `trtexec/NAME.bin` (raw C-order
 little-endian values per input, for `--loadInputs='NAME':FILE`; one feed only, as trtexec runs one), `inputs.npz`
 (the feeds as rows, what `trtverify layerwise --captured` feeds the reference), `manifest.json` (input names,
 shapes, dtypes, the sha256 digest of the feeds), `run_engine.py` (a runner script that needs only tensorrt and numpy,
@@ -22,10 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+from trtverify.data.kitfeeds import ConsistencyFeed, consistency_feeds
 from trtverify.toolout.captures import escape_name
 from trtverify.toolout.kit import KIT_FORMAT, MANIFEST, feed_digest, feeds_digest
 from trtverify.util.errors import UsageError
 from trtverify.util.fsutil import atomic_write, atomic_write_json, atomic_write_text
+from trtverify.util.words import count
 
 RUNNER = "run_engine.py"  # the kit's runner script (trtverify/data/kitfiles/), for targets without Polygraphy, trtexec
 
@@ -63,13 +66,44 @@ def _dq(text: str) -> str:
     return '"' + "".join("\\" + c if c in '"$`\\' else c for c in text) + '"'
 
 
-def readme(reference: Path, names: list[str], dims: dict[str, list[int]], dynamic: bool, samples: int) -> str:
+def _profile(names: list[str], dims: dict[str, list[int]], extra: Sequence[ConsistencyFeed]) -> str:
+    """Polygraphy's options for a dynamic model's engine profile: at the kit's shapes (min = opt = max), or from the
+    smallest to the largest shape fed where the consistency feeds' batches differ from the kit's."""
+
+    def arg(shapes: dict[str, list[int]]) -> str:
+        return " ".join(shlex.quote(f"{n}:{shapes[n]}".replace(" ", "")) for n in names)
+
+    every = [dims] + [{n: list(c.feed[n].shape) for n in names} for c in extra]
+    if all(s == dims for s in every):
+        return " --input-shapes " + arg(dims)
+    low = {n: [min(d) for d in zip(*(s[n] for s in every))] for n in names}
+    high = {n: [max(d) for d in zip(*(s[n] for s in every))] for n in names}
+    return f" --trt-min-shapes {arg(low)} --trt-opt-shapes {arg(dims)} --trt-max-shapes {arg(high)}"
+
+
+def _consistency_text(extra: Sequence[ConsistencyFeed], samples: int, not_possible: dict[str, str]) -> str:
+    what = {"repeat": "feed 0 again (determinism: the same engine, the same feed, the same bits)",
+            "duplicated_row": "a batch holding row 0 twice (both rows' outputs must be identical)",
+            "repeated_batch": "row 0 repeated {rows} times (each row must equal row 0 of feed 0, within the tolerance "
+                              "of a batch-size tactic change)"}  # fmt: skip
+    lines = [f"- feed {samples + k}: {what[c.role].format(rows=c.rows)}" for k, c in enumerate(extra)]
+    lines += [f"- no {role.replace('_', ' ')} feed: {why}" for role, why in not_possible.items()]
+    return "\n".join(lines)
+
+
+def readme(
+    reference: Path,
+    names: list[str],
+    dims: dict[str, list[int]],
+    dynamic: bool,
+    samples: int,
+    extra: Sequence[ConsistencyFeed] = (),
+    not_possible: dict[str, str] | None = None,
+) -> str:
     ref = shlex.quote(f"../{reference.name}")
     load = " ".join(_dq(f"--loadInputs='{n}':trtexec/{escape_name(n)}.bin") for n in names)
     shapes = "--shapes=" + ",".join(f"'{n}':{'x'.join(map(str, dims[n]))}" for n in names)
-    # a dynamic model's engine profile at the kit's shapes (min = opt = max)
-    pg_shapes = (" --input-shapes " + " ".join(shlex.quote(f"{n}:{dims[n]}".replace(" ", "")) for n in names)
-                 if dynamic else "")  # fmt: skip
+    pg_shapes = _profile(names, dims, extra) if dynamic else ""
     run = f"polygraphy run {ref} --trt{pg_shapes} --load-inputs inputs.json"
     marked = f"{run} --trt-outputs mark all --save-outputs captured/outputs.json"
     marked += " --save-inputs captured/outputs.inputs.json"
@@ -98,6 +132,11 @@ in this folder, copy the `captured/` folder back into the kit, then compare:
 {samples} feed(s); their sha256 digest is in manifest.json, and a capture is compared only with these feeds:
 the inputs Polygraphy fed, saved beside its capture (`--save-inputs`), must have that digest.
 
+`inputs.json` then holds {count(len(extra), "consistency feed")}, which the same commands run as further iterations
+(no extra step); trtverify checks the engine against itself with them:
+
+{_consistency_text(extra, samples, not_possible or {})}
+
 ## Every tensor (Polygraphy, TensorRT runner)
 
     mkdir -p captured
@@ -111,6 +150,8 @@ outputs with an outputs-only capture of the same engine.
     {run} --save-outputs captured/outputs_only.json --save-inputs captured/outputs_only.inputs.json
 
 ## trtexec (outputs only, one feed)
+
+trtexec runs one feed, feed 0: its capture holds no consistency feeds (capture with Polygraphy for those checks).
 
     {trtexec}
 
@@ -153,8 +194,11 @@ def write_kit(
     feeds: Sequence[dict[str, np.ndarray]],
     ranks: dict[str, int | None],
     dynamic: bool,
+    declared: dict[str, tuple[object, ...] | None] | None = None,
+    outputs: Sequence[tuple[object, ...] | None] = (),
 ) -> dict[str, object]:
-    """Write the kit into `out`; returns the manifest."""
+    """Write the kit into `out`; returns the manifest. `declared`: each input's declared shape, and `outputs` each
+    graph output's, for the consistency feeds (trtverify/data/kitfeeds.py; none without `declared`)."""
     if not feeds:
         raise UsageError("no feeds to put into the kit")
     names = list(feeds[0])
@@ -164,8 +208,9 @@ def write_kit(
         if len(shapes[n]) > 1 or len(dtypes[n]) > 1:
             raise UsageError(f"input '{n}': the feeds differ in shape or dtype ({shapes[n]}, {dtypes[n]}); a kit holds "
                              "feeds of one shape")  # fmt: skip
+    extra, not_possible = consistency_feeds(feeds[0], declared, outputs) if declared is not None else ([], {})
     out.mkdir(parents=True, exist_ok=True)
-    polygraphy_inputs(feeds, out / "inputs.json")
+    polygraphy_inputs([*feeds, *(c.feed for c in extra)], out / "inputs.json")
     raw = out / "trtexec"
     raw.mkdir(exist_ok=True)
     for n in names:  # the first feed: trtexec runs one
@@ -176,6 +221,7 @@ def write_kit(
     np.savez(buf, **rows)
     atomic_write(out / "inputs.npz", lambda fh: fh.write(buf.getvalue()))
     digests = [feed_digest(f) for f in feeds]
+    extra_digests = [feed_digest(c.feed) for c in extra]
     manifest: dict[str, object] = {
         "trtverify_kit": KIT_FORMAT,
         "reference": reference.name,
@@ -185,6 +231,12 @@ def write_kit(
         "inputs": [{"name": n, "shape": list(next(iter(shapes[n]))), "dtype": next(iter(dtypes[n]))} for n in names],
         "digest": feeds_digest(digests),
         "sample_digests": digests,
+        # the consistency feeds, after the kit's own in inputs.json: a capture holds them as further iterations
+        "consistency": {
+            "feeds": [c.manifest(len(feeds) + k, d) for k, (c, d) in enumerate(zip(extra, extra_digests))],
+            "not_possible": not_possible,
+        },
+        "capture_digest": feeds_digest(digests + extra_digests),  # of every feed of inputs.json
         "files": {
             "polygraphy": "inputs.json",
             "npz": "inputs.npz",
@@ -193,7 +245,7 @@ def write_kit(
     }
     atomic_write_json(out / MANIFEST, manifest)
     dims = {n: list(next(iter(shapes[n]))) for n in names}
-    atomic_write_text(out / "README.md", readme(reference, names, dims, dynamic, len(feeds)))
+    atomic_write_text(out / "README.md", readme(reference, names, dims, dynamic, len(feeds), extra, not_possible))
     runner = resources.files("trtverify.data").joinpath("kitfiles", RUNNER).read_text(encoding="utf-8")
     atomic_write_text(out / RUNNER, runner)
     return manifest

@@ -16,6 +16,7 @@ from trtverify.report.kinds import is_stage
 from trtverify.report.rangetext import cache_lines, range_lines
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
+from trtverify.stages.layerwise.capmodels import CapturePair
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
 from trtverify.util.words import count, plural, shorten
 
@@ -93,6 +94,8 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
             out.append(f"          {cand.name}: compute nodes by precision: {mix}")
         if cand.emulation:
             out.append(f"          {cand.name}: {cand.emulation}")
+        if cand.consistency:  # a capture against itself: what was checked, and why not the rest
+            out.append(f"          {cand.name}: consistency: {'; '.join(cand.consistency)}")
         if rc is not None:
             label = "root cause #1" if fd is not None else "largest own error"
             out.append(f"          {cand.name}: {label} {cause_text(rc, cand.root_cause_method)}")
@@ -106,7 +109,20 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
             first = {f"{f.kind} ({f.severity})": f.node or f.tensor for f in reversed(lesser)}
             listed = ", ".join(f"{k} x{n}" + (f" at {first[k]}" if first[k] else "") for k, n in kinds.most_common())
             out.append(f"          {cand.name}: lint: {listed}")
-    return out + cache_lines(s)
+    return out + cache_lines(s) + [f"          {pair_text(p)}" for p in s.capture_pairs or []]
+
+
+def pair_text(p: CapturePair) -> str:
+    """Two captures against each other: where they differ first, and where they part."""
+    head = f"{p.a} / {p.b} ({count(p.feeds, 'feed')}, {count(p.tensors, 'tensor')}): "
+    if p.not_compared:
+        return head + f"not compared: {p.not_compared}"
+    if p.first_difference is None:
+        return head + "identical, bit for bit"
+    part = p.first_parting
+    parted = (f"part at {part.tensor} (rel_l2 {fmt(part.metrics.get('rel_l2'))})" if part else "never part beyond "
+              "their checks")  # fmt: skip
+    return head + f"first differ at {p.first_difference.tensor}, {parted}"
 
 
 class HighLint(NamedTuple):
@@ -149,7 +165,8 @@ def fail_line(c: CheckResult, stage: StageResult | None = None) -> str:
     """`FAIL int8: rel_l2 <= 0.01 at /layer3/Conv_output_0 (worst sample 2): 2.09` for checks on tensors; for the
     others the name, the value and the limit, then what the check is about: its tensor, worst sample, the
     findings or unmatched names behind it (`stage`: the result it belongs to, for what the check does not hold)."""
-    if c.tensor is not None and c.threshold is not None and c.metric in METRICS:
+    # (a captured candidate's consistency checks, with their `tolerance`, are said by name: what they compare)
+    if c.tensor is not None and c.threshold is not None and c.metric in METRICS and "tolerance" not in c.detail:
         who = f"{c.candidate}: " if c.candidate else ""
         sample = f" (worst sample {c.worst_sample})" if c.worst_sample is not None else ""
         failing = c.detail.get("tensors_failed")
@@ -207,6 +224,11 @@ def where(c: CheckResult, stage: StageResult | None = None) -> str:
         parts.append(f"worst sample {c.worst_sample}")
     if isinstance(d.get("reason"), str):
         parts.append(d["reason"])
+    # a captured candidate's consistency checks: where it parts first; marking: which capture to trust
+    parts += [f"{k.replace('_', ' ')}: {d[k]}" for k in ("first_differing", "first_tensor_rows_differ",
+                                                         "first_tensor_beyond") if k in d]  # fmt: skip
+    if "unmarked" in d and isinstance(d.get("message"), str):
+        parts.append(d["message"])
     if d.get("errors"):
         parts.append(_errors_text([str(e) for e in d["errors"]]))
     parts += [str(r) for r in d.get("reasons", [])]

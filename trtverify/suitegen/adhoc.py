@@ -177,6 +177,7 @@ def layerwise_suite(
     captured: Sequence[tuple[Path, str | None, int | None]] = (),
     batch_size: int | None = None,
     layer_info: Path | None = None,
+    unmarked: Sequence[tuple[Path, str | None]] = (),
 ) -> Path:
     """Write `out/suite.yaml` for a layerwise comparison and return its path. `captured`: (file, runner, iteration)
     of each candidate captured on another machine; without `inputs_file` the first capture's kit gives the inputs.
@@ -191,9 +192,11 @@ def layerwise_suite(
         candidates = [reference]
     taken: set[str] = set()
     cands: dict[str, Any] = {_name(c, taken): {"path": str(c.resolve()), "backend": backend} for c in candidates}
-    for file, runner, iteration in captured:
-        info = str(layer_info.resolve()) if layer_info else None
-        chosen = {"runner": runner, "iteration": iteration, "layerinfo": info}
+    info = str(layer_info.resolve()) if layer_info else None
+    for i, (file, runner, iteration) in enumerate(captured):
+        plain = unmarked[i] if i < len(unmarked) else (None, None)  # its outputs-only capture
+        chosen = {"runner": runner, "iteration": iteration, "layerinfo": info, "unmarked": plain[0] and str(plain[0].resolve()),
+                  "unmarked_runner": plain[1]}  # fmt: skip
         cands[_name(Path(f"captured_{file.stem}"), taken)] = {"captured": str(file.resolve())} | {
             k: v for k, v in chosen.items() if v is not None
         }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,14 @@ class Kit:
     inputs: list[dict[str, Any]]  # name, shape (of one feed), dtype
     inputs_file: Path  # the kit's feeds as .npz (rows), for a run without --inputs
     batch_size: int  # rows of inputs_file per feed
+    # the consistency feeds after the kit's own (trtverify/data/kitfeeds.py): role, iteration, rows, digest, ...
+    consistency: tuple[dict[str, Any], ...] = ()
+    not_possible: dict[str, str] = field(default_factory=dict)  # role -> why the kit has no such feed
+    capture_digest: str = ""  # of every feed of inputs.json (the kit's and the consistency feeds)
+
+    def iterations(self) -> int:
+        """The iterations of a capture of every feed of inputs.json."""
+        return len(self.sample_digests) + len(self.consistency)
 
     def describe(self) -> str:
         shapes = ", ".join(f"{i['name']} {'x'.join(map(str, i['shape']))} {i['dtype']}" for i in self.inputs)
@@ -79,13 +87,32 @@ def read_kit(manifest: Path) -> Kit:
             ],  # fmt: skip
             inputs_file=manifest.parent / str(doc["files"]["npz"]),
             batch_size=int(doc.get("batch_size", 1)),
+            consistency=tuple(_consistency(doc.get("consistency", {}).get("feeds", []))),
+            not_possible={str(k): str(v) for k, v in doc.get("consistency", {}).get("not_possible", {}).items()},
+            capture_digest=str(doc.get("capture_digest", "")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         why = f"not a trtverify kit manifest (format {KIT_FORMAT}): bad or missing {exc}"
         raise UsageError(f"{manifest}: {why}") from None
-    if feeds_digest(kit.sample_digests) != kit.digest:
+    if feeds_digest(kit.sample_digests) != kit.digest or (
+        kit.consistency
+        and feeds_digest(kit.sample_digests + [c["digest"] for c in kit.consistency]) != kit.capture_digest
+    ):
         raise UsageError(f"{manifest}: its digest does not match its feeds' digests (the file was edited)")
     return kit
+
+
+def _consistency(entries: Any) -> list[dict[str, Any]]:
+    """The consistency feeds of a manifest, checked: role, iteration, rows, digest (KeyError/TypeError otherwise)."""
+    out = []
+    for e in entries:
+        dup = [int(r) for r in e.get("duplicated_rows", [])]
+        entry = {"role": str(e["role"]), "iteration": int(e["iteration"]), "rows": int(e["rows"]),
+                 "digest": str(e["digest"]), "duplicated_rows": dup}  # fmt: skip
+        if entry["role"] not in ("repeat", "duplicated_row", "repeated_batch"):
+            raise ValueError(f"consistency role {entry['role']!r}")
+        out.append(entry)
+    return out
 
 
 __all__ = ["KIT_FORMAT", "MANIFEST", "Kit", "feed_digest", "feeds_digest", "find_kit", "read_kit"]

@@ -10,6 +10,7 @@ from trtverify.compare.checks import Histogram
 from trtverify.lint.findings import LintFinding
 from trtverify.stages.base import StageResult
 from trtverify.stages.baseline import VsBaseline
+from trtverify.stages.layerwise.capmodels import CapturePair
 from trtverify.stages.layerwise.detmodels import DetectionRow
 from trtverify.util.record import Record, optional
 
@@ -244,6 +245,9 @@ class LayerwiseCandidate(Record):
         "(clipped share, step against the median nonzero |x|), the worst first"
     )
     lint: list[LintFinding] = Field(description="static precision lint of the candidate model")
+    consistency: list[str] | None = optional(
+        "captured: what its consistency feeds and outputs-only capture checked (each a check), or why not"
+    )
     vs_baseline: VsBaseline | None = optional(
         "its worst tensor's rel_l2 against the stored baseline's (max_increase_vs_baseline; after --update-baseline: "
         "what was written)"
@@ -268,6 +272,10 @@ class LayerwiseResult(StageResult):
     calibration_cache: CacheRanges | None = optional(
         "backends.tensorrt.calibration_cache judged against the reference's values (stages/layerwise.md#calibrated-"
         "ranges)"
+    )
+    capture_pairs: list[CapturePair] | None = optional(
+        "two or more captured candidates against each other: per pair, the first tensor where they differ and where "
+        "they part (docs/captured.md#captures-against-each-other-and-consistency)"
     )
     baseline_file: str | None = optional(
         "the accuracy baseline compared with or written (reference_outputs/<suite>/layerwise/baseline.json)"

@@ -2,7 +2,8 @@
 
 Reference: the reference ONNX in ONNX Runtime with every value tensor exposed. Candidate: any backend that can expose
 intermediates. Tensors pair by exact name (or explicit rename); what one side alone has is listed, classified, never
-silently dropped. A capture's tensors with statistics alone are compared by those (`statrows`).
+silently dropped. A capture's tensors with statistics alone are compared by those (`statrows`); captured
+candidates are also checked against themselves and each other (`consistency`).
 
 Localisation: `first_divergence` is the first tensor, in the reference's topological order, that breaks the checks;
 `root_causes` rank each candidate node by its own error (`trtverify.stages.layerwise.localize`).
@@ -37,7 +38,7 @@ from trtverify.graph.onnxinfo import load_onnx
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
 from trtverify.stages.base import StageContext, status_of
-from trtverify.stages.layerwise import detections, drift, selection, statrows
+from trtverify.stages.layerwise import consistency, detections, drift, selection, statrows
 from trtverify.stages.layerwise import plugins as around_plugins
 from trtverify.stages.layerwise import ranges as quant_ranges
 from trtverify.stages.layerwise.localize import Evidence, root_causes
@@ -248,17 +249,11 @@ def _rows_and_checks(
             if ch.metric in ("nonfinite_mismatch", "comparable"):
                 continue
             key = (ch.metric, ch.op, float(ch.threshold or 0.0))
-            agg = aggregated.setdefault(
-                key,
-                {
-                    "worst": None,
-                    "worst_tensor": None,
-                    "worst_sample": None,
-                    "tensors": 0,
-                    "failed": 0,
-                    "first_failed": None,
-                },
-            )
+            empty = dict.fromkeys(("worst", "worst_tensor", "worst_sample", "first_failed")) | {
+                "tensors": 0,
+                "failed": 0,
+            }
+            agg = aggregated.setdefault(key, empty)
             agg["tensors"] += 1  # type: ignore[operator]
             v = ch.value
             if v is not None and v == v:  # NaN: no position finite on both sides; the nonfinite check says so
@@ -372,6 +367,8 @@ def _candidate(
             ctx, cfg.root_cause_method, backend, spec, ev, workdir, timings, name
         )
         causes = [rc.model_copy(update={"rank": i + 1}) for i, rc in enumerate(causes)][: cfg.root_causes]
+        more, consistent = consistency.within(name, backend, spec, loosest(precision), ref, len(samples))
+        checks += more  # a capture against itself (its consistency feeds) and against its outputs-only capture
         if last:  # no candidate needs the reference's values any more: the lint runs without them in memory
             ref.store.clear()
         lint = (
@@ -414,6 +411,7 @@ def _candidate(
         plugins=plugin_notes or None,
         ranges=ranges or None,
         lint=lint,
+        consistency=consistent or None,
         passed=all(ch.passed for ch in checks),
     )
     return result, checks
@@ -472,6 +470,7 @@ def run(ctx: StageContext) -> LayerwiseResult:
             else:
                 notes.append(f"backends.tensorrt.calibration_cache {cache}: not there after the candidates ran, "
                              "so no range of it was judged")  # fmt: skip
+    pairs = consistency.between(candidates, suite.models.candidates, lambda n, p: _checks_for(cfg, n, p)[0], ref)
     if broken and not candidates:  # nothing compared: the stage's error
         raise BackendError("; ".join(f"{n}: {exc}" if len(broken) > 1 else str(exc) for n, exc in broken))
     for n, exc in broken:
@@ -485,6 +484,7 @@ def run(ctx: StageContext) -> LayerwiseResult:
         reference=reference,
         candidates=candidates,
         calibration_cache=cache_ranges,
+        capture_pairs=pairs,
     )
     return drift.apply(ctx, samples, result)
 
