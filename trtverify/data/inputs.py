@@ -154,13 +154,26 @@ def is_one_sample(columns: dict[str, np.ndarray], declared: dict[str, TensorMeta
     return True
 
 
+def _kit_feeds(path: Path, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """A capture kit's inputs.json ends with its consistency feeds (for the engine on the target only): the
+    reference is fed the kit's own feeds."""
+    from trtverify.toolout.kit import MANIFEST, read_kit
+
+    if not (path.parent / MANIFEST).is_file():
+        return feeds
+    kit = read_kit(path.parent / MANIFEST)
+    if kit.consistency and len(feeds) == kit.iterations():
+        return feeds[: len(kit.sample_digests)]
+    return feeds
+
+
 def _from_file(loaded: LoadedSuite, model_inputs: Sequence[TensorMeta] | None = None) -> list[dict[str, np.ndarray]]:
     cfg = loaded.suite.inputs
     path = Path(cfg.file)  # type: ignore[arg-type]
     if path.suffix.lower() == ".json":  # Polygraphy's --save-inputs / --load-inputs: a list of feeds
         if cfg.arrays is not None or cfg.batch_size is not None:
             raise UsageError(f"{path}: a Polygraphy inputs file holds feeds: 'arrays' and 'batch_size' do not apply")
-        feeds = read_feeds(path)
+        feeds = _kit_feeds(path, read_feeds(path))
         if cfg.samples is not None and cfg.samples > len(feeds):
             raise loaded_error(loaded, ("inputs", "samples"), f"asks for {count(cfg.samples, 'sample')} but "
                                f"{path.name} holds {count(len(feeds), 'feed')}")  # fmt: skip

@@ -33,7 +33,7 @@ from trtverify.util.words import count
 RUNNER = "run_engine.py"  # the kit's runner script (trtverify/data/kitfiles/), for targets without Polygraphy, trtexec
 
 
-def _b64_npy(arr: np.ndarray) -> str:
+def b64_npy(arr: np.ndarray) -> str:
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
     return base64.b64encode(buf.getvalue()).decode("ascii")
@@ -41,7 +41,7 @@ def _b64_npy(arr: np.ndarray) -> str:
 
 def polygraphy_inputs(feeds: Sequence[dict[str, np.ndarray]], path: Path) -> None:
     """Polygraphy's `--load-inputs` JSON: a list of feeds, arrays as Polygraphy's JSON encoder writes them."""
-    doc = [{n: {"array": _b64_npy(a), "polygraphy_class": "ndarray"} for n, a in feed.items()} for feed in feeds]
+    doc = [{n: {"array": b64_npy(a), "polygraphy_class": "ndarray"} for n, a in feed.items()} for feed in feeds]
     atomic_write_text(path, json.dumps(doc))
 
 
@@ -61,7 +61,7 @@ def _rows(feeds: Sequence[dict[str, np.ndarray]], ranks: dict[str, int | None]) 
     return out, (batches.pop() if len(batches) == 1 else 1)
 
 
-def _dq(text: str) -> str:
+def shell_dq(text: str) -> str:
     """`text` in double quotes for a POSIX shell (single quotes inside stay literal, as trtexec wants them)."""
     return '"' + "".join("\\" + c if c in '"$`\\' else c for c in text) + '"'
 
@@ -101,22 +101,22 @@ def readme(
     not_possible: dict[str, str] | None = None,
 ) -> str:
     ref = shlex.quote(f"../{reference.name}")
-    load = " ".join(_dq(f"--loadInputs='{n}':trtexec/{escape_name(n)}.bin") for n in names)
+    load = " ".join(shell_dq(f"--loadInputs='{n}':trtexec/{escape_name(n)}.bin") for n in names)
     shapes = "--shapes=" + ",".join(f"'{n}':{'x'.join(map(str, dims[n]))}" for n in names)
     pg_shapes = _profile(names, dims, extra) if dynamic else ""
     run = f"polygraphy run {ref} --trt{pg_shapes} --load-inputs inputs.json"
     marked = f"{run} --trt-outputs mark all --save-outputs captured/outputs.json"
     marked += " --save-inputs captured/outputs.inputs.json"
     trtexec = (
-        f"trtexec --onnx={ref} {load}{' ' + _dq(shapes) if dynamic else ''} --exportOutput=captured/trtexec.json"
+        f"trtexec --onnx={ref} {load}{' ' + shell_dq(shapes) if dynamic else ''} --exportOutput=captured/trtexec.json"
         if samples == 1
         else f"(trtexec runs one feed: this kit holds {samples}; make a kit with --samples 1 for trtexec)"
     )
     # debug tensors: trtexec writes them into the folder it runs in (debugTensorWriter.cpp), so it runs in one
-    deeper = " ".join(_dq(f"--loadInputs='{n}':../../trtexec/{escape_name(n)}.bin") for n in names)
+    deeper = " ".join(shell_dq(f"--loadInputs='{n}':../../trtexec/{escape_name(n)}.bin") for n in names)
     debug = (
         f"mkdir -p captured/debug && (cd captured/debug && trtexec --onnx={shlex.quote(f'../../../{reference.name}')} "
-        f"{deeper}{' ' + _dq(shapes) if dynamic else ''} --markUnfusedTensorsAsDebugTensors "
+        f"{deeper}{' ' + shell_dq(shapes) if dynamic else ''} --markUnfusedTensorsAsDebugTensors "
         "--saveAllDebugTensors=numpy,summary --iterations=1 --warmUp=0 --duration=0)"
         if samples == 1
         else trtexec
@@ -129,7 +129,7 @@ in this folder, copy the `captured/` folder back into the kit, then compare:
 
     trtverify layerwise {reference.name} --captured KIT/captured/outputs.json
 
-{samples} feed(s); their sha256 digest is in manifest.json, and a capture is compared only with these feeds:
+{count(samples, "feed")}; their sha256 digest is in manifest.json, and a capture is compared only with these feeds:
 the inputs Polygraphy fed, saved beside its capture (`--save-inputs`), must have that digest.
 
 `inputs.json` then holds {count(len(extra), "consistency feed")}, which the same commands run as further iterations

@@ -10,13 +10,13 @@ from trtverify.compare.checks import CheckResult, nonfinite_words
 from trtverify.config.checks import METRICS
 from trtverify.config.findings import SEVERITIES
 from trtverify.lint.findings import LintFinding
+from trtverify.report.capturetext import pair_text
 from trtverify.report.dettext import detection_lines
 from trtverify.report.format import fmt
 from trtverify.report.kinds import is_stage
 from trtverify.report.rangetext import cache_lines, range_lines
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
-from trtverify.stages.layerwise.capmodels import CapturePair
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
 from trtverify.util.words import count, plural, shorten
 
@@ -110,19 +110,6 @@ def _layerwise(s: LayerwiseResult) -> list[str]:
             listed = ", ".join(f"{k} x{n}" + (f" at {first[k]}" if first[k] else "") for k, n in kinds.most_common())
             out.append(f"          {cand.name}: lint: {listed}")
     return out + cache_lines(s) + [f"          {pair_text(p)}" for p in s.capture_pairs or []]
-
-
-def pair_text(p: CapturePair) -> str:
-    """Two captures against each other: where they differ first, and where they part."""
-    head = f"{p.a} / {p.b} ({count(p.feeds, 'feed')}, {count(p.tensors, 'tensor')}): "
-    if p.not_compared:
-        return head + f"not compared: {p.not_compared}"
-    if p.first_difference is None:
-        return head + "identical, bit for bit"
-    part = p.first_parting
-    parted = (f"part at {part.tensor} (rel_l2 {fmt(part.metrics.get('rel_l2'))})" if part else "never part beyond "
-              "their checks")  # fmt: skip
-    return head + f"first differ at {p.first_difference.tensor}, {parted}"
 
 
 class HighLint(NamedTuple):

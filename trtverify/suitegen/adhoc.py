@@ -195,8 +195,8 @@ def layerwise_suite(
     info = str(layer_info.resolve()) if layer_info else None
     for i, (file, runner, iteration) in enumerate(captured):
         plain = unmarked[i] if i < len(unmarked) else (None, None)  # its outputs-only capture
-        chosen = {"runner": runner, "iteration": iteration, "layerinfo": info, "unmarked": plain[0] and str(plain[0].resolve()),
-                  "unmarked_runner": plain[1]}  # fmt: skip
+        chosen = {"runner": runner, "iteration": iteration, "layerinfo": info,
+                  "unmarked": plain[0] and str(plain[0].resolve()), "unmarked_runner": plain[1]}  # fmt: skip
         cands[_name(Path(f"captured_{file.stem}"), taken)] = {"captured": str(file.resolve())} | {
             k: v for k, v in chosen.items() if v is not None
         }

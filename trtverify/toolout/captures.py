@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from trtverify.toolout.runrecord import RunRecord, read_run
 from trtverify.toolout import debugtensors
 from trtverify.toolout.debugtensors import TensorStats
+from trtverify.toolout.runrecord import RunRecord, read_run
 from trtverify.util.errors import UsageError
 from trtverify.util.words import count
 

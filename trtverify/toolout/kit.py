@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.util.errors import UsageError
+from trtverify.util.words import count
 
 MANIFEST = "manifest.json"
 KIT_FORMAT = 1
@@ -55,7 +56,7 @@ class Kit:
 
     def describe(self) -> str:
         shapes = ", ".join(f"{i['name']} {'x'.join(map(str, i['shape']))} {i['dtype']}" for i in self.inputs)
-        return f"{len(self.sample_digests)} feed(s) of {shapes}, digest {self.digest[:12]}"
+        return f"{count(len(self.sample_digests), 'feed')} of {shapes}, digest {self.digest[:12]}"
 
 
 def find_kit(capture: Path) -> Path | None:

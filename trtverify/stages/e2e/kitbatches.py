@@ -27,7 +27,7 @@ import numpy as np
 
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import TASKS
-from trtverify.data.kit import _b64_npy, _dq
+from trtverify.data.kit import b64_npy, shell_dq
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.tasks.batches import batches, default_workers, make_preprocess
 from trtverify.toolout.captures import escape_name
@@ -135,7 +135,7 @@ def write_batches(out: Path, loaded: LoadedSuite, reference: Path) -> dict[str, 
                 npy.write(x, f"{loaded.path}: stages.e2e.dataset, batch {k}")
                 feed, pad = model_feed(x, meta)
                 arr = np.ascontiguousarray(feed, dtype=feed.dtype.newbyteorder("<"))
-                pg.write((", " if k else "") + json.dumps({name: {"array": _b64_npy(arr), "polygraphy_class":
+                pg.write((", " if k else "") + json.dumps({name: {"array": b64_npy(arr), "polygraphy_class":
                                                                  "ndarray"}}))  # fmt: skip
                 (part / "trtexec" / f"{stem}.{k}.bin").write_bytes(arr.tobytes())
                 shapes.append(tuple(feed.shape))
@@ -200,8 +200,8 @@ def _trtexec_script(reference: Path, name: str, stem: str, shapes: Sequence[tupl
         "mkdir -p e2e/captured/trtexec",
     ]
     for k, shape in enumerate(shapes):
-        load = _dq(f"--loadInputs='{name}':e2e/trtexec/{stem}.{k}.bin")
-        dims = _dq(f"--shapes='{name}':{'x'.join(map(str, shape))}")
+        load = shell_dq(f"--loadInputs='{name}':e2e/trtexec/{stem}.{k}.bin")
+        dims = shell_dq(f"--shapes='{name}':{'x'.join(map(str, shape))}")
         lines.append(f'trtexec --loadEngine="$ENGINE" {load} {dims} --exportOutput=e2e/captured/trtexec/{k}.json')
     return "\n".join(lines) + "\n"
 
