@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
+from trtverify.buildlog.entities import QUOTED, names
 from trtverify.buildlog.findings import Hit
 from trtverify.buildlog.lines import LogRecord
 from trtverify.util.words import shorten
@@ -32,14 +33,8 @@ _WARNING = re.compile(
     r"\[[\d/: .-]*\sWARNING\]"
 )
 
-_QUOTED = re.compile(r"'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"|`([^`'\n]{1,200})[`']")
-_NAMED = re.compile(
-    r"(?<!-)\b(?P<kw>layer|node|tensor|input|output|plugin|op|Layer|Node|Tensor)(?P<colon>\s*:)?\s+"
-    r"(?P<name>[\w./:\[\]-]{2,120})"
-)
-_IDENTIFIER = re.compile(r"[\d_/.:\[\]]|\w-\w")  # what a word of prose lacks: digits, _ / . : [ ], an inner -
 _TEMPLATE = (
-    (_QUOTED, "'<name>'"),
+    (QUOTED, "'<name>'"),
     (re.compile(r"(?:/[\w.+-]+){2,}"), "<path>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
     (re.compile(r"(?<![A-Za-z0-9.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"), "<n>"),
@@ -70,32 +65,6 @@ def template(text: str) -> str:
     for rx, repl in _TEMPLATE:
         text = rx.sub(repl, text)
     return re.sub(r"\s+", " ", text).strip()[:MESSAGE]
-
-
-def names(text: str) -> list[str]:
-    """The names a message mentions: quoted, or after 'layer', 'node', 'tensor', 'input', 'output', 'plugin'.
-
-    Messages are sentences, so not every word after those is a name: a quoted phrase of plain words (`See
-    "Lazy Loading" section`) is a title; after `tensor:` any word is a name, but after a bare `tensor` only one
-    that looks like an identifier (digits, `_ / . : [ ]`, an inner `-`: `conv_6`, `/model.22/Squeeze`, `1143`),
-    or a capitalised word after a lower-case keyword (`layer Embedding`, `plugin OneHot`). `the tensor to have a
-    static shape`, `this input tensor`, `Layer Time (ms)` name nothing."""
-    found = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(text)]
-    found = [n for n in found if not re.fullmatch(r"[A-Za-z]+(?: [A-Za-z]+)+", n)]
-    for m in _NAMED.finditer(text):
-        name = m["name"].rstrip(".,:;")
-        if m["colon"] or _identifier(name, m["kw"]):
-            found.append(name)
-    return list(dict.fromkeys(n for n in found if n))
-
-
-def _identifier(word: str, keyword: str) -> bool:
-    """`word`, right after `keyword` without a colon, is a name rather than the next word of a sentence."""
-    if word.startswith("[") or not re.search(r"\w", word):  # `{input [min=...]}`, `--- End node ---`
-        return False
-    if _IDENTIFIER.search(word):
-        return True
-    return keyword.islower() and word[:1].isupper()
 
 
 def _marked(records: Iterable[LogRecord]) -> Iterator[tuple[LogRecord, str]]:

@@ -1,0 +1,71 @@
+"""Parse speed of `trtverify.buildlog.parser.parse` in MB/s over every log of the corpus (tests/data/logcorpus/*/
+and tests/data/buildlogs/), best of `--repeat` passes (the machine is shared: the best pass is the least disturbed).
+
+    python bench/logparse_speed.py [--repeat 5] [--label NAME] [--out bench/results/logparse_speed.json]
+
+Each pass parses every log once, in-process, from text already read; MB/s = corpus bytes / seconds of the pass.
+Also reported: the same for the largest log repeated to ~4 MB (a long verbose build: how parse time scales).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from trtverify.buildlog.parser import parse
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+
+
+def corpus() -> list[str]:
+    paths = sorted(DATA.glob("logcorpus/*/*.log")) + sorted(DATA.glob("buildlogs/**/*.log"))
+    return [p.read_text(encoding="utf-8", errors="replace") for p in paths]
+
+
+def best_pass(texts: list[str], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for t in texts:
+            parse(t)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    texts = corpus()
+    size = sum(len(t.encode()) for t in texts) / 1e6
+    secs = best_pass(texts, args.repeat)
+    big_one = max(texts, key=len)
+    big = big_one * max(1, int(4e6 // len(big_one.encode())))
+    big_secs = best_pass([big], max(1, args.repeat // 2))
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    row = {
+        "label": args.label,
+        "commit": commit.stdout.strip(),
+        "logs": len(texts),
+        "corpus_mb": round(size, 3),
+        "corpus_s": round(secs, 3),
+        "corpus_mb_per_s": round(size / secs, 3),
+        "big_mb": round(len(big.encode()) / 1e6, 3),
+        "big_s": round(big_secs, 3),
+        "big_mb_per_s": round(len(big.encode()) / 1e6 / big_secs, 3),
+    }
+    print(json.dumps(row))
+    if args.out:
+        rows = json.loads(args.out.read_text()) if args.out.exists() else []
+        rows.append(row)
+        args.out.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

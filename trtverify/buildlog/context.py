@@ -1,0 +1,211 @@
+"""The context of any log, found by generic patterns rather than per-tool rules: the tools and their versions, the
+GPU and its compute capability, the model files, the engine files written or read, input shapes and optimization
+profiles, precision flags and batch sizes; each item with the 1-based line it came from.
+
+Every pattern runs once over the whole text (a line number is looked up from the match's offset), so the cost is
+a few regex scans of the log, whatever its length.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Iterator
+
+from pydantic import Field
+
+from trtverify.buildlog import entities
+from trtverify.util.record import Record
+
+
+class ContextItem(Record):
+    """One thing the log states, and where."""
+
+    value: str = Field(description="as written in the log (a version, a path, a shape, a flag, a number)")
+    line: int = Field(description="1-based line it came from")
+    detail: dict[str, str] = Field(
+        default_factory=dict,
+        description="what it is: tool (of a version), direction (of an engine file: written | read), "
+        "compute_capability (of a GPU), input and role (of a shape: shape | min | opt | max)",
+    )
+
+
+class LogContext(Record):
+    """What a log says it ran: tools, GPU, model and engine files, inputs, precision, batch size."""
+
+    tools: list[ContextItem] = Field(default_factory=list, description="tool versions (detail.tool names the tool)")
+    gpus: list[ContextItem] = Field(default_factory=list, description="GPU names or compute capabilities")
+    models: list[ContextItem] = Field(default_factory=list, description="model files and checkpoint folders")
+    engines: list[ContextItem] = Field(
+        default_factory=list, description="engine files (.plan, .engine, .trt), written or read where the line says"
+    )
+    shapes: list[ContextItem] = Field(default_factory=list, description="input shapes and optimization profiles")
+    precision: list[ContextItem] = Field(default_factory=list, description="precision flags and modes")
+    batch_size: list[ContextItem] = Field(default_factory=list, description="batch sizes stated")
+
+    def names(self) -> str:
+        """Every value, one per line (what a reader could search)."""
+        return "\n".join(i.value for items in dict(self).values() for i in items)
+
+
+_DIGIT_DOT = re.compile(r"\d\.\d|v\d{4,6}\]|TRT-\d|\d\|")
+_GPU_GATE = re.compile(r"NVIDIA|Tesla|Quadro|GeForce|TITAN|Jetson|Orin|Xavier|[Cc]apability|\bsm_?\d|\bSM|\bcc")
+_FILE_GATE = re.compile(r"\w\.[a-z]|/\w|\\\w")
+_SHAPE_GATE = re.compile(r"\d\s*[,x×]\s*-?\d")
+_PREC_GATE = re.compile(r"--\w|[Pp]recision|mode|BuilderFlag|fp8|FP8")
+_BATCH_GATE = re.compile(r"(?i)batch")
+_CKPT_GATE = re.compile(r"_dir|_path|checkpoint|model_name|model.repository")
+_GPU = re.compile(
+    r"(?P<g>\b(?:NVIDIA|Tesla|Quadro|GeForce|TITAN|Jetson)\b(?: [\w-]+){1,5}?)(?=\s*(?:$|[,.;:)\]|(]|with|GPU|\(|\d+\s?[MG]i?B))"
+    r"|(?P<j>\b(?:AGX |NX )?(?:Orin|Xavier)(?: NX| Nano| AGX)?\b)"
+    r"|(?:[Cc]ompute [Cc]apability|\bcc|\bSM)\s*[:=]?\s*(?P<cc>\d{1,2}\.\d)\b|\bsm_?(?P<sm>\d{2,3})\b",
+    re.M,
+)
+_NOT_GPU = re.compile(r"(?i)corporation|driver|container|license|\bmay\b|\bis\b|\bare\b|\bthe\b")
+_CHECKPOINT = re.compile(
+    r"(?:--|\b)(?P<k>checkpoint_dir|ckpt_dir|model_dir|hf_model_dir|model_path|model_name_or_path|engine_dir"
+    r"|output_dir|checkpoint|model_repository|model-repository)['\"]?\s*[=: ]\s*['\"]?(?P<v>[^\s'\",)]+)"
+)
+_WRITE = re.compile(
+    r"(?i)\b(?:sav(?:e|ed|ing)|writ(?:e|es|ing|ten)|wrote|serializ(?:e|ed|ing)(?! from)|export(?:ed|ing)?|"
+    r"generat(?:e|ed|ing)|build(?:ing)?|built|creat(?:e|ed|ing)|output|dump(?:ed|ing)?)\b|--saveEngine|-o\b"
+)
+_READ = re.compile(
+    r"(?i)\b(?:load(?:ed|ing|s)?|read(?:ing|s)?|deserializ(?:e|ed|ing|ation)|open(?:ed|ing)?|using|use|found|"
+    r"from|look(?:ing)? for|(?:does not|doesn't) exist|not found|no such file|deseriali[sz]e)\b|--loadEngine"
+)
+_INPUT_WORDS = re.compile(r"(?i)\binputs?\b|profile|binding|\b(?:min|opt|max)\b|input_shape|(?:^|\s)\d+\s+INPUT\s")
+# a node's inputs in the ONNX parser's verbose trace, a reformat layer's: not the network's
+_NODE_TRACE = re.compile(r"\] inputs: \[|\w input dimensions|\] outputs: \[|LayerType:|Reformatting CopyNode|\bweights?\b|[Ww]eights \[")
+_INPUT_NAME = re.compile(
+    r"(?:Tensor:|network input:?|[Ii]nput(?: tensor)?:|binding:?|\{)\s*(?P<a>[\w./:-]+)|(?P<b>[\w./:-]+)\s+\[(?:min|shape)="
+    r"|--\w*[Ss]hapes=(?P<c>[\w./-]+):"
+)
+_SHAPE_ARG = re.compile(
+    r"--(?P<role>shapes|minShapes|optShapes|maxShapes|input_shapes?|inputIOFormats)[= ](?P<v>\S+)"
+    r"|\b(?P<r2>min|opt|max)(?:_shapes?|Shapes?)?\s*[=:]\s*(?P<s>\([^()\n]*\)|\[[^\[\]\n]*\]|\d+(?:x\d+)+)"
+)
+_P = (
+    r"(?:torch\.|trt\.|DataType\.)?(?:fp32|fp16|bf16|fp8|int8|int4|nvfp4|w4a16\w*|w8a8\w*|float32|float16|bfloat16|"
+    r"half|FP32|FP16|BF16|FP8|INT8|INT4|NVFP4|kFLOAT|kHALF|kINT8|FLOAT|HALF|TF32)\b"
+)
+_PRECISION = re.compile(
+    r"--(?P<flag>fp16|bf16|fp8|int8|int4|best|stronglyTyped|noTF32|fp32)\b"
+    r"|\b(?P<k>[Pp]recisions?|enabled_precisions|quantize_mode|quantization|quant_mode|mode|use_fp8|BuilderFlag"
+    rf"|--precision)\b['\"]?\s*[:=.]?\s*[{{(\[]?\s*(?P<v>{_P}(?:\s*[+,]\s*{_P})*)"
+    r"|\b(?P<ctx>Precision|precision): (?P<v2>[\w+]+)"
+)
+_BATCH = re.compile(
+    r"(?i)(?:\b(?:max_|opt_|min_)?batch[_ ]?size|maxBatchSize|--batch)\b['\"]?\s*(?:[:=]\s*|of\s+|is\s+|\s)"
+    r"(?P<v>\d+)\b"
+)
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    find = text.find
+    i = find("\n")
+    while i >= 0:
+        starts.append(i + 1)
+        i = find("\n", i + 1)
+    return starts
+
+
+def _add(items: list[ContextItem], seen: set[tuple[str, ...]], value: str, line: int, **detail: str) -> None:
+    key = (value, *sorted(detail.items()))
+    if value and key not in seen:
+        seen.add((value, *sorted(detail.items())))
+        items.append(ContextItem(value=value, line=line, detail=detail))
+
+
+def _direction(line: str, at: int) -> str | None:
+    """written | read where the line's words say so; the nearest word before the path wins."""
+    before = line[:at]
+    w = [m.end() for m in _WRITE.finditer(before)]
+    r = [m.end() for m in _READ.finditer(before)]
+    if w or r:
+        return "written" if (w[-1] if w else -1) > (r[-1] if r else -1) else "read"
+    after = line[at:]
+    w2, r2 = _WRITE.search(after), _READ.search(after)
+    if w2 or r2:
+        return "written" if w2 and (not r2 or w2.start() < r2.start()) else "read"
+    return None
+
+
+def _input_name(before: str) -> dict[str, str]:
+    """{"input": name} of the last input named before a shape on its line (`Tensor: X`, `{sample [min=`)."""
+    found = [m for m in _INPUT_NAME.finditer(before)]
+    if not found:
+        return {}
+    name = found[-1]["a"] or found[-1]["b"] or found[-1]["c"]
+    return {"input": name} if name and not name.isdigit() else {}
+
+
+def _lines_with(
+    text: str, gate: re.Pattern[str], rx: re.Pattern[str], starts: list[int]
+) -> Iterator[tuple[re.Match[str], int, str]]:
+    """(match within its line, 1-based line, the line) of `rx` on each line where the cheap `gate` matches (a
+    pattern tried at every offset of a large log costs more than the gate's scan and the few lines it lets by)."""
+    last = 0
+    for g in gate.finditer(text):
+        no = bisect_right(starts, g.start())
+        if no == last:
+            continue
+        last = no
+        end = text.find("\n", g.start())
+        line = text[starts[no - 1] : end if end >= 0 else len(text)]
+        for m in rx.finditer(line):
+            yield m, no, line
+
+
+def scan(text: str) -> LogContext:
+    """The context block of a log (its raw text; ANSI colour codes do not hide a value)."""
+    starts = _line_starts(text)
+    ctx = LogContext()
+    seen: set[tuple[str, ...]] = set()
+    for m, no, _ in _lines_with(text, _DIGIT_DOT, entities.VERSION, starts):
+        tool = next(entities.TOOL[k] for k, v in m.groupdict().items() if v is not None and k in entities.TOOL)
+        _add(ctx.tools, seen, m["v"], no, tool=tool)
+    for m, no, _ in _lines_with(text, _DIGIT_DOT, entities.TRT_NUMBER, starts):
+        _add(ctx.tools, seen, entities.trt_number(m["n"] or m["m"]), no, tool="TensorRT")
+    for m, no, _ in _lines_with(text, _GPU_GATE, _GPU, starts):
+        if m["g"] and not _NOT_GPU.search(m["g"]):
+            _add(ctx.gpus, seen, m["g"].strip(), no)
+        elif m["j"]:
+            _add(ctx.gpus, seen, m["j"], no)
+        elif m["cc"] or m["sm"]:
+            cc = m["cc"] or f"{m['sm'][:-1]}.{m['sm'][-1]}"
+            _add(ctx.gpus, seen, m.group(0).strip(), no, compute_capability=cc)
+    for m, no, line in _lines_with(text, _FILE_GATE, entities.FILE, starts):
+        path = (m["f"] or "").rstrip(".,;:)'\"")
+        if not path or line[m.start() - 1 : m.start()] == "[" and line[m.end() : m.end() + 1] == "]":
+            continue  # a logger's name (`[rtx_demo.utils.engine]`), not a file
+        ext = path.rsplit(".", 1)[-1].lower()
+        if ext in ("plan", "engine", "trt"):
+            how = _direction(line, m.start())
+            _add(ctx.engines, seen, path, no, **({"direction": how} if how else {}))
+        elif re.fullmatch(entities.MODEL_EXT, ext) and (ext != "bin" or "model" in path.lower()):
+            _add(ctx.models, seen, path, no)
+    for m, no, _ in _lines_with(text, _CKPT_GATE, _CHECKPOINT, starts):
+        v = m["v"]
+        if "engine" in m["k"] and not re.search(r"\.(?:plan|engine|trt)$", v):
+            _add(ctx.engines, seen, v, no, direction="written" if "output" in m["k"] else "folder")
+        elif not re.search(r"\.(?:plan|engine|trt)$", v):
+            _add(ctx.models, seen, v, no, folder=m["k"])
+    for m, no, line in _lines_with(text, _SHAPE_GATE, _SHAPE_ARG, starts):
+        if _NODE_TRACE.search(line):
+            continue
+        name = _input_name(line[: m.start()])
+        if m["v"]:
+            _add(ctx.shapes, seen, m["v"], no, role=m["role"], **name)
+        else:
+            _add(ctx.shapes, seen, m["s"], no, role=m["r2"].lower(), **name)
+    for m, no, line in _lines_with(text, _SHAPE_GATE, entities.SHAPE, starts):
+        if _INPUT_WORDS.search(line) and not _NODE_TRACE.search(line) and not any(i.value == m[0] for i in ctx.shapes):
+            _add(ctx.shapes, seen, m.group(0), no, role="shape", **_input_name(line[: m.start()]))
+    for m, no, _ in _lines_with(text, _PREC_GATE, _PRECISION, starts):
+        v = m["flag"] and f"--{m['flag']}" or m["v"] or m["v2"]
+        _add(ctx.precision, seen, v, no)
+    for m, no, _ in _lines_with(text, _BATCH_GATE, _BATCH, starts):
+        _add(ctx.batch_size, seen, m["v"], no)
+    return ctx
