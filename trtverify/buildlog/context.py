@@ -56,7 +56,8 @@ _PREC_GATE = re.compile(r"--\w|[Pp]recision|mode|BuilderFlag|fp8|FP8")
 _BATCH_GATE = re.compile(r"(?i)batch")
 _CKPT_GATE = re.compile(r"_dir|_path|checkpoint|model_name|model.repository")
 _GPU = re.compile(
-    r"(?P<g>\b(?:NVIDIA|Tesla|Quadro|GeForce|TITAN|Jetson)\b(?: [\w-]+){1,5}?)(?=\s*(?:$|[,.;:)\]|(]|with|GPU|\(|\d+\s?[MG]i?B))"
+    r"(?P<g>\b(?:NVIDIA|Tesla|Quadro|GeForce|TITAN|Jetson)\b(?: [\w-]+){1,5}?)"
+    r"(?=\s*(?:$|[,.;:)\]|(]|with|GPU|\(|\d+\s?[MG]i?B))"
     r"|(?P<j>\b(?:AGX |NX )?(?:Orin|Xavier)(?: NX| Nano| AGX)?\b)"
     r"|(?:[Cc]ompute [Cc]apability|\bcc|\bSM)\s*[:=]?\s*(?P<cc>\d{1,2}\.\d)\b|\bsm_?(?P<sm>\d{2,3})\b",
     re.M,
@@ -76,9 +77,12 @@ _READ = re.compile(
 )
 _INPUT_WORDS = re.compile(r"(?i)\binputs?\b|profile|binding|\b(?:min|opt|max)\b|input_shape|(?:^|\s)\d+\s+INPUT\s")
 # a node's inputs in the ONNX parser's verbose trace, a reformat layer's: not the network's
-_NODE_TRACE = re.compile(r"\] inputs: \[|\w input dimensions|\] outputs: \[|LayerType:|Reformatting CopyNode|\bweights?\b|[Ww]eights \[")
+_NODE_TRACE = re.compile(
+    r"\] inputs: \[|\w input dimensions|\] outputs: \[|LayerType:|Reformatting CopyNode|\bweights?\b|[Ww]eights \["
+)
 _INPUT_NAME = re.compile(
-    r"(?:Tensor:|network input:?|[Ii]nput(?: tensor)?:|binding:?|\{)\s*(?P<a>[\w./:-]+)|(?P<b>[\w./:-]+)\s+\[(?:min|shape)="
+    r"(?:Tensor:|network input:?|[Ii]nput(?: tensor)?:|binding:?|\{)\s*(?P<a>[\w./:-]+)"
+    r"|(?P<b>[\w./:-]+)\s+\[(?:min|shape)="
     r"|--\w*[Ss]hapes=(?P<c>[\w./-]+):"
 )
 _SHAPE_ARG = re.compile(

@@ -64,7 +64,7 @@ _TOOL_NAMES = (
     ("TensorRT-LLM", r"TensorRT[-_ ]LLM|tensorrt_llm|TRT-LLM"),
     ("TensorRT-RTX", r"TensorRT[-_ ]RTX|tensorrt_rtx"),
     ("Torch-TensorRT", r"Torch[-_ ]TensorRT|torch_tensorrt|TRTorch"),
-    ("TensorRT", r"TensorRT|tensorrt|TRT|libnvinfer(?:_builder_resource)?\.so|nvinfer"),
+    ("TensorRT", r"TensorRT|tensorrt|TRT|libnvinfer(?:_builder_resource)?|nvinfer"),
     ("Polygraphy", r"[Pp]olygraphy"),
     ("ModelOpt", r"(?:nvidia[-_])?[Mm]odel[Oo]pt|[Mm]odelopt"),
     ("ONNX Runtime", r"ONNX ?Runtime|onnxruntime(?:[-_]gpu)?|ORT"),

@@ -182,7 +182,9 @@ def parse(text: str, rules: bool = True) -> BuildLog:
 def _merge(context: LogContext, stated: tuple[str | None, int], findings: list[Finding]) -> None:
     """What the rules read that the generic patterns did not: the TensorRT version, engine files the rules named."""
     version, line = stated
-    if version and not any(t.value == version and t.detail.get("tool", "").startswith("TensorRT") for t in context.tools):
+    if version and not any(
+        t.value == version and t.detail.get("tool", "").startswith("TensorRT") for t in context.tools
+    ):
         context.tools.insert(0, ContextItem(value=version, line=line, detail={"tool": "TensorRT"}))
     known = {e.value for e in context.engines}
     for f in findings:
