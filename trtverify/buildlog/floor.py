@@ -27,10 +27,15 @@ _ABORT = re.compile(
 _ERROR = re.compile(
     r"^(?:\S+ )?(?:ERROR|Error|error)(?:\[\d+\])?:|^E\d{4} |\bError\[\d+\]:|^\w*(?:Error|Exception): \S|"
     r"^\[ERROR\]|^(?:FAILED|FAIL)\b|\[[\d/: .-]*\s(?:ERROR|INTERNAL_ERROR)\]|\bError Code:? \d+:"
+    # any application's logger: a bracketed level (`[error]`, `[FATAL]`), a level word after a time, `level=error`
+    r"|^.{0,80}?\[(?:error|err|ERR|Error|fatal|FATAL|Fatal|critical|CRITICAL)\]"
+    r"|^\S*\d\d:\d\d:\d\d\S*\s+(?:ERROR|FATAL|CRITICAL|error|fatal)\b|\blevel=(?:error|fatal)\b"
 )
 _WARNING = re.compile(
     r"^(?:\S+ )?(?:WARNING|Warning|WARN|warning)(?:\[\d+\])?:|^W\d{4} |^\[WARNING\]|\bUserWarning: |"
     r"\[[\d/: .-]*\sWARNING\]"
+    r"|^.{0,80}?\[(?:warn|warning|Warn|Warning|WARN)\]|^\S*\d\d:\d\d:\d\d\S*\s+(?:WARN|WARNING|warn|warning)\b"
+    r"|\blevel=warn(?:ing)?\b"
 )
 
 _TEMPLATE = (
