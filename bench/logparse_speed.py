@@ -1,7 +1,10 @@
 """Parse speed of `trtverify.buildlog.parser.parse` in MB/s over every log of the corpus (tests/data/logcorpus/*/
 and tests/data/buildlogs/), best of `--repeat` passes (the machine is shared: the best pass is the least disturbed).
 
-    python bench/logparse_speed.py [--repeat 5] [--label NAME] [--out bench/results/logparse_speed.json]
+    python bench/logparse_speed.py [--repeat 5] [--big-mb 4] [--label NAME] [--out bench/results/logparse_speed.json]
+
+Before/after on a shared machine: run both trees alternately (PYTHONPATH=<tree> python <this file> ...), so both see
+the same load; compare the best pass of each.
 
 Each pass parses every log once, in-process, from text already read; MB/s = corpus bytes / seconds of the pass.
 Also reported: the same for the largest log repeated to ~4 MB (a long verbose build: how parse time scales).
@@ -40,25 +43,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--label", default="")
+    ap.add_argument("--big-mb", type=float, default=4.0, help="size of the repeated largest log (0: skip it)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     texts = corpus()
     size = sum(len(t.encode()) for t in texts) / 1e6
     secs = best_pass(texts, args.repeat)
     big_one = max(texts, key=len)
-    big = big_one * max(1, int(4e6 // len(big_one.encode())))
-    big_secs = best_pass([big], max(1, args.repeat // 2))
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    big = big_one * max(1, int(args.big_mb * 1e6 // len(big_one.encode()))) if args.big_mb else ""
+    big_secs = best_pass([big], max(1, args.repeat // 2)) if big else float("nan")
+    import trtverify
+
+    tree = Path(trtverify.__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     row = {
         "label": args.label,
-        "commit": commit.stdout.strip(),
+        "commit": commit.stdout.strip() or str(tree),
         "logs": len(texts),
         "corpus_mb": round(size, 3),
         "corpus_s": round(secs, 3),
         "corpus_mb_per_s": round(size / secs, 3),
         "big_mb": round(len(big.encode()) / 1e6, 3),
-        "big_s": round(big_secs, 3),
-        "big_mb_per_s": round(len(big.encode()) / 1e6 / big_secs, 3),
+        "big_s": round(big_secs, 3) if big else None,
+        "big_mb_per_s": round(len(big.encode()) / 1e6 / big_secs, 3) if big else None,
     }
     print(json.dumps(row))
     if args.out:

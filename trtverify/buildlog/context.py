@@ -48,10 +48,10 @@ class LogContext(Record):
         return "\n".join(i.value for items in dict(self).values() for i in items)
 
 
-_DIGIT_DOT = re.compile(r"\d\.\d|v\d{4,6}\]|TRT-\d|\d\|")
+_DIGIT_DOT = re.compile(r"\d\.\d|v\d{4,6}\]|TRT-\d")
 _GPU_GATE = re.compile(r"NVIDIA|Tesla|Quadro|GeForce|TITAN|Jetson|Orin|Xavier|[Cc]apability|\bsm_?\d|\bSM|\bcc")
-_FILE_GATE = re.compile(r"\w\.[a-z]|/\w|\\\w")
-_SHAPE_GATE = re.compile(r"\d\s*[,x×]\s*-?\d")
+_FILE_GATE = re.compile(rf"\w\.(?:{entities.MODEL_EXT}|{entities.ENGINE_EXT})\b")  # only model and engine files
+_SHAPE_GATE = re.compile(r"[Ii]nput|INPUT|[Pp]rofile|[Bb]inding|\b(?:min|opt|max)\b|[Ss]hapes")
 _PREC_GATE = re.compile(r"--\w|[Pp]recision|mode|BuilderFlag|fp8|FP8")
 _BATCH_GATE = re.compile(r"(?i)batch")
 _CKPT_GATE = re.compile(r"_dir|_path|checkpoint|model_name|model.repository")
