@@ -15,7 +15,10 @@ from collections.abc import Iterator
 from pydantic import Field
 
 from trtverify.buildlog import entities
+from trtverify.buildlog.lines import clean_line, match_prefix
 from trtverify.util.record import Record
+
+FIGURES = 40  # figures kept per log (a verbose log states thousands: memory changes, timings)
 
 
 class ContextItem(Record):
@@ -39,9 +42,19 @@ class LogContext(Record):
     engines: list[ContextItem] = Field(
         default_factory=list, description="engine files (.plan, .engine, .trt), written or read where the line says"
     )
+    files: list[ContextItem] = Field(
+        default_factory=list,
+        description="other files written or read (timing and calibration caches, configs, plugin libraries, data)",
+    )
     shapes: list[ContextItem] = Field(default_factory=list, description="input shapes and optimization profiles")
     precision: list[ContextItem] = Field(default_factory=list, description="precision flags and modes")
     batch_size: list[ContextItem] = Field(default_factory=list, description="batch sizes stated")
+    figures: list[ContextItem] = Field(
+        default_factory=list,
+        description=f"times, memory and rates the log states (build and load times, peak memory, throughput, "
+        f"latency), as written; detail.what: the words before it; the first {FIGURES} kept, the rest counted",
+    )
+    left_out: dict[str, int] = Field(default_factory=dict, description="items of a kind not kept, counted")
 
     def names(self) -> str:
         """Every value, one per line (what a reader could search)."""
@@ -49,12 +62,17 @@ class LogContext(Record):
 
 
 _DIGIT_DOT = re.compile(r"\d\.\d|v\d{4,6}\]|TRT-\d")
-_GPU_GATE = re.compile(r"NVIDIA|Tesla|Quadro|GeForce|TITAN|Jetson|Orin|Xavier|[Cc]apability|\bsm_?\d|\bSM|\bcc")
-_FILE_GATE = re.compile(rf"\w\.(?:{entities.MODEL_EXT}|{entities.ENGINE_EXT})\b")  # only model and engine files
-_SHAPE_GATE = re.compile(r"[Ii]nput|INPUT|[Pp]rofile|[Bb]inding|\b(?:min|opt|max)\b|[Ss]hapes")
-_PREC_GATE = re.compile(r"--\w|[Pp]recision|mode|BuilderFlag|fp8|FP8")
-_BATCH_GATE = re.compile(r"(?i)batch")
-_CKPT_GATE = re.compile(r"_dir|_path|checkpoint|model_name|model.repository")
+# the gates: words a line must hold for a pattern to be tried on it (str.find over the log, much faster than a
+# regex tried at every offset); a gate only saves time, the pattern decides
+_FILE_GATE = tuple(
+    "." + e
+    for e in "onnx pt pth pb safetensors tflite torchscript gguf uff caffemodel prototxt h5 keras ckpt nemo bin plan "
+    "engine trt cache calib table json yaml yml so dll txt log npz npy csv pbtxt tar zip".split()
+)
+_SHAPE_GATE = ("nput", "INPUT", "rofile", "inding", "min", "opt", "max", "hapes")
+_PREC_GATE = ("--", "recision", "mode", "BuilderFlag", "fp8", "FP8")
+_BATCH_GATE = ("batch", "Batch", "BATCH")
+_CKPT_GATE = ("_dir", "_path", "checkpoint", "model_name", "model_repository", "model-repository")
 _GPU = re.compile(
     r"(?P<g>\b(?:NVIDIA|Tesla|Quadro|GeForce|TITAN|Jetson)\b(?: [\w-]+){1,5}?)"
     r"(?=\s*(?:$|[,.;:)\]|(]|with|GPU|\(|\d+\s?[MG]i?B))"
@@ -105,6 +123,52 @@ _BATCH = re.compile(
 )
 
 
+_FIGURE_GATE = re.compile(
+    r"\d\s?(?:ms|s|sec|secs|seconds|min|minutes|MiB|GiB|KiB|MB|GB|KB|bytes|qps|%)(?![\w/])|\d:\d\d:\d\d"
+)
+_FIGURE_WORDS = re.compile(
+    r"(?i)\b(?:time|elapsed|took|completed|finished|duration|memory|peak|throughput|latency|qps|size|"
+    r"allocat\w*|usage|mean|median|percentile|coverage|total|build|built|loaded|serializ\w*|workspace)\b"
+)
+_FIGURE = re.compile(
+    r"(?<![\w.])(?P<v>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\s?(?:ms|s|sec|secs|seconds|min|minutes|MiB|GiB|KiB|MB|GB|KB|"
+    r"bytes|qps|%)(?![\w/])|(?<![\d:-])(?<!\d )(?<!\dT)\d{1,3}:\d\d:\d\d(?:\.\d+)?(?![\d:]))"
+)
+# a time stamp a logger puts first: `2026-11-20 09:15:47.877`, `[10/12/2024-15:46:16]`, `[2024-11-08 08:46:50.861]`
+_STAMP = re.compile(r"^\[?\d{1,4}[-/]\d\d[-/]\d{2,4}[ T-]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*(?:\[[^\]\s]{1,30}\]\s*)*")
+
+
+def evidence_message(line: str) -> str:
+    """A line without its logger prefix."""
+    hit = match_prefix(clean_line(line))
+    return hit[2] if hit is not None else line.strip()
+
+
+def _figures(ctx: LogContext, text: str, starts: list[int]) -> None:
+    """Each figure with a unit (or a clock time) on a line that says what it is (time, memory, throughput ...)."""
+    kept = 0
+    last, after, what = 0, 0, ""  # the line being read, where its last figure ended, what that one was
+    for g in _FIGURE_GATE.finditer(text):
+        no = bisect_right(starts, g.start())
+        if no == last:
+            continue
+        last, after = no, 0
+        end = text.find("\n", g.start())
+        line = text[starts[no - 1] : end if end >= 0 else len(text)]
+        if not _FIGURE_WORDS.search(line):
+            continue
+        body = _STAMP.sub("", evidence_message(line))
+        for m in _FIGURE.finditer(body):
+            if kept >= FIGURES:
+                ctx.left_out["figures"] = ctx.left_out.get("figures", 0) + 1
+                continue
+            words = body[after : m.start()].strip(" ,;:")
+            what = " ".join(words.split()[-8:])[-80:] if words or not after else what  # `105.6 s, 41.2 MiB`
+            after = m.end()
+            ctx.figures.append(ContextItem(value=m["v"].strip(), line=no, detail={"what": what} if what else {}))
+            kept += 1
+
+
 def _line_starts(text: str) -> list[int]:
     starts = [0]
     find = text.find
@@ -145,11 +209,11 @@ def _input_name(before: str) -> dict[str, str]:
     return {"input": name} if name and not name.isdigit() else {}
 
 
-def _lines_with(
-    text: str, gate: re.Pattern[str], rx: re.Pattern[str], starts: list[int]
-) -> Iterator[tuple[re.Match[str], int, str]]:
-    """(match within its line, 1-based line, the line) of `rx` on each line where the cheap `gate` matches (a
-    pattern tried at every offset of a large log costs more than the gate's scan and the few lines it lets by)."""
+def _gated(text: str, gate: re.Pattern[str] | tuple[str, ...], starts: list[int]) -> Iterator[tuple[int, str]]:
+    """(1-based line, the line) of each line where the cheap `gate` matches (a regex, or words: any of them)."""
+    if isinstance(gate, tuple):
+        yield from _literal_lines(text, gate, starts)
+        return
     last = 0
     for g in gate.finditer(text):
         no = bisect_right(starts, g.start())
@@ -157,9 +221,66 @@ def _lines_with(
             continue
         last = no
         end = text.find("\n", g.start())
-        line = text[starts[no - 1] : end if end >= 0 else len(text)]
+        yield no, text[starts[no - 1] : end if end >= 0 else len(text)]
+
+
+def _literal_lines(text: str, words: tuple[str, ...], starts: list[int]) -> Iterator[tuple[int, str]]:
+    """(line, text) of each line holding one of `words` (str.find: much faster than a regex alternation)."""
+    found: set[int] = set()
+    for w in filter(None, words):
+        i = text.find(w)
+        while i >= 0:
+            found.add(bisect_right(starts, i))
+            i = text.find(w, i + 1)
+    for no in sorted(found):
+        end = text.find("\n", starts[no - 1])
+        yield no, text[starts[no - 1] : end if end >= 0 else len(text)]
+
+
+def _lines_with(
+    text: str, gate: re.Pattern[str] | tuple[str, ...], rx: re.Pattern[str], starts: list[int]
+) -> Iterator[tuple[re.Match[str], int, str]]:
+    """(match within its line, 1-based line, the line) of `rx` on each line the gate lets by."""
+    for no, line in _gated(text, gate, starts):
         for m in rx.finditer(line):
             yield m, no, line
+
+
+_GPU_WORDS = ("NVIDIA", "Tesla", "Quadro", "GeForce", "TITAN", "Jetson", "Orin", "Xavier", "apability", "sm_", "SM")
+_TOOL_WORDS = (
+    *"TensorRT tensorrt TRT- nvinfer ONNX onnx ORT CUDA cuda Cuda cuDNN CUDNN cudnn cuBLAS CUBLAS cublas river".split(),
+    *"orch olygraphy odelopt odelOpt riton server_version eepStream eepstream etPack etpack L4T release".split(),
+    *"opset Opset ensorFlow ensorflow ersion v1 v2 v3 v4 v5 v6 v7 v8 v9".split(),
+    "TRT ",
+)
+
+
+def _tools(ctx: LogContext, seen: set[tuple[str, ...]], text: str, starts: list[int]) -> None:
+    for no, line in _literal_lines(text, _TOOL_WORDS, starts):
+        if not _DIGIT_DOT.search(line):
+            continue
+        for m in entities.VERSION.finditer(line):
+            tool = next(entities.TOOL[k] for k, v in m.groupdict().items() if v is not None and k in entities.TOOL)
+            _add(ctx.tools, seen, m["v"], no, tool=tool)
+        for m in entities.TRT_NUMBER.finditer(line):
+            _add(ctx.tools, seen, entities.trt_number(m["n"] or m["m"]), no, tool="TensorRT")
+
+
+def _shapes(ctx: LogContext, seen: set[tuple[str, ...]], text: str, starts: list[int]) -> None:
+    for no, line in _gated(text, _SHAPE_GATE, starts):
+        if _NODE_TRACE.search(line):
+            continue
+        for m in _SHAPE_ARG.finditer(line):
+            name = _input_name(line[: m.start()])
+            if m["v"]:
+                _add(ctx.shapes, seen, m["v"], no, role=m["role"], **name)
+            else:
+                _add(ctx.shapes, seen, m["s"], no, role=m["r2"].lower(), **name)
+        if not _INPUT_WORDS.search(line):
+            continue
+        for m in entities.SHAPE.finditer(line):
+            if not any(i.value == m[0] for i in ctx.shapes):
+                _add(ctx.shapes, seen, m.group(0), no, role="shape", **_input_name(line[: m.start()]))
 
 
 def scan(text: str) -> LogContext:
@@ -167,19 +288,16 @@ def scan(text: str) -> LogContext:
     starts = _line_starts(text)
     ctx = LogContext()
     seen: set[tuple[str, ...]] = set()
-    for m, no, _ in _lines_with(text, _DIGIT_DOT, entities.VERSION, starts):
-        tool = next(entities.TOOL[k] for k, v in m.groupdict().items() if v is not None and k in entities.TOOL)
-        _add(ctx.tools, seen, m["v"], no, tool=tool)
-    for m, no, _ in _lines_with(text, _DIGIT_DOT, entities.TRT_NUMBER, starts):
-        _add(ctx.tools, seen, entities.trt_number(m["n"] or m["m"]), no, tool="TensorRT")
-    for m, no, _ in _lines_with(text, _GPU_GATE, _GPU, starts):
-        if m["g"] and not _NOT_GPU.search(m["g"]):
-            _add(ctx.gpus, seen, m["g"].strip(), no)
-        elif m["j"]:
-            _add(ctx.gpus, seen, m["j"], no)
-        elif m["cc"] or m["sm"]:
-            cc = m["cc"] or f"{m['sm'][:-1]}.{m['sm'][-1]}"
-            _add(ctx.gpus, seen, m.group(0).strip(), no, compute_capability=cc)
+    _tools(ctx, seen, text, starts)
+    for no, line in _literal_lines(text, _GPU_WORDS, starts):
+        for m in _GPU.finditer(line):
+            if m["g"] and not _NOT_GPU.search(m["g"]):
+                _add(ctx.gpus, seen, m["g"].strip(), no)
+            elif m["j"]:
+                _add(ctx.gpus, seen, m["j"], no)
+            elif m["cc"] or m["sm"]:
+                cc = m["cc"] or f"{m['sm'][:-1]}.{m['sm'][-1]}"
+                _add(ctx.gpus, seen, m.group(0).strip(), no, compute_capability=cc)
     for m, no, line in _lines_with(text, _FILE_GATE, entities.FILE, starts):
         path = (m["f"] or "").rstrip(".,;:)'\"")
         if not path or line[m.start() - 1 : m.start()] == "[" and line[m.end() : m.end() + 1] == "]":
@@ -190,26 +308,20 @@ def scan(text: str) -> LogContext:
             _add(ctx.engines, seen, path, no, **({"direction": how} if how else {}))
         elif re.fullmatch(entities.MODEL_EXT, ext) and (ext != "bin" or "model" in path.lower()):
             _add(ctx.models, seen, path, no)
+        elif re.fullmatch(entities.DATA_EXT, ext) or re.fullmatch(r"so(?:\.\d+)*", ext):
+            how = _direction(line, m.start())
+            _add(ctx.files, seen, path, no, **({"direction": how} if how else {}))
     for m, no, _ in _lines_with(text, _CKPT_GATE, _CHECKPOINT, starts):
         v = m["v"]
         if "engine" in m["k"] and not re.search(r"\.(?:plan|engine|trt)$", v):
             _add(ctx.engines, seen, v, no, direction="written" if "output" in m["k"] else "folder")
         elif not re.search(r"\.(?:plan|engine|trt)$", v):
             _add(ctx.models, seen, v, no, folder=m["k"])
-    for m, no, line in _lines_with(text, _SHAPE_GATE, _SHAPE_ARG, starts):
-        if _NODE_TRACE.search(line):
-            continue
-        name = _input_name(line[: m.start()])
-        if m["v"]:
-            _add(ctx.shapes, seen, m["v"], no, role=m["role"], **name)
-        else:
-            _add(ctx.shapes, seen, m["s"], no, role=m["r2"].lower(), **name)
-    for m, no, line in _lines_with(text, _SHAPE_GATE, entities.SHAPE, starts):
-        if _INPUT_WORDS.search(line) and not _NODE_TRACE.search(line) and not any(i.value == m[0] for i in ctx.shapes):
-            _add(ctx.shapes, seen, m.group(0), no, role="shape", **_input_name(line[: m.start()]))
+    _shapes(ctx, seen, text, starts)
     for m, no, _ in _lines_with(text, _PREC_GATE, _PRECISION, starts):
         v = m["flag"] and f"--{m['flag']}" or m["v"] or m["v2"]
         _add(ctx.precision, seen, v, no)
     for m, no, _ in _lines_with(text, _BATCH_GATE, _BATCH, starts):
         _add(ctx.batch_size, seen, m["v"], no)
+    _figures(ctx, text, starts)
     return ctx

@@ -6,7 +6,10 @@ and error codes. One extractor, used by the context block (context.py) and the e
 
     {"files": ["model.onnx"], "names": ["conv1"], "ops": ["Conv"], "shapes": ["1x3x224x224"],
      "sizes": [{"text": "512 MiB", "bytes": 536870912}], "durations": [{"text": "12.5 ms", "seconds": 0.0125}],
-     "versions": [{"tool": "TensorRT", "version": "10.4.0"}], "error_codes": ["Error Code 4"]}
+     "versions": [{"tool": "TensorRT", "version": "10.4.0"}], "error_codes": ["Error Code 4"],
+     "locations": ["mha_fusion.cpp:344"]}
+
+A version with no tool beside it (`expecting library version 8.0.0 got 8.0.1`) has tool "".
 
 Sizes: KiB / MiB / GiB are powers of 1024; kB / KB / MB / GB are powers of 1000 as the SI defines them (TensorRT
 itself writes MiB; a tool that writes `MB` for 2**20 bytes is off by 5 %, and the text as written is kept beside it).
@@ -19,7 +22,15 @@ from typing import Any
 
 MODEL_EXT = r"onnx|pt|pth|pb|safetensors|tflite|torchscript|gguf|uff|caffemodel|prototxt|h5|keras|ckpt|nemo|bin"
 ENGINE_EXT = r"plan|engine|trt"
-_OTHER_EXT = r"cache|calib|calibration|table|json|ya?ml|so(?:\.\d+)*|dll|txt|log|npz|npy|py|cpp|cc|cu|h|hpp|csv|pbtxt"
+DATA_EXT = r"cache|calib|calibration|table|json|ya?ml|so(?:\.\d+)*|dll|txt|log|npz|npy|csv|pbtxt|tar|zip|bin"
+_SOURCE_EXT = r"py|cpp|cc|cu|h|hpp|c"
+_OTHER_EXT = DATA_EXT + "|" + _SOURCE_EXT
+# a source location a tool prints with its message: `mha_fusion.cpp:344`, `onnx2trt_utils.cpp:235`
+_LOCATION = re.compile(rf"(?<![\w.-])[\w./-]*\w\.(?:{_SOURCE_EXT}):\d+\b")
+# a version with no tool named beside it: `expecting library version 8.0.0 got 8.0.1`
+_BARE_VERSION = re.compile(
+    r"\b(?:[Vv]ersion|expect(?:ing|ed)|got|found|requires?|but)\s+v?(?P<v>\d+\.\d+\.\d+(?:\.\d+)?)\b"
+)
 # a path or a file name: an extension the tools' files carry, or an absolute / relative path of two parts or more
 FILE = re.compile(
     r"(?<![\w/.~$-])(?P<f>(?:[A-Za-z]:[\\/]|~?/|\.{1,2}/)?(?:[\w.+@-]+[\\/])*[\w.+@-]*\w\."
@@ -181,6 +192,8 @@ def versions(text: str) -> list[dict[str, str]]:
     for m in VERSION.finditer(text):
         tool = next(TOOL[k] for k, v in m.groupdict().items() if v is not None and k in TOOL)
         out.append({"tool": tool, "version": m["v"]})
+    named = {v["version"] for v in out}
+    out.extend({"tool": "", "version": m["v"]} for m in _BARE_VERSION.finditer(text) if m["v"] not in named)
     for m in TRT_NUMBER.finditer(text):
         out.append({"tool": "TensorRT", "version": trt_number(m["n"] or m["m"])})
     return _unique(out)
@@ -197,5 +210,6 @@ def extract(text: str) -> dict[str, list[Any]]:
         "durations": durations(text) if re.search(r"\d\s?[nuµmsh]|\d:\d\d:", text) else [],
         "versions": versions(text) if re.search(r"\d\.\d|v\d{4}|TRT-\d", text) else [],
         "error_codes": _unique([m.group(0) for m in _ERROR_CODE.finditer(text)]),
+        "locations": _unique([m.group(0) for m in _LOCATION.finditer(text)]),
     }
     return {k: v for k, v in found.items() if v}

@@ -13,9 +13,11 @@ _LABELS = (
     ("gpus", "GPU"),
     ("models", "model files"),
     ("engines", "engine files"),
+    ("files", "other files"),
     ("shapes", "input shapes"),
     ("precision", "precision"),
     ("batch_size", "batch size"),
+    ("figures", "figures"),
 )
 SHOWN = 6  # items of one kind on its line; the rest counted
 
@@ -24,7 +26,7 @@ def _item(key: str, item: ContextItem) -> str:
     d = item.detail
     if key == "tools":
         text = f"{d.get('tool', '?')} {item.value}"
-    elif key == "engines" and d.get("direction"):
+    elif key in ("engines", "files") and d.get("direction"):
         text = f"{item.value} ({d['direction']})"
     elif key == "shapes":
         name = f"{d['input']} " if d.get("input") else ""
@@ -32,6 +34,8 @@ def _item(key: str, item: ContextItem) -> str:
         text = f"{name}{role}{item.value}"
     elif key == "gpus" and d.get("compute_capability") and d["compute_capability"] not in item.value:
         text = f"{item.value} (compute capability {d['compute_capability']})"
+    elif key == "figures" and d.get("what"):
+        text = f"{d['what']} {item.value}"
     else:
         text = item.value
     return f"{text} [line {item.line}]"
@@ -44,7 +48,8 @@ def context_lines(ctx: LogContext) -> list[str]:
         items = getattr(ctx, key)
         if items:
             shown = ", ".join(_item(key, i) for i in items[:SHOWN])
-            more = f", ... {len(items) - SHOWN} more" if len(items) > SHOWN else ""
+            left = len(items) - SHOWN + ctx.left_out.get(key, 0)
+            more = f", ... {left} more" if left > 0 else ""
             out.append(f"  {label}: {shown}{more}")
     if not out:
         return ["context: the log names no tool version, GPU, model or engine file, input shape or precision"]
