@@ -100,6 +100,7 @@ _NODE_TRACE = re.compile(
 )
 _INPUT_NAME = re.compile(
     r"(?:Tensor:|network input:?|[Ii]nput(?: tensor)?:|binding:?|\{)\s*(?P<a>[\w./:-]+)"
+    r"|(?:[Ii]nput|[Tt]ensor|binding)\s+['\"](?P<q>[^'\"\s]{1,120})['\"]"
     r"|(?P<b>[\w./:-]+)\s+\[(?:min|shape)="
     r"|--\w*[Ss]hapes=(?P<c>[\w./-]+):"
 )
@@ -147,7 +148,7 @@ def evidence_message(line: str) -> str:
 def _figures(ctx: LogContext, text: str, starts: list[int]) -> None:
     """Each figure with a unit (or a clock time) on a line that says what it is (time, memory, throughput ...)."""
     kept = 0
-    last, after, what = 0, 0, ""  # the line being read, where its last figure ended, what that one was
+    last, after = 0, 0  # the line being read, where its last figure ended
     for g in _FIGURE_GATE.finditer(text):
         no = bisect_right(starts, g.start())
         if no == last:
@@ -162,8 +163,8 @@ def _figures(ctx: LogContext, text: str, starts: list[int]) -> None:
             if kept >= FIGURES:
                 ctx.left_out["figures"] = ctx.left_out.get("figures", 0) + 1
                 continue
-            words = body[after : m.start()].strip(" ,;:")
-            what = " ".join(words.split()[-8:])[-80:] if words or not after else what  # `105.6 s, 41.2 MiB`
+            words = body[after : m.start()].strip(" ,;:") or body[: m.start()]  # `in 105.6 s, 41.2 MiB`: all before
+            what = " ".join(words.split()[-8:])[-80:]
             after = m.end()
             ctx.figures.append(ContextItem(value=m["v"].strip(), line=no, detail={"what": what} if what else {}))
             kept += 1
@@ -205,7 +206,7 @@ def _input_name(before: str) -> dict[str, str]:
     found = [m for m in _INPUT_NAME.finditer(before)]
     if not found:
         return {}
-    name = found[-1]["a"] or found[-1]["b"] or found[-1]["c"]
+    name = found[-1]["a"] or found[-1]["q"] or found[-1]["b"] or found[-1]["c"]
     return {"input": name} if name and not name.isdigit() else {}
 
 
