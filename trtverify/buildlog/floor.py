@@ -27,15 +27,17 @@ _ABORT = re.compile(
 _ERROR = re.compile(
     r"^(?:\S+ )?(?:ERROR|Error|error)(?:\[\d+\])?:|^E\d{4} |\bError\[\d+\]:|^\w*(?:Error|Exception): \S|"
     r"^\[ERROR\]|^(?:FAILED|FAIL)\b|\[[\d/: .-]*\s(?:ERROR|INTERNAL_ERROR)\]|\bError Code:? \d+:"
-    # any application's logger: a bracketed level (`[error]`, `[FATAL]`), a level word after a time, `level=error`
-    r"|^.{0,80}?\[(?:error|err|ERR|Error|fatal|FATAL|Fatal|critical|CRITICAL)\]"
+    # any application's logger: a level word after a time, `level=error` (a bracketed level: _LEVEL_TAG)
     r"|^\S*\d\d:\d\d:\d\d\S*\s+(?:ERROR|FATAL|CRITICAL|error|fatal)\b|\blevel=(?:error|fatal)\b"
 )
 _WARNING = re.compile(
     r"^(?:\S+ )?(?:WARNING|Warning|WARN|warning)(?:\[\d+\])?:|^W\d{4} |^\[WARNING\]|\bUserWarning: |"
     r"\[[\d/: .-]*\sWARNING\]"
-    r"|^.{0,80}?\[(?:warn|warning|Warn|Warning|WARN)\]|^\S*\d\d:\d\d:\d\d\S*\s+(?:WARN|WARNING|warn|warning)\b"
-    r"|\blevel=warn(?:ing)?\b"
+    r"|^\S*\d\d:\d\d:\d\d\S*\s+(?:WARN|WARNING|warn|warning)\b|\blevel=warn(?:ing)?\b"
+)
+# an application logger's level in brackets among the line's first 100 characters: `... [detsvc] [error] ...`
+_LEVEL_TAG = re.compile(
+    r"\[(?:(?P<e>error|err|ERR|Error|fatal|FATAL|Fatal|critical|CRITICAL)|(?P<w>warn|warning|Warn|Warning|WARN))\]"
 )
 
 _TEMPLATE = (
@@ -63,6 +65,9 @@ def level(record: LogRecord) -> str | None:
         return "error"
     if _WARNING.search(text):
         return "warning"
+    tag = _LEVEL_TAG.search(text, 0, 100) if "[" in text[:100] else None
+    if tag:
+        return "error" if tag["e"] else "warning"
     return None
 
 
