@@ -62,3 +62,31 @@ def test_entities_as_the_tools_write_them() -> None:
     assert {("TensorRT", "10.4.0"), ("CUDA", "12.2"), ("TensorRT", "8.6.1"), ("TensorRT", "8.5.2")} <= versions
     # a timestamp is not a duration, a date is not a path
     assert extract("[10/12/2024-15:46:16] [TRT] [I] done") == {}
+
+
+def test_a_log_nobody_wrote_a_rule_for() -> None:
+    """docs/buildlog.md's made-up C++ service: its context, and its `[warn]` / `[error]` lines as generic findings."""
+    text = (DATA / "docrun" / "detector_service.log").read_text(encoding="utf-8")
+    log = parse(text)
+    ctx = log.context
+    assert [(t.detail["tool"], t.value) for t in ctx.tools] == [
+        ("TensorRT", "10.3.0"), ("CUDA", "12.6"), ("driver", "560.35.03")
+    ]  # fmt: skip
+    assert [g.detail.get("compute_capability") for g in ctx.gpus] == [None, "8.9"] and ctx.gpus[0].value == "NVIDIA L4"
+    assert [m.value for m in ctx.models] == ["/opt/models/yolo_det_v7.onnx"]
+    engine = "/var/cache/detsvc/yolo_det_v7_fp16_b8.engine"
+    assert [(e.value, e.line, e.detail.get("direction")) for e in ctx.engines] == [
+        (engine, 5, "read"), (engine, 9, "written")
+    ]  # fmt: skip
+    assert [(s.detail["input"], s.detail["role"], s.value) for s in ctx.shapes] == [
+        ("images", "min", "[1,3,640,640]"), ("images", "opt", "[4,3,640,640]"), ("images", "max", "[8,3,640,640]")
+    ]  # fmt: skip
+    assert [p.value for p in ctx.precision] == ["fp16"] and [b.value for b in ctx.batch_size] == ["8"]
+    assert ("105.6 s", 9) in [(f.value, f.line) for f in ctx.figures]
+    errors = [f for f in log.findings if f.kind == "log_error"]
+    assert len(errors) == 1 and errors[0].count == 2 and errors[0].severity == "high"
+    assert (errors[0].detail["first_line"], errors[0].detail["last_line"]) == (10, 11)
+    assert errors[0].entities["error_codes"] == ["cudaErrorMemoryAllocation"]
+    assert errors[0].entities["sizes"] == [{"text": "1.5 GiB", "bytes": 1610612736}]
+    warnings = [f for f in log.findings if f.kind == "log_warning"]
+    assert [w.lines for w in warnings] == [(6,), (8,)] and "/model.24/Softmax" in warnings[1].layers

@@ -22,6 +22,7 @@ from trtverify.util.words import shorten
 _ABORT = re.compile(
     r"Assertion [`'\"]?.+[`'\"]? failed|\bassertion failed\b|\bAbort(?:ed)?\b(?: \(core dumped\))?|"
     r"terminate called after throwing|Segmentation fault|core dumped|Fatal Python error|\bCUDA error\b.*: "
+    r"|\b[DQ]?CHECK(?:_[A-Z]{2})?\(.*\) failed|\bCheck failed: "  # a glog / absl check: `DCHECK(fc1_ && fc2_) failed`
 )
 # (a level inside a logger's own brackets: `E onnxruntime: [2024-09-20 12:15:43   ERROR] ...`)
 _ERROR = re.compile(
