@@ -97,6 +97,7 @@ _INPUT_WORDS = re.compile(r"(?i)\binputs?\b|profile|binding|\b(?:min|opt|max)\b|
 # a node's inputs in the ONNX parser's verbose trace, a reformat layer's: not the network's
 _NODE_TRACE = re.compile(
     r"\] inputs: \[|\w input dimensions|\] outputs: \[|LayerType:|Reformatting CopyNode|\bweights?\b|[Ww]eights \["
+    r"|^Layer\(|Input Tensor \d+ to|Inputs: \[|\"Inputs\"|Stats: |\bat \("  # a layer's record; a statistic's index
 )
 _INPUT_NAME = re.compile(
     r"(?:Tensor:|network input:?|[Ii]nput(?: tensor)?:|binding:?|\{)\s*(?P<a>[\w./:-]+)"
@@ -149,6 +150,7 @@ def _figures(ctx: LogContext, text: str, starts: list[int]) -> None:
     """Each figure with a unit (or a clock time) on a line that says what it is (time, memory, throughput ...)."""
     kept = 0
     last, after = 0, 0  # the line being read, where its last figure ended
+    said: set[tuple[str, str]] = set()
     for g in _FIGURE_GATE.finditer(text):
         no = bisect_right(starts, g.start())
         if no == last:
@@ -166,6 +168,9 @@ def _figures(ctx: LogContext, text: str, starts: list[int]) -> None:
             words = body[after : m.start()].strip(" ,;:") or body[: m.start()]  # `in 105.6 s, 41.2 MiB`: all before
             what = " ".join(words.split()[-8:])[-80:]
             after = m.end()
+            if (m["v"].strip(), what) in said:  # the same figure said again (`Using 59655MiB` on every line)
+                continue
+            said.add((m["v"].strip(), what))
             ctx.figures.append(ContextItem(value=m["v"].strip(), line=no, detail={"what": what} if what else {}))
             kept += 1
 
