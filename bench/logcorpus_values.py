@@ -4,13 +4,16 @@ The part d/ (2026-11-27) was collected by someone who did not run the parser. Fo
 measurement, the values a person debugging it came for (expected.json): the family, the line, and the exact text
 of the value (a build time, a peak memory, an engine path, an op name ...).
 
-A value counts as surfaced when a finding says it: the value's text appears in a finding's message, layers or
-detail, or (for a number) a number equal to it appears there. Lines that merely sit in `unknown_lines` do not count.
+A value counts as surfaced when a finding or the context block says it: the value's text appears in a finding's
+message, layers, detail, evidence lines or entities, or in a context item, or (for a number) a number equal to
+it appears there (`--findings-only`: findings' message, layers and detail only, as before issue 47).
+`--generic`: the generic layer alone (parse(rules=False): context, evidence, the floor), no tool's or family's rules.
+Lines that merely sit in `unknown_lines` do not count.
 There is no normalisation: a duration or a count (`00:00:47`, `63 Layer(s)`) counts only where a finding says it as
 written, or as an equal number (47 would not do for `00:00:47`); the parser states such values as written beside
 their conversion. Reported: values surfaced per family, and logs whose every value is surfaced.
 
-    python bench/logcorpus_values.py [--part d] [--out FILE] [--verbose]
+    python bench/logcorpus_values.py [--part d] [--generic] [--findings-only] [--out FILE] [--verbose]
 """
 
 from __future__ import annotations
@@ -21,18 +24,23 @@ import math
 import re
 from pathlib import Path
 
-from trtverify.buildlog.parser import parse_file
+from trtverify.buildlog.parser import parse, read_log_text
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "logcorpus"
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 
 
-def _said(log) -> str:
+def _said(log, findings_only: bool = False) -> str:
     parts = []
     for f in log.findings:
         parts.append(f.message)
         parts.extend(f.layers)
         parts.append(json.dumps(f.detail, default=str, ensure_ascii=False))
+        if not findings_only:
+            parts.extend(e.text for e in f.evidence)
+            parts.append(json.dumps(f.entities, default=str, ensure_ascii=False))
+    if not findings_only:
+        parts.append(json.dumps(log.context.model_dump(), ensure_ascii=False))
     return "\n".join(parts)
 
 
@@ -55,7 +63,9 @@ def surfaced(value: str, said: str, numbers: list[float]) -> bool:
     return False
 
 
-def measure(part: str = "d", verbose: bool = False) -> tuple[str, list[tuple[str, dict, bool]]]:
+def measure(
+    part: str = "d", verbose: bool = False, generic: bool = False, findings_only: bool = False
+) -> tuple[str, list[tuple[str, dict, bool]]]:
     folder = CORPUS / part
     expected = json.loads((folder / "expected.json").read_text(encoding="utf-8"))["expected"]
     per_family: dict[str, list[int]] = {}
@@ -64,8 +74,8 @@ def measure(part: str = "d", verbose: bool = False) -> tuple[str, list[tuple[str
     misses = []
     for number in sorted(expected):
         (path,) = folder.glob(f"{number}_*.log")
-        log = parse_file(path)
-        said = _said(log)
+        log = parse(read_log_text(path), rules=not generic)
+        said = _said(log, findings_only)
         numbers = _numbers(said)
         ok_all = True
         for item in expected[number]:
@@ -81,7 +91,9 @@ def measure(part: str = "d", verbose: bool = False) -> tuple[str, list[tuple[str
     total = sum(v[1] for v in per_family.values())
     hit = sum(v[0] for v in per_family.values())
     lines = [
-        f"part {part}: {len(expected)} logs, {full} with every value surfaced; values {hit} of {total}"
+        f"part {part}{' (generic layer alone)' if generic else ''}"
+        f"{' (findings only)' if findings_only else ''}: {len(expected)} logs, {full} with every value surfaced;"
+        f" values {hit} of {total}"
         f" ({100 * hit / max(total, 1):.0f} %)",
         "per family: "
         + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in sorted(per_family.items(), key=lambda kv: (-kv[1][1], kv[0]))),
@@ -97,8 +109,10 @@ def main() -> None:
     ap.add_argument("--part", default="d")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--verbose", action="store_true", help="list every value not surfaced")
+    ap.add_argument("--generic", action="store_true", help="the generic layer alone: no tool's or family's rules")
+    ap.add_argument("--findings-only", action="store_true", help="count findings' message, layers, detail only")
     args = ap.parse_args()
-    text, _ = measure(args.part, args.verbose)
+    text, _ = measure(args.part, args.verbose, args.generic, args.findings_only)
     print(text)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")

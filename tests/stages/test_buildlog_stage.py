@@ -38,6 +38,10 @@ def test_demo_suite_buildlog_stage(tmp_path: Path):
     assert "/features/block1/conv/Conv_myl0_1" in changed
     html = (tmp_path / "o" / "report.html").read_text()
     assert "timing_cache" in html and "Conv_myl0_1" in html
+    # the context block (the product's version, the model) in results.json and in the report; evidence per finding
+    assert "1.7.1.116" in [t["value"] for t in log["context"]["tools"]]
+    assert all(f["evidence"] and f["evidence"][0]["line"] == f["lines"][0] for f in log["findings"])
+    assert 'class="notes log-context"' in html and "1.7.1.116" in html and 'class="evidence"' in html
 
 
 def test_gates_fail_on_and_max(tmp_path: Path):

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
+from trtverify.buildlog.evidence import EvidenceLine
 from trtverify.buildlog.layers import EngineLayer
 from trtverify.buildlog.lines import LogRecord
 from trtverify.config.findings import Severity
@@ -31,6 +32,14 @@ class Finding(Record):
     layers: tuple[str, ...] = Field(description="engine layers involved")
     count: int
     detail: dict[str, Any] = Field(default_factory=dict)
+    evidence: list[EvidenceLine] = Field(
+        default_factory=list, description="its log lines as written: the first and last few of many, the rest counted"
+    )
+    entities: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="names and numbers in its lines: files, names, ops, shapes, sizes (bytes), durations (seconds), "
+        "versions, error_codes",
+    )
 
 
 @dataclass(frozen=True)

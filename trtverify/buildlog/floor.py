@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
+from trtverify.buildlog.entities import QUOTED, names
 from trtverify.buildlog.findings import Hit
 from trtverify.buildlog.lines import LogRecord
 from trtverify.util.words import shorten
@@ -21,27 +22,30 @@ from trtverify.util.words import shorten
 _ABORT = re.compile(
     r"Assertion [`'\"]?.+[`'\"]? failed|\bassertion failed\b|\bAbort(?:ed)?\b(?: \(core dumped\))?|"
     r"terminate called after throwing|Segmentation fault|core dumped|Fatal Python error|\bCUDA error\b.*: "
+    r"|\b[DQ]?CHECK(?:_[A-Z]{2})?\(.*\) failed|\bCheck failed: "  # a glog / absl check: `DCHECK(fc1_ && fc2_) failed`
 )
 # (a level inside a logger's own brackets: `E onnxruntime: [2024-09-20 12:15:43   ERROR] ...`)
 _ERROR = re.compile(
     r"^(?:\S+ )?(?:ERROR|Error|error)(?:\[\d+\])?:|^E\d{4} |\bError\[\d+\]:|^\w*(?:Error|Exception): \S|"
     r"^\[ERROR\]|^(?:FAILED|FAIL)\b|\[[\d/: .-]*\s(?:ERROR|INTERNAL_ERROR)\]|\bError Code:? \d+:"
+    # any application's logger: a level word after a time, `level=error` (a bracketed level: _LEVEL_TAG)
+    r"|^\S*\d\d:\d\d:\d\d\S*\s+(?:ERROR|FATAL|CRITICAL|error|fatal)\b|\blevel=(?:error|fatal)\b"
 )
 _WARNING = re.compile(
     r"^(?:\S+ )?(?:WARNING|Warning|WARN|warning)(?:\[\d+\])?:|^W\d{4} |^\[WARNING\]|\bUserWarning: |"
     r"\[[\d/: .-]*\sWARNING\]"
+    r"|^\S*\d\d:\d\d:\d\d\S*\s+(?:WARN|WARNING|warn|warning)\b|\blevel=warn(?:ing)?\b"
+)
+# an application logger's level in brackets among the line's first 100 characters: `... [detsvc] [error] ...`
+_LEVEL_TAG = re.compile(
+    r"\[(?:(?P<e>error|err|ERR|Error|fatal|FATAL|Fatal|critical|CRITICAL)|(?P<w>warn|warning|Warn|Warning|WARN))\]"
 )
 
-_QUOTED = re.compile(r"'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"|`([^`'\n]{1,200})[`']")
-_NAMED = re.compile(
-    r"(?<!-)\b(?P<kw>layer|node|tensor|input|output|plugin|op|Layer|Node|Tensor)(?P<colon>\s*:)?\s+"
-    r"(?P<name>[\w./:\[\]-]{2,120})"
-)
-_IDENTIFIER = re.compile(r"[\d_/.:\[\]]|\w-\w")  # what a word of prose lacks: digits, _ / . : [ ], an inner -
 _TEMPLATE = (
-    (_QUOTED, "'<name>'"),
+    (QUOTED, "'<name>'"),
     (re.compile(r"(?:/[\w.+-]+){2,}"), "<path>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"\([A-Z][A-Z0-9_]{2,}\)"), "(<op>)"),  # a layer's type: `'/model.23/Concat_6' (CONCATENATION)`
     (re.compile(r"(?<![A-Za-z0-9.])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?"), "<n>"),
 )
 MESSAGE = 300  # characters of a message kept (cut after a sentence or a word, marked " ...")
@@ -62,40 +66,22 @@ def level(record: LogRecord) -> str | None:
         return "error"
     if _WARNING.search(text):
         return "warning"
+    tag = _LEVEL_TAG.search(text, 0, 100) if "[" in text[:100] else None
+    if tag:
+        return "error" if tag["e"] else "warning"
     return None
 
 
 def template(text: str) -> str:
-    """The message with what varies between repeats taken out: quoted names, paths, hex and numbers."""
+    """The message with what varies between repeats taken out: quoted names, names after `layer` / `tensor` /
+    `node` ... (entities.names: `Missing scale ... for tensor encoder.layer.2.bias_output`), paths, hex and numbers.
+    (Drain's grouping, measured in bench/floor_grouping_drain.py, joined those names; this does it without a miner.)"""
+    for name in sorted(names(text), key=len, reverse=True):
+        if len(name) > 2:
+            text = text.replace(name, "<name>")
     for rx, repl in _TEMPLATE:
         text = rx.sub(repl, text)
     return re.sub(r"\s+", " ", text).strip()[:MESSAGE]
-
-
-def names(text: str) -> list[str]:
-    """The names a message mentions: quoted, or after 'layer', 'node', 'tensor', 'input', 'output', 'plugin'.
-
-    Messages are sentences, so not every word after those is a name: a quoted phrase of plain words (`See
-    "Lazy Loading" section`) is a title; after `tensor:` any word is a name, but after a bare `tensor` only one
-    that looks like an identifier (digits, `_ / . : [ ]`, an inner `-`: `conv_6`, `/model.22/Squeeze`, `1143`),
-    or a capitalised word after a lower-case keyword (`layer Embedding`, `plugin OneHot`). `the tensor to have a
-    static shape`, `this input tensor`, `Layer Time (ms)` name nothing."""
-    found = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(text)]
-    found = [n for n in found if not re.fullmatch(r"[A-Za-z]+(?: [A-Za-z]+)+", n)]
-    for m in _NAMED.finditer(text):
-        name = m["name"].rstrip(".,:;")
-        if m["colon"] or _identifier(name, m["kw"]):
-            found.append(name)
-    return list(dict.fromkeys(n for n in found if n))
-
-
-def _identifier(word: str, keyword: str) -> bool:
-    """`word`, right after `keyword` without a colon, is a name rather than the next word of a sentence."""
-    if word.startswith("[") or not re.search(r"\w", word):  # `{input [min=...]}`, `--- End node ---`
-        return False
-    if _IDENTIFIER.search(word):
-        return True
-    return keyword.islower() and word[:1].isupper()
 
 
 def _marked(records: Iterable[LogRecord]) -> Iterator[tuple[LogRecord, str]]:

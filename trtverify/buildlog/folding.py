@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trtverify.buildlog.evidence import evidence
 from trtverify.buildlog.findings import RULES, Finding, Hit, Rule
 from trtverify.buildlog.lines import LogRecord
 from trtverify.config.findings import SEVERITY_RANK
 
 
-def fold(hits: list[Hit]) -> list[Finding]:
+def fold(hits: list[Hit], lines: Sequence[str] = ()) -> list[Finding]:
+    """One finding per key; with the log's `lines`, each with its evidence lines and their entities."""
     groups: dict[str, list[Hit]] = {}
     for h in hits:
         groups.setdefault(h.key or h.kind, []).append(h)
@@ -26,6 +28,10 @@ def fold(hits: list[Hit]) -> list[Finding]:
             detail["occurrences"] = [dict(h.detail, line=h.line) for h in group] if any(h.detail for h in group) else []
             if not detail["occurrences"]:
                 del detail["occurrences"]
+        numbers = tuple(h.line for h in group)
+        if first.kind in ("log_warning", "log_error") and len(group) > 1:  # the floor's template groups
+            detail.update(first_line=numbers[0], last_line=numbers[-1])
+        shown, found = evidence(numbers, lines) if lines else ([], {})
         out.append(
             Finding(
                 kind=first.kind,
@@ -36,6 +42,8 @@ def fold(hits: list[Hit]) -> list[Finding]:
                 layers=tuple(layers),
                 count=len(group),
                 detail=detail,
+                evidence=shown,
+                entities=found,
             )
         )
     out.sort(key=lambda f: (SEVERITY_RANK[f.severity], f.lines[0], f.kind))

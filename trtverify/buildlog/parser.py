@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import Field
 
 from trtverify.buildlog import families, floor, performance, polygraphy, polygraphy_debug
+from trtverify.buildlog.context import ContextItem, LogContext, scan
 from trtverify.buildlog.findings import RULES, Finding, precision_fallback
 from trtverify.buildlog.folding import fold, gather
 from trtverify.buildlog.layers import EngineLayer, layer_table
@@ -44,12 +45,18 @@ def _from_number(n: str) -> str:
 
 
 def find_version(records: list[LogRecord]) -> str | None:
+    return stated_version(records)[0]
+
+
+def stated_version(records: list[LogRecord]) -> tuple[str | None, int]:
+    """(the TensorRT version the log states, the line it states it on); (None, 0) where it states none."""
     for rx in _VERSIONS:
         for r in records:
             m = rx.search(r.text)
             if m:
-                return m.group("v") if "v" in m.groupdict() and m.group("v") else _from_number(m.group("n"))
-    return None
+                v = m.group("v") if "v" in m.groupdict() and m.group("v") else _from_number(m.group("n"))
+                return v, r.first
+    return None, 0
 
 
 _OPTION_RULES: list[tuple[str, re.Pattern[str]]] = [
@@ -104,6 +111,11 @@ class BuildLog(Record):
         default="TensorRT", description="TensorRT, or TensorRT-RTX (named in the log, or its logger's dialect)"
     )
     version: str | None = Field(description="the version of `product` the log states")
+    context: LogContext = Field(
+        default_factory=LogContext,
+        description="what the log says it ran (generic patterns, each item with its line): tools and versions, GPU, "
+        "model and engine files, input shapes and profiles, precision, batch size",
+    )
     dialect: str | None = Field(description="the dialect of most lines (None: no line carries a known prefix)")
     dialects: dict[str, int] = Field(description="lines per dialect")
     options: dict[str, Any] = Field(description="build options the log states")
@@ -128,7 +140,9 @@ def _recognised(r: LogRecord, read: set[int], noise: dict[int, str]) -> bool:
     return bool(_KNOWN_BARE.match(r.text))
 
 
-def parse(text: str) -> BuildLog:
+def parse(text: str, rules: bool = True) -> BuildLog:
+    """What `text` says. rules=False: the generic layer alone (context, evidence, the floor under every error
+    and warning) without any tool's or family's rules (bench/logcorpus_values.py --generic measures it)."""
     records = split_records(text)
     dialects: dict[str, int] = {}
     for r in records:
@@ -136,20 +150,25 @@ def parse(text: str) -> BuildLog:
             dialects[r.dialect] = dialects.get(r.dialect, 0) + 1
     options = find_options(records)
     layers = layer_table(records)
-    extra = precision_fallback(layers, _requested_precision(options)) + performance.hits(text)
-    hits = gather(records, extra, RULES + polygraphy.RULES + polygraphy_debug.RULES + families.RULES + tools.RULES)
+    extra = precision_fallback(layers, _requested_precision(options)) + performance.hits(text) if rules else []
+    every = RULES + polygraphy.RULES + polygraphy_debug.RULES + families.RULES + tools.RULES
+    hits = gather(records, extra, every if rules else ())
     covered = {h.line for h in hits}
     hits += floor.hits(records, covered)  # every error and warning reported
     tools.attach_engine_files(hits, records)  # the engine file named in every finding about an engine
-    findings = fold(hits)
+    findings = fold(hits, text.split("\n"))
     read = {x for h in hits for x in range(*(h.span[0], h.span[1] + 1) if h.span else (h.line, h.line + 1))}
     read.update(x for h in hits for x in h.read)
     noise = noise_classes(records)
     unknown = sum(1 for r in records if not _recognised(r, read, noise))
+    version, version_line = stated_version(records)
+    context = scan(text)
+    _merge(context, (version, version_line), findings)
     rtx = "rtx" in dialects or any("TensorRT-RTX" in r.text or "tensorrt_rtx" in r.text for r in records)
     return BuildLog(
         product="TensorRT-RTX" if rtx else "TensorRT",
-        version=find_version(records),
+        version=version,
+        context=context,
         dialect=max(dialects, key=lambda k: dialects[k]) if dialects else None,
         dialects=dialects,
         options=options,
@@ -158,6 +177,22 @@ def parse(text: str) -> BuildLog:
         unknown_lines=unknown,
         lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),
     )
+
+
+def _merge(context: LogContext, stated: tuple[str | None, int], findings: list[Finding]) -> None:
+    """What the rules read that the generic patterns did not: the TensorRT version, engine files the rules named."""
+    version, line = stated
+    if version and not any(
+        t.value == version and t.detail.get("tool", "").startswith("TensorRT") for t in context.tools
+    ):
+        context.tools.insert(0, ContextItem(value=version, line=line, detail={"tool": "TensorRT"}))
+    known = {e.value for e in context.engines}
+    for f in findings:
+        path = f.detail.get("path") if f.kind == "engine_file" else None
+        if isinstance(path, str) and path not in known:
+            known.add(path)
+            how = {"direction": str(f.detail["action"])} if f.detail.get("action") else {}
+            context.engines.append(ContextItem(value=path, line=f.lines[0], detail=how))
 
 
 MAX_LOG_BYTES = 256 << 20  # a verbose build of a large model logs tens of MB

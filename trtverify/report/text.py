@@ -14,6 +14,7 @@ from trtverify.report.capturetext import pair_text
 from trtverify.report.dettext import detection_lines
 from trtverify.report.format import fmt
 from trtverify.report.kinds import is_stage
+from trtverify.report.logtext import context_lines
 from trtverify.report.rangetext import cache_lines, range_lines
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
@@ -457,6 +458,7 @@ def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes:
         f"{log}: {count(parsed.lines, 'line')}, dialect {parsed.dialect or 'unknown'}, "
         f"{parsed.product} {parsed.version or '(the log does not state its version)'}"
     ]
+    out.extend(context_lines(parsed.context))  # what it ran, before what went wrong
     if parsed.options:
         out.append("options: " + ", ".join(f"{k}={v}" for k, v in parsed.options.items()))
     for sev in SEVERITIES:
@@ -464,7 +466,7 @@ def buildlog_summary(log: Path, parsed: BuildLog, against: Path | None, changes:
         if found:
             out.append(f"{sev}:")
         for f in found:
-            lines = ",".join(str(n) for n in list(f.lines)[:6]) + ("..." if len(f.lines) > 6 else "")
+            lines = ",".join(str(n) for n in list(f.lines)[:6]) + (f"...{f.lines[-1]}" if len(f.lines) > 6 else "")
             layers = f" [{', '.join(list(f.layers)[:4])}{'...' if len(f.layers) > 4 else ''}]" if f.layers else ""
             times = f" x{f.count}" if f.count > 1 else ""
             out.append(f"  {f.category}/{f.kind}{times} (line {lines}){layers}: {_one_line(f.message, 160)}")
