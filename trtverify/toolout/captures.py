@@ -403,8 +403,8 @@ def read_feeds(path: Path) -> list[dict[str, np.ndarray]]:
 
 
 def iter_feeds(path: Path) -> Iterator[dict[str, np.ndarray]]:
-    """The feeds of a Polygraphy inputs file one at a time, each decoded when reached (the file's text is parsed
-    whole; its arrays are not all decoded at once)."""
+    """The feeds of a Polygraphy inputs file one at a time, each decoded from the file when reached (the file is read
+    in one pass that leaves each long array's text in it)."""
     doc = _json(path)
     if not isinstance(doc, list) or not doc or not all(isinstance(d, dict) for d in doc):
         raise UsageError(f"{path}: not a Polygraphy inputs file (a list of feeds, each {{input name: array}})")
