@@ -157,9 +157,11 @@ def test_long_trtexec_and_kserve_number_lists(tmp_path: Path, chunk: int, monkey
         {"name": "logits", "shape": [2, 1000], "datatype": "FP32", "data": rng.standard_normal(2000).tolist()},
         {"name": "nested", "shape": [2, 1000], "datatype": "FP16", "data": rng.standard_normal((2, 1000)).tolist()},
         {"name": "index", "shape": [3000], "datatype": "INT64", "data": list(range(2**40, 2**40 + 3000))},
+        {"name": "mask", "shape": [3000], "datatype": "BOOL", "data": [bool(i % 3) for i in range(3000)]},
     ]}  # fmt: skip
     kserve = tmp_path / "kserve.json"
     kserve.write_text(json.dumps(doc))
+    assert all(isinstance(o["data"], jsonstream.Span) for o in jsonstream.skeleton(kserve)["outputs"])
     cap = read_capture(kserve)
     for o in doc["outputs"]:
         got = cap.iterations[0][o["name"]]()
@@ -171,4 +173,4 @@ def test_long_trtexec_and_kserve_number_lists(tmp_path: Path, chunk: int, monkey
 
 
 def cap_dtype(datatype: str) -> str:
-    return {"FP32": "float32", "FP16": "float16", "INT64": "int64"}[datatype]
+    return {"FP32": "float32", "FP16": "float16", "INT64": "int64", "BOOL": "bool"}[datatype]

@@ -267,7 +267,7 @@ class _Parser:
         list (one holding strings or objects), found out before INLINE_MAX bytes."""
         after = self.skip_ws(pos + 1, keep=pos)
         first = self.data[after - self.start : after - self.start + 1]
-        if not first or first not in b"-0123456789[]nNiI":
+        if not first or first not in b"-0123456789[]nNiItf":
             return None
         keep, j, depth = pos, pos, 0
         while True:
