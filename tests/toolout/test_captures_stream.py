@@ -174,3 +174,16 @@ def test_long_trtexec_and_kserve_number_lists(tmp_path: Path, chunk: int, monkey
 
 def cap_dtype(datatype: str) -> str:
     return {"FP32": "float32", "FP16": "float16", "INT64": "int64", "BOOL": "bool"}[datatype]
+
+
+def test_json_nested_too_deep_or_left_open_is_refused(tmp_path: Path):
+    """json's own parser recurses: a file of nested lists would end in a RecursionError, not a message."""
+    path = tmp_path / "deep.json"
+    for text, words in [
+        ("[" * 2000 + "]" * 2000, ["nested deeper than 200"]),
+        ('{"a": ' * 1000 + "1" + "}" * 1000, ["nested deeper than 200"]),
+        ("[" * 100000, ["truncated?", "Unterminated list"]),
+        ('"' + "\\\\" * 5000, ["truncated?", "Unterminated string"]),
+    ]:
+        path.write_text(text)
+        refused(path, "not valid JSON", *words)

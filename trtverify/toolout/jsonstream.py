@@ -2,11 +2,11 @@
 it is.
 
 `skeleton(path)` parses the file in chunks of 1 MiB. Objects, keys, small values and short lists become what
-`json.load` makes of them; a string or a list of numbers longer than INLINE_MAX bytes (a Polygraphy array's base64,
-trtexec's or KServe's values) becomes a `Span`: its place in the file, read back when asked for (`Span.text()`,
-`numbers(span, dtype)`), one at a time. So reading a capture holds its structure and at most one chunk; a tensor
-costs memory only while it is decoded. trtexec writes non-finite floats bare (nan, -nan, inf, -inf, as C++ streams print
-them): they are read too.
+`json.load` makes of them; a string or a list of numbers (or booleans) longer than INLINE_MAX bytes (a Polygraphy
+array's base64, trtexec's or KServe's values) becomes a `Span`: its place in the file, read back when asked for
+(`Span.text()`, `numbers(span, dtype)`), one at a time. So reading a capture holds its structure and at most one
+chunk; a tensor costs memory only while it is decoded. trtexec writes non-finite floats bare (nan, -nan, inf, -inf,
+as C++ streams print them): they are read too.
 
 A file that is not JSON raises `StreamError` with what json would say (message, line, column) and whether the file
 ended early (`truncated`).
@@ -140,6 +140,8 @@ def _loads(data: bytes) -> Any:
                                    data))  # fmt: skip
     except json.JSONDecodeError as exc:
         raise ValueError(f"not a list of numbers ({exc.msg})") from None
+    except RecursionError:
+        raise ValueError("lists nested too deep") from None
 
 
 class _Parser:
@@ -286,6 +288,8 @@ class _Parser:
                     self.data, self.start, self.eof = b"", pos, False
                 return None
             depth += 1 if c == b"[" else -1
+            if depth > MAX_DEPTH:
+                raise self.fail(f"nested deeper than {MAX_DEPTH}", q)
             j = q + 1
             if depth == 0:
                 if keep != pos or j - pos > self.inline_max:
