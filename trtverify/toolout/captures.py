@@ -16,9 +16,10 @@
   "Open Inference Protocol" / Triton HTTP/REST API, tensor data in row-major order).
 
 Every reader refuses a malformed, truncated or mismatching file with a UsageError that names the file and what is
-wrong. Memory: a folder of `.npy` files is memory-mapped, so it streams. The JSON formats are parsed whole (text and
-parsed form side by side while parsing); the Polygraphy file's base64 text then stays in memory and each array is
-decoded when asked for and dropped after; trtexec's and KServe's number lists become one array per tensor.
+wrong. Memory: nothing holds a whole capture. A folder of `.npy` files is memory-mapped. The JSON formats are read
+in one pass that keeps their structure and leaves each long base64 text or number list in the file
+(trtverify/toolout/jsonstream.py); each tensor is checked once when the file is read (decoded, then dropped) and
+decoded again from the file when asked for: one tensor in memory at a time.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +37,7 @@ import numpy as np
 
 from trtverify.toolout import debugtensors
 from trtverify.toolout.debugtensors import TensorStats
+from trtverify.toolout.jsonstream import Span, StreamError, numbers, skeleton
 from trtverify.toolout.runrecord import RunRecord, read_run
 from trtverify.util.errors import UsageError
 from trtverify.util.words import count
@@ -48,7 +49,6 @@ KSERVE_DTYPES = {
     "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "INT8": "int8",
     "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32", "FP64": "float64",
 }  # fmt: skip
-_BARE = re.compile(r"(?<![\w\"])(-?)(nan|inf|infinity)(?![\w\"])", re.IGNORECASE)
 
 
 def escape_name(name: str) -> str:
@@ -129,22 +129,22 @@ def read_capture(path: Path, runner: str | None = None, known: Iterable[str] = (
     return cap
 
 
-def _json(path: Path) -> Any:
-    text = path.read_text(encoding="utf-8", errors="replace")
+def _json(path: Path, in_file: bool = True) -> Any:
+    """The file's JSON, its long strings and number lists left in the file (jsonstream.Span) unless not `in_file`;
+    trtexec's bare nan, -nan, inf and -inf are read."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        if _BARE.search(text):  # trtexec prints non-finite floats as C++ does: nan, -nan, inf, -inf
-            try:
-                return json.loads(_BARE.sub(lambda m: "NaN" if m.group(2).lower() == "nan" else m.group(1) +
-                                            "Infinity", text))  # fmt: skip
-            except json.JSONDecodeError:
-                pass
-        cut = exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated")
-        where = "truncated? " if cut else ""
+        return skeleton(path, in_file=in_file)
+    except StreamError as exc:
+        exc.locate(path)
+        where = "truncated? " if exc.truncated else ""
         raise UsageError(f"{path}: not valid JSON ({where}{exc.msg}: line {exc.lineno} column {exc.colno})") from None
-    finally:
-        del text
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc})") from None
+
+
+def _whole_json(path: Path) -> Any:
+    """The file's JSON with every value in memory (trtexec's tensor summary: statistics, no tensors)."""
+    return _json(path, in_file=False)
 
 
 def _is_feeds(doc: list[Any]) -> bool:
@@ -154,25 +154,32 @@ def _is_feeds(doc: list[Any]) -> bool:
 # -- Polygraphy ----------------------------------------------------------------------------------------------
 
 
-def _np_payload(path: Path, where: str, obj: Any) -> str:
+def _np_payload(path: Path, where: str, obj: Any) -> str | Span:
     """The base64 text of one Polygraphy array object ({'polygraphy_class': 'ndarray', 'array': ...}, possibly
-    wrapped in a LazyArray {'values': ...})."""
-    if isinstance(obj, dict) and obj.get("polygraphy_class") == "LazyArray":
+    wrapped in a LazyArray {'values': ...}, 'LazyNumpyArray' in older files); a Span where the file keeps it."""
+    if isinstance(obj, dict) and obj.get("polygraphy_class") in ("LazyArray", "LazyNumpyArray"):
         if "values" not in obj:
             raise UsageError(f"{path}: {where}: a LazyArray without 'values'")
         obj = obj["values"]
     if not isinstance(obj, dict) or obj.get("polygraphy_class") != "ndarray":
         raise UsageError(f"{path}: {where}: not a Polygraphy array (expected {{'polygraphy_class': 'ndarray'}})")
     data = obj.get("array")
-    if not isinstance(data, str):
+    if not isinstance(data, (str, Span)):
         raise UsageError(f"{path}: {where}: the array has no base64 'array' text")
     return data
 
 
-def decode_array(path: Path, where: str, data: str) -> np.ndarray:
-    """base64 of np.save output -> the array, without pickle; UsageError naming the file and tensor otherwise."""
+def decode_array(path: Path, where: str, data: str | Span) -> np.ndarray:
+    """base64 of np.save output (a str, or a Span of the file read now) -> the array, without pickle; UsageError
+    naming the file and tensor otherwise."""
     try:
-        raw = base64.b64decode(data.encode("ascii"), validate=True)
+        text = data.text() if isinstance(data, Span) else data.encode("ascii")
+        raw = base64.b64decode(text, validate=True)
+        del text
+    except StreamError as exc:
+        raise UsageError(f"{path}: {where}: {exc.msg}") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: {where}: cannot be read ({exc})") from None
     except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
         raise UsageError(f"{path}: {where}: not base64 ({exc})") from None
     if not raw.startswith(b"\x93NUMPY"):
@@ -295,7 +302,7 @@ def _npy_folder(path: Path) -> Capture:
 
 
 def _debug(folder: Path, summary: Path | None, known: Iterable[str]) -> Capture:
-    tensors, shapes, stats, note = debugtensors.read_debug_folder(folder, summary, known, _load_npy, _json)
+    tensors, shapes, stats, note = debugtensors.read_debug_folder(folder, summary, known, _load_npy, _whole_json)
     return Capture(summary or folder, "trtexec-debug", iterations=[tensors], shapes=[shapes], statistics=[stats],
                    note=note)  # fmt: skip
 
@@ -321,14 +328,25 @@ def _json_folder(path: Path) -> Capture:
 
 
 def _values(path: Path, where: str, values: Any, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """A list of numbers, or a Span of one read from the file now, as an array of `shape`."""
     try:
-        arr = np.asarray(values, dtype=dtype)
+        arr = numbers(values, dtype)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{path}: {where}: values are not numbers of type {dtype} ({exc})") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: {where}: cannot be read ({exc})") from None
     size = int(np.prod(shape)) if shape else 1
     if arr.size != size:
         raise UsageError(f"{path}: {where}: {count(arr.size, 'value')} for shape {list(shape)} ({size} expected)")
     return arr.reshape(shape)
+
+
+def _lazy(path: Path, where: str, values: Any, shape: tuple[int, ...], dtype: str) -> Callable[[], np.ndarray]:
+    """The tensor, checked now; a short list is kept as its array, a long one (a Span) read again when asked for."""
+    arr = _values(path, where, values, shape, dtype)
+    if isinstance(values, Span):
+        return lambda: _values(path, where, values, shape, dtype)  # this one is dropped on return
+    return lambda arr=arr: arr
 
 
 def _trtexec(path: Path, doc: list[Any]) -> Capture:
@@ -342,13 +360,12 @@ def _trtexec(path: Path, doc: list[Any]) -> Capture:
         if dims.strip() and not re.fullmatch(r"\d+(x\d+)*", dims.strip()):
             raise UsageError(f"{path}: {where}: dimensions '{dims}' are not like 1x3x224x224")
         shape = tuple(int(x) for x in dims.strip().split("x")) if dims.strip() else ()
-        if not isinstance(d["values"], list):
+        values = d["values"]
+        if not isinstance(values, (list, Span)):
             raise UsageError(f"{path}: {where}: 'values' is not a list")
-        arr = _values(path, where, d["values"], shape, "float64")
-        d["values"] = None  # the list's floats are not kept beside the array
         if name in tensors:
             raise UsageError(f"{path}: tensor '{name}' appears twice")
-        tensors[name] = lambda arr=arr: arr
+        tensors[name] = _lazy(path, where, values, shape, "float64")
         shapes[name] = shape
     return Capture(path, "trtexec", iterations=[tensors], shapes=[shapes])
 
@@ -373,11 +390,9 @@ def _kserve(path: Path, doc: dict[str, Any]) -> Capture:
             raise UsageError(f"{path}: {where}: shape {shape!r} is not a list of sizes")
         if dtype not in KSERVE_DTYPES:
             raise UsageError(f"{path}: {where}: datatype {dtype!r} is not a number type ({', '.join(KSERVE_DTYPES)})")
-        arr = _values(path, where, o["data"], tuple(shape), KSERVE_DTYPES[dtype])
-        o["data"] = None
         if name in tensors:
             raise UsageError(f"{path}: tensor '{name}' appears twice")
-        tensors[name] = lambda arr=arr: arr
+        tensors[name] = _lazy(path, where, o["data"], tuple(shape), KSERVE_DTYPES[dtype])
         shapes[name] = tuple(shape)
     return Capture(path, "kserve", iterations=[tensors], shapes=[shapes])
 
@@ -388,8 +403,8 @@ def read_feeds(path: Path) -> list[dict[str, np.ndarray]]:
 
 
 def iter_feeds(path: Path) -> Iterator[dict[str, np.ndarray]]:
-    """The feeds of a Polygraphy inputs file one at a time, each decoded when reached (the file's text is parsed
-    whole; its arrays are not all decoded at once)."""
+    """The feeds of a Polygraphy inputs file one at a time, each decoded from the file when reached (the file is read
+    in one pass that leaves each long array's text in it)."""
     doc = _json(path)
     if not isinstance(doc, list) or not doc or not all(isinstance(d, dict) for d in doc):
         raise UsageError(f"{path}: not a Polygraphy inputs file (a list of feeds, each {{input name: array}})")
