@@ -19,9 +19,10 @@ graph with every float tensor, weights and input included, in that type: what a 
 / --bf16 from the FP32 ONNX computes where it does not fall back), `fp16_graph` (the demo's *_fp16.onnx run as
 typed: its FP16 tensors in FP16, its FP32 ones in FP32) and `bf16_graph` (ModelOpt AutoCast BF16 of the FP32
 ONNX, made by `prepare` as bench/gpu_truth.py makes it, run as typed). The graph inputs and Constant outputs are
-left out of a capture (TensorRT's marked outputs are layer outputs). Also `demo/kit/captured/h200_fp16.json`, the
-capture bundled with the demo (demo/shapes_captured): the detector's FP16 variant on one validation image, FP16
-arrays, without the Conv outputs that only a Relu reads (which TensorRT fuses), to stay under 3 MB.
+left out of a capture (TensorRT's marked outputs are layer outputs). Also `demo/kit/captured/h200_fp16.json`: the
+detector's FP16 variant on one validation image without the Conv outputs that only a Relu reads (the first demo
+capture; the one bundled in demo/shapes_captured now comes from bench/gpu_capture_demo.py, with the kit's
+consistency feeds and validation batches).
 """
 
 from __future__ import annotations

@@ -240,6 +240,7 @@ def add_batches(kit: Path, loaded: LoadedSuite, reference: Path) -> dict[str, An
     commands); returns the section."""
     section = write_batches(kit, loaded, reference)
     text = (kit / "README.md").read_text(encoding="utf-8").replace(", no validation batches for e2e.", ".")
+    text = text.replace("\n## Not in this kit yet\n\nNo validation batches for e2e.\n", "")  # the kit's own README
     text += readme(reference, section, input_meta(reference, section["input"]))
     manifest = kit / MANIFEST
     doc = json.loads(manifest.read_text(encoding="utf-8"))
