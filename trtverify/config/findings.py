@@ -127,6 +127,7 @@ TOOL_KINDS: dict[str, tuple[str, str]] = {
     "trtllm_runtime": ("performance", "trtllm_runtime"),  # info: engine size, KV cache bytes / tokens / blocks
     "ort_ep_placement": ("fallback", "ort_ep"),  # info (medium: nodes left to CUDA / CPU): nodes per provider
     "ort_ep_unavailable": ("fallback", "ort_ep"),  # high: the provider not created: missing library, fallback
+    "ort_ep_options": ("build", "ort_ep"),  # info: the EP's provider options (precision, caches, paths, profiles)
     "ort_ep_cache": ("tactics", "ort_ep"),  # info: engine / timing cache files written or read, paths
     "ort_ep_profile": ("build", "ort_ep"),  # info (medium: a warning): the EP's optimization profile messages
     "ort_ep_error": ("build", "ort_ep"),  # high: an engine the EP could not build or load, the fused node

@@ -69,6 +69,17 @@ _CUSTOM_FN = re.compile(r"(?P<msg>Could not find .{0,80}?(?:func(?:tion)?|symbol
 _ENGINE_NAME = re.compile(r"_b(?P<batch>\d+)_(?:gpu|dla)(?P<gpu>\d+)_(?P<prec>fp32|fp16|int8|best)\.engine$")
 
 
+# GStreamer's debug prefix (`0:00:01.159080019 17762 0x55de125e0d60 WARN  nvinfer gstnvinfer.cpp:677:...`): where a
+# terminal wrap joined two messages into one record, each is read on its own
+_GST_PREFIX = re.compile(r"(?<=\S)\s*(?=\d+:\d\d:\d\d\.\d+ +\d+ +0x[0-9a-f]+ +[A-Z]+ +nvinfer )")
+
+
+def _pieces(r: LogRecord) -> Iterator[tuple[int, str]]:
+    for line, text in lines_of(r):
+        for piece in _GST_PREFIX.split(text):
+            yield line, piece.strip()
+
+
 def _ctx(ctxs: dict[str, dict[str, Any]], uid: str, elem: str | None) -> dict[str, Any]:
     c = ctxs.setdefault(uid, {"uid": int(uid) if uid.isdigit() else uid, "engines": [], "lines": []})
     if elem:
@@ -91,7 +102,7 @@ def rule_deepstream(records: list[LogRecord]) -> Iterator[Hit]:
         if r.dialect in ("blank", "elision"):
             table = None
             continue
-        for line, text in lines_of(r):
+        for line, text in _pieces(r):
             uid = elem = None
             msg = text
             if m := _GST.search(text):
@@ -121,7 +132,7 @@ def rule_deepstream(records: list[LogRecord]) -> Iterator[Hit]:
                 table["lines"].append(line)
                 continue
             table = None
-            msg = re.sub(r"^(?:INFO|WARNING|ERROR): (?:\.\./nvdsinfer/[\w.]+:\d+ )?", "", text)
+            msg = re.sub(r"^(?:(?:INFO|WARNING|ERROR): )?(?:\.\./nvdsinfer/[\w.]+:\d+ )?", "", text)
             if m := _INFO.search(msg):
                 seen = True
                 c = ctxs[last] if last is not None else _ctx(ctxs, "?", None)

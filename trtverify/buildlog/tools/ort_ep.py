@@ -29,7 +29,8 @@ from trtverify.buildlog.tools.common import lines_of
 from trtverify.util.words import count
 
 _PLACED = re.compile(
-    r"^(?P<all>All nodes|Node\(s\)) placed on \[(?P<ep>\w+?)(?:ExecutionProvider)?\]\. Number of nodes: (?P<n>\d+)"
+    r"^(?P<all>All nodes(?: have been)?|Node\(s\)) placed on \[(?P<ep>\w+?)(?:ExecutionProvider)?\]\.?"
+    r"(?:\s*Number of nodes: (?P<n>\d+))?"
 )
 _NODE = re.compile(r"^(?P<op>[\w.:-]+) \((?P<name>[^()]*)\)$")
 _PREFERRED = re.compile(
@@ -56,6 +57,8 @@ _LIB_WIN = re.compile(
 )
 _LIB_DEPENDS = re.compile(r'Error loading "(?P<lib>[^"]+)" which depends on "(?P<missing>[^"]+)" which is missing')
 _CREATE_FAILED = re.compile(r"Failed to create (?P<p>\w+ExecutionProvider)")
+# onnxruntime_pybind_state.cc, where the TensorRT libraries are not found (the TensorRT EP's plugins are not registered)
+_INSTALL_TRT = re.compile(r"Please install TensorRT libraries as mentioned in the GPU requirements page")
 _WHEN_USING = re.compile(r"when using (?P<req>\[[^\]]*\])")
 _FALLING_BACK = re.compile(r"Falling back to (?P<fb>\[[^\]]*\]) and retrying")
 _NOT_AVAILABLE = re.compile(r"Specified provider '(?P<p>\w+)' is not in available provider names")
@@ -68,7 +71,7 @@ def _items(records: list[LogRecord]) -> Iterator[tuple[int, str, LogRecord]]:
         if r.dialect in ("blank", "elision"):
             continue
         for line, text in lines_of(r):
-            text = text.strip("*").strip()  # markdown bold left in a pasted log
+            text = text.replace("**", "").strip()  # markdown bold left in a pasted log
             if text:
                 yield line, text, r
 
@@ -88,7 +91,8 @@ def rule_ort_placement(records: list[LogRecord]) -> Iterator[Hit]:
     for line, text, r in _items(records):
         if m := _PLACED.match(text):
             cur = m["ep"]
-            eps[cur] = {"nodes": int(m["n"]), "all": bool(m["all"] == "All nodes"), "ops": {}, "names": []}
+            n = int(m["n"]) if m["n"] else None
+            eps[cur] = {"nodes": n, "all": m["all"].startswith("All"), "ops": {}, "names": []}
             ls.append(line)
             continue
         if cur is not None and r.dialect == "onnxruntime" and (m := _NODE.match(text)):
@@ -117,7 +121,8 @@ def rule_ort_placement(records: list[LogRecord]) -> Iterator[Hit]:
         return
     trt_in = any(k in ("Tensorrt", "NvTensorRTRTX") for k in eps) or "trt_ep" in d
     others = {k: v["nodes"] for k, v in eps.items() if k not in ("Tensorrt", "NvTensorRTRTX")}
-    parts = [f"{k}ExecutionProvider {v['nodes']}" for k, v in eps.items()]
+    parts = [f"{'all nodes on ' if v['all'] else ''}{k}ExecutionProvider"
+             + (f" {v['nodes']}" if v["nodes"] is not None else "") for k, v in eps.items()]  # fmt: skip
     msg = "ONNX Runtime node placement: " + (", ".join(parts) if parts else "")
     if "subgraphs" in d:
         ep = f"{d['trt_ep']} EP" if d["trt_ep"] != "TensorRT" else "TensorRT EP"
@@ -166,6 +171,10 @@ def rule_ort_provider_fallback(records: list[LogRecord]) -> Iterator[Hit]:
         if m := _CREATE_FAILED.search(text):
             d.setdefault("provider", m["p"])
             hit = True
+        if _INSTALL_TRT.search(text):
+            d.setdefault("provider", "TensorrtExecutionProvider")
+            d["reason"] = "the TensorRT libraries were not found (PATH / LD_LIBRARY_PATH)"
+            hit = True
         if m := _NOT_AVAILABLE.search(text):
             d.setdefault("provider", m["p"])
             d["not_available"] = True
@@ -197,6 +206,8 @@ def rule_ort_provider_fallback(records: list[LogRecord]) -> Iterator[Hit]:
         msg += f": {d['library']} failed to load" + (f" (error {d['error_code']})" if "error_code" in d else "")
         if d.get("error"):
             msg += f": {d['error']}"
+    elif d.get("reason"):
+        msg += f": {d['reason']}"
     elif d.get("not_available"):
         msg += ": not in the available providers"
     elif d.get("provider"):
@@ -204,6 +215,47 @@ def rule_ort_provider_fallback(records: list[LogRecord]) -> Iterator[Hit]:
     if d.get("fallback"):
         msg += "; fell back to " + ", ".join(d["fallback"])
     yield Hit("ort_ep_unavailable", "fallback", "high", msg, ls[0], (), d, read=tuple(ls))
+
+
+_OPTIONS = re.compile(_TRT_EP + r" (?:TensorRT |NvTensorRTRTX )?(?:provider|EP) options:\s*(?P<rest>.*)", re.I)
+_OPTION = re.compile(r"(?:^|,\s*)(?P<k>[a-z][a-z0-9_]+): (?P<v>[^,]*?)(?=,|$)")
+_OPTION_LINE = re.compile(r"^(?:trt|nv|int8|device)[a-z0-9_]*: [^,]*,?$")
+_SHOWN_OPTIONS = (
+    "trt_fp16_enable", "trt_int8_enable", "trt_engine_cache_enable", "trt_cache_path", "trt_engine_cache_path",
+    "trt_timing_cache_enable", "trt_timing_cache_path", "trt_max_workspace_size", "trt_profile_min_shapes",
+    "trt_profile_opt_shapes", "trt_profile_max_shapes", "device_id",
+)  # fmt: skip
+
+
+def rule_ort_ep_options(records: list[LogRecord]) -> Iterator[Hit]:
+    """`ort_ep_options`: the TensorRT EP's provider options as it prints them (`[TensorRT EP] TensorRT provider
+    options: device_id: 0, trt_fp16_enable: 0, ...`, on one line or split), key / value; the message states the
+    precision flags, the engine and timing cache settings and paths, the workspace and the profile shapes given."""
+    opts: dict[str, str] = {}
+    ls: list[int] = []
+    ep = ""
+    reading = False
+    for line, text, _r in _items(records):
+        m = _OPTIONS.search(text)
+        if m:
+            ep, reading, rest = m["ep"], True, m["rest"]
+        elif reading and _OPTION_LINE.match(text):
+            rest = text
+        else:
+            reading = False
+            continue
+        for o in _OPTION.finditer(rest):
+            opts[o["k"]] = o["v"].strip()
+        ls.append(line)
+    if not opts:
+        return
+    shown = [f"{k} {opts[k]}" for k in _SHOWN_OPTIONS if opts.get(k, "") != ""]
+    msg = f"{ep} EP provider options: " + ", ".join(shown or [f"{k} {v}" for k, v in list(opts.items())[:8]])
+    d: dict[str, Any] = {"ep": ep, "options": opts}
+    for k in ("trt_cache_path", "trt_engine_cache_path", "trt_timing_cache_path"):
+        if opts.get(k):
+            d.setdefault("cache_path", opts[k])
+    yield Hit("ort_ep_options", "build", "info", msg, ls[0], (), d, read=tuple(ls))
 
 
 def rule_ort_ep_files(records: list[LogRecord]) -> Iterator[Hit]:
@@ -241,10 +293,11 @@ def rule_ort_ep_files(records: list[LogRecord]) -> Iterator[Hit]:
         yield Hit("ort_ep_cache", "tactics", "info", msg, ls[0], (), {"files": files}, read=tuple(ls))
 
 
-RULES = (rule_ort_placement, rule_ort_provider_fallback, rule_ort_ep_files)
+RULES = (rule_ort_placement, rule_ort_provider_fallback, rule_ort_ep_options, rule_ort_ep_files)
 KINDS = {
     "ort_ep_placement": ("fallback", "ort_ep"),  # info (medium: nodes left to CUDA / CPU): nodes per provider
     "ort_ep_unavailable": ("fallback", "ort_ep"),  # high: the provider not created: missing library, fallback
+    "ort_ep_options": ("build", "ort_ep"),  # info: the EP's provider options (precision, caches, paths, profiles)
     "ort_ep_cache": ("tactics", "ort_ep"),  # info: engine / timing cache files written or read, paths
     "ort_ep_profile": ("build", "ort_ep"),  # info (medium: a warning): the EP's optimization profile messages
     "ort_ep_error": ("build", "ort_ep"),  # high: an engine the EP could not build or load, the fused node

@@ -6,12 +6,24 @@ from trtverify.buildlog.tools import builder, deepstream, engines, modelopt, ort
 from trtverify.buildlog.tools.engines import attach_engine_files
 
 RULES = (
-    trtllm.RULES + torch_trt.RULES + modelopt.RULES + engines.RULES + builder.RULES + triton.RULES + ort_ep.RULES
+    trtllm.RULES
+    + torch_trt.RULES
+    + modelopt.RULES
+    + engines.RULES
+    + builder.RULES
+    + triton.RULES
+    + ort_ep.RULES
     + deepstream.RULES
 )
 KINDS = {
-    **trtllm.KINDS, **torch_trt.KINDS, **modelopt.KINDS, **engines.KINDS, **builder.KINDS, **triton.KINDS,
-    **ort_ep.KINDS, **deepstream.KINDS,
+    **trtllm.KINDS,
+    **torch_trt.KINDS,
+    **modelopt.KINDS,
+    **engines.KINDS,
+    **builder.KINDS,
+    **triton.KINDS,
+    **ort_ep.KINDS,
+    **deepstream.KINDS,
 }
 
 __all__ = ["KINDS", "RULES", "attach_engine_files"]

@@ -60,6 +60,7 @@ _CONFIG_KEY = re.compile(
     r'"(?P<k>name|platform|backend|default_model_filename|max_batch_size)":\s*"?(?P<v>[^",]+)"?'
 )  # fmt: skip
 _POLICY = re.compile(r'"version_policy":\s*\{\s*"?(?P<p>latest|all|specific)"?(?::\s*\{\s*(?P<rest>[^}]*))?')
+_POLICY_N = re.compile(r'^"(?:num_versions|versions)":\s*(?:\d+|\[[^\]]*\])')
 _POLICY_ALONE = re.compile(r'^"(?P<p>latest|all|specific)":\s*\{\s*(?P<rest>[^}]*)')
 _PATH = re.compile(r"(?P<path>[\w./\\:~-]*[\w-]\.(?:plan|engine|onnx|pt|savedmodel|graphdef))\b")
 _LIB = re.compile(r"(?P<lib>[\w./\\:~-]*[\w-]\.(?:so|dll)(?:\.\d+)*)\b")
@@ -132,6 +133,7 @@ def rule_triton(records: list[LogRecord]) -> Iterator[Hit]:
     last_instance_model: str | None = None
     seen_triton = False
     last_key = last_b = ""
+    policy_open = False  # the line before opened `"version_policy": {`
 
     def model(name: str, line: int) -> dict[str, Any]:
         lines.setdefault(name, []).append(line)
@@ -271,16 +273,24 @@ def rule_triton(records: list[LogRecord]) -> Iterator[Hit]:
                     model(cfg_model, line)[key] = int(value) if value.isdigit() else value
                 elif value:
                     model(cfg_model, line).setdefault(key, value)
-            if cfg_model is not None and (p := _POLICY.search(text) or _POLICY_ALONE.match(text)):
+            if cfg_model is None:
+                continue
+            p = _POLICY.search(text) or (_POLICY_ALONE.match(text) if policy_open else None)
+            policy_open = text.startswith('"version_policy"') and p is None
+            if p:
                 policy = p["p"] + (f" {p['rest'].strip().replace(chr(34), '')}" if p["rest"] else "")
                 model(cfg_model, line)["version_policy"] = policy.strip()
+            elif (n := _POLICY_N.match(text)) and models.get(cfg_model, {}).get("version_policy", "").count(" ") == 0:
+                if "version_policy" in models.get(cfg_model, {}):
+                    models[cfg_model]["version_policy"] += " " + n.group().replace('"', "").rstrip(",")
+                    lines[cfg_model].append(line)
     if not seen_triton and not models:
         return
     for name, d in models.items():
         if len(d) == 1:
             continue
         state = d.get("state") or ("loading" if d.get("loading") else "instances created" if d.get("instances")
-                                   else "named")  # fmt: skip
+                                   else "configured")  # fmt: skip
         if not d.get("version") and len(set(d.get("loading", []))) == 1:
             d["version"] = d["loading"][0]
         ver = f" version {d['version']}" if d.get("version") else ""
