@@ -134,6 +134,8 @@ def rule_triton(records: list[LogRecord]) -> Iterator[Hit]:
     seen_triton = False
     last_key = last_b = ""
     policy_open = False  # the line before opened `"version_policy": {`
+    head_line: int | None = None
+    frame_lines: list[int] = []  # the tables' rules, the heads of tables not read, the empty messages above them
 
     def model(name: str, line: int) -> dict[str, Any]:
         lines.setdefault(name, []).append(line)
@@ -144,7 +146,11 @@ def rule_triton(records: list[LogRecord]) -> Iterator[Hit]:
             seen_triton = True
         # --- tables: a header row names the table, rows follow (wrapped cells: an empty first cell continues) ---
         if text.startswith("|") or text.startswith("+-"):
+            if head_line is not None:  # the server's empty message the table is printed under
+                frame_lines.append(head_line)
+                head_line = None
             if text.startswith("+-"):
+                frame_lines.append(line)
                 continue
             head = [c.strip() for c in text.strip("|").split("|")]
             if head[:2] == ["Option", "Value"]:
@@ -161,6 +167,7 @@ def rule_triton(records: list[LogRecord]) -> Iterator[Hit]:
                 continue
             if head and head[0] in ("Repository Agent", "Model", "Backend"):
                 table = "other"
+                frame_lines.append(line)
                 continue
             if table is None and len(head) == 2 and _OPTION_KEYS.match(head[0]):
                 table, seen_triton = "options", True  # the options table pasted without its head
@@ -190,6 +197,7 @@ def rule_triton(records: list[LogRecord]) -> Iterator[Hit]:
                 table_lines.append(line)
             continue
         table = None
+        head_line = line if src and not text else None
         if m := _LOADING.match(text):
             model(m["m"], line).setdefault("loading", []).append(m["v"])
         elif m := _LOADED.match(text):
@@ -323,19 +331,20 @@ def rule_triton(records: list[LogRecord]) -> Iterator[Hit]:
         d = {"options": options}
         if "server_version" in options:
             d["server_version"] = options["server_version"]
-        yield Hit("triton_server_options", "build", "info", msg, opt_lines[0], (), d, read=tuple(opt_lines))
+        yield Hit(
+            "triton_server_options", "build", "info", msg, opt_lines[0], (), d, read=tuple(opt_lines + frame_lines)
+        )
     if status or backends and table_lines:
         bad = [s for s in status if s["status"] and s["status"] != "READY"]
-        msg = "Triton model status: " + (
-            "; ".join(f"{s['model']} {s['version']}: {s['status']}" for s in status[:8]) or "no model listed"
-        )
+        said = [f"{s['model']} {s['version']}: {s['status']}" for s in status[:8]]
         if backends:
-            msg += "; backends: " + ", ".join(f"{b} {p}".strip() for b, p in backends.items())
+            said.append("backends: " + ", ".join(f"{b} {p}".strip() for b, p in backends.items()))
+        msg = ("Triton model status: " if status else "Triton ") + "; ".join(said)
         d = {"models": status, "backends": backends, "not_ready": len(bad)}
         line0 = table_lines[0] if table_lines else 0
         if line0:
             yield Hit("triton_model_status", "build", "high" if bad else "info", msg, line0,
-                      tuple(s["model"] for s in bad), d, read=tuple(table_lines))  # fmt: skip
+                      tuple(s["model"] for s in bad), d, read=tuple(table_lines + frame_lines))  # fmt: skip
 
 
 # --- the TensorRT-LLM runtime (the tensorrtllm backend, the C++ executor) ---------------------------------------
