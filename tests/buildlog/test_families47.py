@@ -320,3 +320,24 @@ def test_deepstream_full_dims_table_custom_lib_calibration_and_batch() -> None:
     assert lib.severity == "high" and lib.detail["library"] == "libcustom_parser_v2.so" and "pgie" in lib.message
     (cal,) = k["deepstream_calibration"]
     assert cal.detail["state"] == "not_specified_fp16" and "FP16 used instead" in cal.message
+
+
+def test_deepstream_model_file_not_found_and_the_elements_own_errors() -> None:
+    # nvdsinfer_model_builder.cpp's `Cannot access ONNX file '%s'` and `failed to build network since parsing model
+    # errors.`, the context's printError without the source location, gstnvinfer.cpp's element errors (`<elem>
+    # error: Failed to create NvDsInferContext instance`, `Config file path: %s, NvDsInfer Error: %s`); own names
+    text = (
+        "ERROR: Cannot access ONNX file '/models/vehicle_color_v3.onnx'\n"
+        "ERROR: failed to build network since parsing model errors.\n"
+        "NvDsInferContext[UID 7]: Error in NvDsInferContextImpl::buildModel(): build engine file failed\n"
+        "0:00:00.9 11 0x5 WARN nvinfer gstnvinfer.cpp:898:gst_nvinfer_start:<color_sgie> error: Failed to create "
+        "NvDsInferContext instance\n"
+        "0:00:00.9 11 0x5 WARN nvinfer gstnvinfer.cpp:898:gst_nvinfer_start:<color_sgie> error: Config file path: "
+        "/cfg/sgie_color.yml, NvDsInfer Error: NVDSINFER_CONFIG_FAILED\n"
+    )
+    (f,) = _kinds(text)["deepstream_engine"]
+    d = f.detail
+    assert f.severity == "high" and f.lines == (1,) and d["uid"] == 7
+    assert d["model_file"] == "/models/vehicle_color_v3.onnx" and d["config"] == "/cfg/sgie_color.yml"
+    assert d["errors"][-2:] == ["Failed to create NvDsInferContext instance", "NVDSINFER_CONFIG_FAILED"]
+    assert "cannot access ONNX file /models/vehicle_color_v3.onnx" in f.message

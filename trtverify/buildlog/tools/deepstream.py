@@ -27,8 +27,8 @@ from trtverify.buildlog.lines import LogRecord
 from trtverify.buildlog.tools.common import lines_of
 
 _GST = re.compile(
-    r"gst_nvinfer_logger:<(?P<elem>[^>]+)> NvDsInferContext\[UID (?P<uid>\d+)\]:\s*"
-    r"(?:(?:Info|Warning|Error) (?:from|in) [\w:~]+\(\) <[^>]*> \[UID = \d+\]:\s*|\w+\(\):\s*)?(?P<msg>.*)"
+    r"(?:gst_nvinfer_logger:<(?P<elem>[^>]+)> )?NvDsInferContext\[UID (?P<uid>\d+)\]:\s*"
+    r"(?:(?:Info|Warning|Error) (?:from|in) [\w:~]+\(\)(?: <[^>]*> \[UID = \d+\])?:\s*|\w+\(\):\s*)?(?P<msg>.*)"
 )
 _LOAD_MODEL = re.compile(r"(?:<(?P<elem>[^>]+)> )?\[UID (?P<uid>\d+)\]: Load new model:(?P<cfg>\S+) suc+es+ful+y")
 _CONFIG_ERR = re.compile(r"Config file path: (?P<cfg>[^,\s]+), NvDsInfer Error: (?P<err>\w+)")
@@ -44,9 +44,11 @@ _ENGINE = [
     (re.compile(r"^Use deserialized engine model:" + _PATH), "used"),
     (re.compile(r"Failed to read from model engine file"), "not_found"),
 ]  # fmt: skip
+_MODEL_FILE = re.compile(r"Cannot access (?P<kind>[\w ]+?) file '(?P<path>[^']+)'")
 _BUILD = re.compile(r"^Trying to create engine from model(?: files)?")
 _BUILD_FAILED = re.compile(
-    r"^(?P<what>build engine file failed|build backend context failed|generate backend failed.*|Failed to create "
+    r"(?P<what>build engine file failed|failed to build network since parsing model errors|build backend context "
+    r"failed|generate backend failed.*|Failed to create "
     r"network using custom network creation function|Failed to get cuda engine from custom library API|Failed to "
     r"build CUDA engine on \S+|Failed to create NvDsInferContext instance)"
 )
@@ -72,6 +74,18 @@ _ENGINE_NAME = re.compile(r"_b(?P<batch>\d+)_(?:gpu|dla)(?P<gpu>\d+)_(?P<prec>fp
 # GStreamer's debug prefix (`0:00:01.159080019 17762 0x55de125e0d60 WARN  nvinfer gstnvinfer.cpp:677:...`): where a
 # terminal wrap joined two messages into one record, each is read on its own
 _GST_PREFIX = re.compile(r"(?<=\S)\s*(?=\d+:\d\d:\d\d\.\d+ +\d+ +0x[0-9a-f]+ +[A-Z]+ +nvinfer )")
+
+
+_GST_OTHER = re.compile(r"gstnvinfer[\w.]*:\d+:\w+:<(?P<elem>[^>]+)>\s*(?:error:\s*)?(?P<msg>.*)")
+
+
+def _ours(msg: str) -> bool:
+    """A message of nvinfer's that the rule reads, outside the element's own logger lines."""
+    return (
+        any(rx.search(msg) for rx, _ in _ENGINE)
+        or any(rx.search(msg) for rx, _ in _CALIB)
+        or any(rx.search(msg) for rx in (_IMPLICIT_DEPRECATED, _BUILD_FAILED, _CUSTOM_LIB, _MODEL_FILE, _CONFIG_ERR))
+    )
 
 
 def _pieces(r: LogRecord) -> Iterator[tuple[int, str]]:
@@ -142,13 +156,15 @@ def rule_deepstream(records: list[LogRecord]) -> Iterator[Hit]:
                 c["lines"].append(line)
                 table = {"bindings": c["bindings"], "lines": c["lines"]}
                 continue
-            if (
-                not any(rx.search(msg) for rx, _ in _ENGINE)
-                and not any(rx.search(msg) for rx, _ in _CALIB)
-                and not (_IMPLICIT_DEPRECATED.search(msg) or _BUILD_FAILED.match(msg) or _CUSTOM_LIB.search(msg))
-            ):
+            owner = None
+            if g := _GST_OTHER.search(msg):  # gstnvinfer's own errors name the element only
+                msg = g["msg"].strip()
+                owner = next((u for u, c in ctxs.items() if c.get("element") == g["elem"]), None)
+            if not _ours(msg):
                 continue
-            if msg.startswith("Deserialize engine failed") or last is None:
+            if owner is not None:
+                _read(ctxs[owner], line, msg, hits)
+            elif msg.startswith("Deserialize engine failed") or last is None:
                 pending.append((line, msg))
             else:
                 _read(ctxs[last], line, msg, hits)
@@ -181,7 +197,13 @@ def _read(c: dict[str, Any], line: int, msg: str, hits: list[Hit]) -> None:
             return
     if _BUILD.match(msg):
         c["built_from_model"] = True
-    elif m := _BUILD_FAILED.match(msg):
+    elif m := _MODEL_FILE.search(msg):
+        c["model_file"] = m["path"]
+        c.setdefault("errors", []).append(f"cannot access {m['kind']} file {m['path']}")
+    elif m := _CONFIG_ERR.search(msg):
+        c.setdefault("config", m["cfg"])
+        c.setdefault("errors", []).append(m["err"])
+    elif m := _BUILD_FAILED.search(msg):
         c.setdefault("errors", []).append(m["what"])
     elif m := _MAX_BATCH.search(msg):
         c["max_batch_size"], c["batch_size_requested"] = int(m["have"]), int(m["want"])
