@@ -120,6 +120,20 @@ TOOL_KINDS: dict[str, tuple[str, str]] = {
     "profile_violation": ("build", "profile_violation"),  # high: input, shape set, profile bounds
     "rtx_run": ("build", "rtx"),  # info: version (from the build number), model, engine, options, status
     "rtx_runtime_cache": ("tactics", "rtx"),  # info: runtime cache written / loaded / reused, JIT lines
+    # issue 47: Triton (tools/triton.py), ONNX Runtime's TensorRT and TensorRT-RTX EPs (ort_ep.py), DeepStream nvinfer
+    "triton_model": ("build", "triton"),  # info (high: failed to load): state, version, backend, engine, instances
+    "triton_server_options": ("build", "triton"),  # info: the server options table, key / value
+    "triton_model_status": ("build", "triton"),  # info (high: a model not READY): model / version / status rows
+    "trtllm_runtime": ("performance", "trtllm_runtime"),  # info: engine size, KV cache bytes / tokens / blocks
+    "ort_ep_placement": ("fallback", "ort_ep"),  # info (medium: nodes left to CUDA / CPU): nodes per provider
+    "ort_ep_unavailable": ("fallback", "ort_ep"),  # high: the provider not created: missing library, fallback
+    "ort_ep_options": ("build", "ort_ep"),  # info: the EP's provider options (precision, caches, paths, profiles)
+    "ort_ep_cache": ("tactics", "ort_ep"),  # info: engine / timing cache files written or read, paths
+    "ort_ep_profile": ("build", "ort_ep"),  # info (medium: a warning): the EP's optimization profile messages
+    "ort_ep_error": ("build", "ort_ep"),  # high: an engine the EP could not build or load, the fused node
+    "deepstream_engine": ("build", "deepstream"),  # info (high: build failed): engine files, batch mode, bindings
+    "deepstream_calibration": ("calibration", "deepstream"),  # medium: the INT8 calibration table missing
+    "deepstream_custom_lib": ("build", "deepstream"),  # high: the custom library not opened, a function missing
 }
 for _table in (PERFORMANCE_KINDS, POLYGRAPHY_KINDS, FAMILY_KINDS, FLOOR_KINDS, TOOL_KINDS):
     for _kind, (_category, _family) in _table.items():
