@@ -124,7 +124,10 @@ def _float_span(value: Span, dtype: str) -> np.ndarray:
                 break  # an empty list
             parts.append(_floats(data.split(b",")))
     flat = np.concatenate(parts) if parts else np.zeros(0, np.float64)
-    return flat if np.dtype(dtype) == flat.dtype else flat.astype(dtype)
+    if np.dtype(dtype) == flat.dtype:
+        return flat
+    with np.errstate(over="ignore"):  # a value beyond the stated type's range is inf there, as the tool computed it
+        return flat.astype(dtype)
 
 
 def _floats(items: list[bytes]) -> np.ndarray:
