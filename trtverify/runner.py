@@ -38,6 +38,21 @@ from trtverify.util.errors import (
 from trtverify.util.words import plural
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What a command asks of a run, beside the suite: which stages, which shard, what to rewrite, which samples.
+    Made once by the command (cli/) and handed down whole; frozen."""
+
+    stages: tuple[str, ...] = ()  # --stage: these of the configured stages (none: every one)
+    shard: Shard | None = None  # --shard I/N: this shard's part of the run
+    owners: tuple[int, ...] | None = None  # a run of several suites: the shard of each of `zoo_cases` (`deal`)
+    update_reference: bool = False  # rewrite the stored reference outputs
+    update_baseline: bool = False  # rewrite the stored baselines (docs/baselines.md)
+    reference_dir: Path | None = None  # where the stored references are (None: the suite's reference_dir)
+    samples_override: list[dict[str, Any]] | None = None  # fed instead of the suite's inputs (`--samples worst`)
+    chosen_by: str | None = None  # what chose `samples_override`, said in every stage that feeds them
+
+
 @dataclass(frozen=True)
 class StagePlan:
     """One run of a stage: the work it does here, or (work None) why another shard does it. In a sweep a stage
@@ -329,21 +344,20 @@ def run_suite(
     loaded: LoadedSuite,
     out_dir: Path,
     sink: Sink,
+    options: RunOptions = RunOptions(),
     *,
-    stages: Sequence[str] = (),
-    shard: Shard | None = None,
-    owners: Sequence[int] | None = None,
     plans: Sequence[StagePlan] | None = None,
     done: Sequence[StageResult] = (),
-    **kw: Any,
+    progress: Progress = no_progress,
+    model_inputs: list[TensorMeta] | None = None,
 ) -> list[StageResult]:
     """Run the suite (or the shard's part of it), handing every result to `sink` as soon as it is done; on
     Ctrl-C (and SIGTERM, which the CLI turns into the same exception) the sink has what ran, the rest pending.
 
     `done`: the results of the plan's first stages, kept from an earlier worker of this run that crashed after
     them (cli/supervise.py); they are not run again."""
-    plans = list(plans) if plans is not None else make_plan(loaded, stages, shard, owners)
-    if kw.get("samples_override") is not None:  # the chosen samples are fed as they are: a swept stage runs once
+    plans = list(plans) if plans is not None else make_plan(loaded, options.stages, options.shard, options.owners)
+    if options.samples_override is not None:  # the chosen samples are fed as they are: a swept stage runs once
         plans = _unswept(plans)
     if len(done) > len(plans) or any(r.name != p.name or r.shape != p.label for r, p in zip(done, plans)):
         done = ()  # not this plan's results: run everything
@@ -358,7 +372,16 @@ def run_suite(
             sink(done, pending)
 
     try:
-        results = run_stages(loaded, plans, out_dir=Path(out_dir), on_stage=on_stage, done=done, **kw)
+        results = run_stages(
+            loaded,
+            plans,
+            out_dir=Path(out_dir),
+            options=options,
+            progress=progress,
+            on_stage=on_stage,
+            done=done,
+            model_inputs=model_inputs,
+        )
     except KeyboardInterrupt:
         if not told:  # stopped before the first stage ended: every stage is listed as not run
             sink(list(done), [(p.name, p.label) for p in plans[len(done) :]])
@@ -373,12 +396,8 @@ def run_stages(
     plans: Sequence[StagePlan],
     *,
     out_dir: Path,
-    update_reference: bool = False,
-    update_baseline: bool = False,
-    reference_dir: Path | None = None,
+    options: RunOptions = RunOptions(),
     progress: Progress = no_progress,
-    samples_override: list[dict[str, Any]] | None = None,
-    chosen_by: str | None = None,
     on_stage: Callable[..., None] = lambda done, pending, interrupted=False: None,
     done: Sequence[StageResult] = (),
     model_inputs: list[TensorMeta] | None = None,
@@ -387,22 +406,22 @@ def run_stages(
     pending)` after each one (and `on_stage(done, pending, True)` with the part a stage did when it was
     interrupted: the run is incomplete).
 
-    `samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run, `chosen_by` says so):
+    `options.samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run, `chosen_by` says so):
     the stages feed every one of them, whatever their `samples: N` (`run_suite` runs a swept stage once then)."""
     if model_inputs is None:  # `preflight` not run by the caller yet
         model_inputs = preflight(loaded)
     idle = all(p.work is None for p in plans[len(done) :])  # every stage runs in another shard
     if idle:  # no inputs to make, no candidate to convert
         samples: list[dict[str, Any]] = []
-    elif samples_override is not None:
-        samples = samples_override
+    elif options.samples_override is not None:
+        samples = options.samples_override
         check_samples(samples, model_inputs, "the samples chosen with --samples")
     else:
         samples = build_samples(loaded, model_inputs)  # the reference's inputs as preflight read them: not again
         check_samples(samples, model_inputs, inputs_source(loaded))
     warning = nonfinite_inputs(samples)
     loaded = loaded if idle else with_recipes_made(loaded, samples, out_dir, progress)
-    store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
+    store = ReferenceStore(options.reference_dir or loaded.suite.reference_dir, loaded.suite.name)
     results: list[StageResult] = list(done)
     crashed = native.resume().dead
     for i, plan in enumerate(plans):
@@ -410,17 +429,17 @@ def run_stages(
             continue
         stage_loaded, feeds = _for_plan(plan, loaded, samples, model_inputs) if plan.work else (loaded, samples)
         ctx = StageContext(
-            stage_loaded,
-            feeds,
-            model_inputs,
-            store,
-            update_reference,
-            progress,
-            plan.work or StageWork(),
-            out_dir,
-            update_baseline,
-            chosen_by if samples_override is not None else None,
-            plan.label,
+            loaded=stage_loaded,
+            samples=feeds,
+            model_inputs=model_inputs,
+            store=store,
+            update_reference=options.update_reference,
+            progress=progress,
+            work=plan.work or StageWork(),
+            out_dir=out_dir,
+            update_baseline=options.update_baseline,
+            chosen_by=options.chosen_by if options.samples_override is not None else None,
+            shape=plan.label,
         )
         s0 = time.perf_counter()
         try:
