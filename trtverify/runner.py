@@ -2,10 +2,11 @@
 inputs, run each stage in isolation, and report each result as it is done.
 
 The run plan is made here, once: `trtverify run SUITE --shard I/N` runs a deterministic part
-of a suite. The tensor stages split into whole cases (`framework` is one case, `layerwise` one
-case per candidate, `buildlog` and `perf` one case each; case k in that order goes to shard (k mod N) + 1), and
-`e2e` into contiguous dataset slices along batch boundaries, so every batch holds the same
-samples as in an unsharded run and the models compute the same numbers.
+of a suite. What a stage is to the plan its registry entry says (`config/registry.py`, `StageEntry`), so this
+module names no stage: most stages are one whole case, a stage that compares candidates one case per candidate
+(case k in the stages' order goes to shard (k mod N) + 1), and a stage that reads a dataset (e2e) is split into
+contiguous dataset slices along batch boundaries, so every batch holds the same samples as in an unsharded run and
+the models compute the same numbers.
 """
 
 from __future__ import annotations
@@ -73,15 +74,16 @@ class StagePlan:
 
 
 def _variants(loaded: LoadedSuite, name: str) -> list[tuple[dict[str, list[int]] | None, int | None]]:
-    """The runs of stage `name`: (shape set, e2e batch size); [(None, None)] when it is not swept. A shape sweep
-    (inputs.shapes) runs the stages that feed the inputs once per shape set; e2e.batch_sizes runs e2e once per
-    batch size."""
+    """The runs of stage `name`: (shape set, batch size); [(None, None)] when it is not swept. A shape sweep
+    (inputs.shapes) runs the stages its entry marks `shape_swept` once per shape set; a `batch_swept` stage's
+    `batch_sizes` run it once per batch size."""
     suite = loaded.suite
-    if suite.inputs.shapes and name in SWEPT_STAGES:
+    entry = STAGES.get(name)
+    if suite.inputs.shapes and entry.shape_swept:
         return [(dict(s), None) for s in suite.inputs.shapes]
-    e2e = suite.stages.e2e
-    if name == "e2e" and e2e is not None and e2e.batch_sizes:
-        return [(None, b) for b in e2e.batch_sizes]
+    cfg = getattr(suite.stages, name)
+    if entry.batch_swept and cfg is not None and cfg.batch_sizes:
+        return [(None, b) for b in cfg.batch_sizes]
     return [(None, None)]
 
 
@@ -95,35 +97,32 @@ def cases(loaded: LoadedSuite) -> list[tuple[str, str | None, str | None]]:
         for shape_set, _ in _variants(loaded, stage):
             out.append((stage, candidate, shape_label(shape_set) if shape_set is not None else None))
 
-    if suite.stages.framework is not None:
-        add("framework")
-    if suite.stages.layerwise is not None:
-        for n in suite.candidates_of(suite.stages.layerwise):
-            add("layerwise", n)
-    for stage in ("repair", "buildlog", "perf"):
-        if getattr(suite.stages, stage) is not None:
-            add(stage)
+    for entry in STAGES.entries():
+        cfg = getattr(suite.stages, entry.name)
+        if cfg is None or entry.cases == "data":
+            continue
+        for n in suite.candidates_of(cfg) if entry.cases == "candidates" else [None]:
+            add(entry.name, n)
     return out
-
-
-# rough relative cost of a case, for dealing the cases of several suites over shards (`deal`)
-CASE_WEIGHT = {"e2e": 4, "repair": 4, "layerwise": 2, "perf": 2, "framework": 1, "buildlog": 1}
 
 
 def zoo_cases(loaded: LoadedSuite) -> list[tuple[str, str | None, str | None]]:
     """The whole cases of a suite run with others (`trtverify run A.yaml B.yaml --shard I/N`): `cases`, and each
     run of e2e (one per batch size of a sweep) whole, not sliced: a shard then loads only the models it runs."""
     out = cases(loaded)
-    if loaded.suite.stages.e2e is not None:
-        out += [("e2e", None, f"batch={b}" if b is not None else None) for _, b in _variants(loaded, "e2e")]
+    for entry in STAGES.entries():
+        if entry.cases == "data" and getattr(loaded.suite.stages, entry.name) is not None:
+            out += [
+                (entry.name, None, f"batch={b}" if b is not None else None) for _, b in _variants(loaded, entry.name)
+            ]
     return out
 
 
 def deal(suites: Sequence[LoadedSuite], count: int) -> list[list[int]]:
     """The owner shard (1..count) of every case (`zoo_cases`) of every suite: the heaviest cases first (by
-    CASE_WEIGHT, then suite and case order), each to the shard with the least weight so far (the lowest index
-    on a tie). Deterministic; the shards' weights differ by at most one case's weight."""
-    flat = [(i, k, CASE_WEIGHT.get(c[0], 1)) for i, s in enumerate(suites) for k, c in enumerate(zoo_cases(s))]
+    their stage's `weight`, then suite and case order), each to the shard with the least weight so far (the lowest
+    index on a tie). Deterministic; the shards' weights differ by at most one case's weight."""
+    flat = [(i, k, STAGES.get(c[0]).weight) for i, s in enumerate(suites) for k, c in enumerate(zoo_cases(s))]
     owners = [[0] * len(zoo_cases(s)) for s in suites]
     load = [0] * count
     for i, k, w in sorted(flat, key=lambda x: (-x[2], x[0], x[1])):
@@ -154,9 +153,9 @@ def make_plan(
     owners: Sequence[int] | None = None,
 ) -> list[StagePlan]:
     """What each selected stage runs, per shape set or batch size of a sweep: everything, or this shard's cases
-    (whole cases round robin; in a sweep, each shape set of a stage or candidate is a case) and, for e2e, this
-    shard's dataset slice at every batch size. `owners`: the shard of each of `zoo_cases` (from `deal`, in a run
-    of several suites): e2e is then a whole case too."""
+    (whole cases round robin; in a sweep, each shape set of a stage or candidate is a case) and, for a stage that
+    reads a dataset, this shard's slice at every batch size. `owners`: the shard of each of `zoo_cases` (from
+    `deal`, in a run of several suites): such a stage is then a whole case too."""
     plans = []
     owner = {case: k % shard.count + 1 for k, case in enumerate(cases(loaded))} if shard is not None else {}
     if shard is not None and owners is not None:
@@ -165,17 +164,18 @@ def make_plan(
             raise UsageError(f"{loaded.path}: the deal of its {len(dealt)} cases does not fit shard {shard}")
         owner = dict(zip(dealt, owners))
     for name in select_stages(loaded, requested):
+        split = STAGES.get(name).cases
         for shape_set, batch in _variants(loaded, name):
             label = shape_label(shape_set) if shape_set is not None else None
             at = f" at {label}" if label else ""
             if shard is None:
                 work, why = StageWork(), ""
-            elif name == "e2e" and owners is not None:
+            elif split == "data" and owners is not None:
                 o = owner[(name, None, f"batch={batch}" if batch is not None else None)]
                 work, why = (StageWork() if o == shard.index else None), f"runs in shard {o}/{shard.count}"
-            elif name == "e2e":
+            elif split == "data":
                 work, why = StageWork(data=shard), ""
-            elif name == "layerwise":
+            elif split == "candidates":
                 mine = tuple(c for (st, c, lb), o in owner.items() if st == name and lb == label and o == shard.index)
                 work = StageWork(candidates=mine) if mine else None
                 why = f"shard {shard}: every candidate of this stage{at} runs in another shard"
@@ -245,10 +245,6 @@ def with_recipes_made(loaded: LoadedSuite, samples: Sequence[Any], out_dir: Path
     return dataclasses.replace(loaded, suite=loaded.suite.model_copy(update={"models": models}))
 
 
-SAMPLE_STAGES = ("framework", "layerwise", "repair")  # the stages that feed the inputs to the models
-SWEPT_STAGES = ("framework", "layerwise")  # the stages a shape sweep (inputs.shapes) runs once per shape set
-
-
 def nonfinite_inputs(samples: Sequence[dict[str, Any]]) -> str | None:
     """A warning naming the input rows that hold NaN or inf: the reference computes non-finite values from them,
     and every comparison there says 'nan' where the inputs are the cause (None when every value is finite)."""
@@ -315,16 +311,16 @@ def _unswept(plans: Sequence[StagePlan]) -> list[StagePlan]:
 def _for_plan(
     plan: StagePlan, loaded: LoadedSuite, samples: list[dict[str, Any]], model_inputs: list[TensorMeta]
 ) -> tuple[LoadedSuite, list[dict[str, Any]]]:
-    """The suite and inputs of one planned run: the shape set's generated inputs, or e2e at the plan's batch
+    """The suite and inputs of one planned run: the shape set's generated inputs, or the stage at the plan's batch
     size."""
     if plan.shape_set is not None:
         loaded = with_sweep_profile(loaded, loaded.suite.inputs.shapes or [plan.shape_set])
         feeds = build_samples(loaded, shape_set=plan.shape_set)
         check_samples(feeds, model_inputs, f"inputs of {loaded.path} at {plan.label}")
         return loaded, feeds
-    e2e = loaded.suite.stages.e2e
-    if plan.batch is not None and e2e is not None:
-        stages = loaded.suite.stages.model_copy(update={"e2e": e2e.model_copy(update={"batch_size": plan.batch})})
+    cfg = getattr(loaded.suite.stages, plan.name)
+    if plan.batch is not None and cfg is not None:
+        stages = loaded.suite.stages.model_copy(update={plan.name: cfg.model_copy(update={"batch_size": plan.batch})})
         return dataclasses.replace(loaded, suite=loaded.suite.model_copy(update={"stages": stages})), samples
     return loaded, samples
 
@@ -451,7 +447,7 @@ def run_stages(
                 results.append(partial.model_copy(update={"duration_s": time.perf_counter() - s0}))
                 on_stage(list(results), [(p.name, p.label) for p in plans[i + 1 :]], True)
             raise
-        if warning and plan.name in SAMPLE_STAGES and plan.work is not None:
+        if warning and STAGES.get(plan.name).feeds_samples and plan.work is not None:
             res = res.model_copy(update={"notes": [warning, *res.notes]})
         update: dict[str, Any] = {"duration_s": time.perf_counter() - s0}
         if plan.label is not None:
