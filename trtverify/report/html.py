@@ -16,6 +16,7 @@ from typing import Any
 from markupsafe import Markup
 
 from trtverify.compare.checks import nonfinite_words
+from trtverify.config.registry import STAGES
 from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
 from trtverify.report.kinds import is_stage
 from trtverify.report.links import Link, build_links, engine_layer_id, layer_id, perf_links, row_id
@@ -318,6 +319,9 @@ def render(results: Results) -> str:
         row_id=row_id,
         high_lint=high_lint(results),
         chart_js=Markup(chart_js()),
+        # each stage's own templates, by name (its registry entry's `partial` and `causes`)
+        partials={e.name: e.partial for e in STAGES.entries() if e.partial is not None},
+        causes={e.name: e.causes for e in STAGES.entries() if e.causes is not None},
     )
 
 
