@@ -32,7 +32,10 @@ class StageEntry(Entry):
     folder, result) pairs; `suite()` loads the suite file); None: the one shard's result that ran it.
     `lines`: `lines(result) -> list[str]`, its own lines of the terminal summary, under its status line.
     `partial`: the template (report/templates/) of its own part of its section of report.html; `causes`: the
-    template of its own items in the report's list of why the run failed."""
+    template of its own items in the report's list of why the run failed. `layers`: what the report links between
+    stages (report/links.py): 'build' (the engine layers its build logs list), 'engine' (the layers of the engines
+    it timed); `metric_deltas`: its checks' detail holds a metric's `reference` and `candidate` values, which the
+    summary says."""
 
     result: str
     config: str
@@ -45,6 +48,8 @@ class StageEntry(Entry):
     lines: str | None = None
     partial: str | None = None
     causes: str | None = None
+    layers: Literal["build", "engine"] | None = None
+    metric_deltas: bool = False
 
     def result_type(self) -> Any:
         return _target(self.name, self.result)
@@ -107,6 +112,7 @@ STAGES: Registry[StageEntry] = Registry(
             merge="trtverify.stages.e2e.merge:merge",
             lines="trtverify.report.e2etext:e2e_lines",
             partial="stages/e2e.html.j2",
+            metric_deltas=True,
         ),
         StageEntry(
             "buildlog",
@@ -114,6 +120,7 @@ STAGES: Registry[StageEntry] = Registry(
             result="trtverify.stages.buildlog:BuildlogResult",
             config="trtverify.config.stages:BuildlogStage",
             partial="stages/buildlog.html.j2",
+            layers="build",
         ),
         StageEntry(
             "perf",
@@ -123,6 +130,7 @@ STAGES: Registry[StageEntry] = Registry(
             weight=2,
             lines="trtverify.report.perftext:perf_lines",
             partial="stages/perf.html.j2",
+            layers="engine",
         ),
     ],
 )

@@ -18,7 +18,7 @@ from markupsafe import Markup
 from trtverify.compare.checks import nonfinite_words
 from trtverify.config.registry import STAGES
 from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
-from trtverify.report.kinds import is_stage
+from trtverify.report.kinds import with_layers
 from trtverify.report.links import Link, build_links, engine_layer_id, layer_id, perf_links, row_id
 from trtverify.report.text import cause_text, divergence_text, high_lint, latency_text
 from trtverify.results.models import Results
@@ -301,7 +301,8 @@ def render(results: Results) -> str:
     for rid, links in engine_links.back.items():
         if rid.startswith("lw-"):  # layerwise rows list build-log and engine layers in one column
             to_layers[rid] = to_layers.get(rid, []) + links
-    perf = {si: _perf_view(s, engine_links) for si, s in enumerate(stages) if is_stage(s, "perf")}
+    timed = with_layers(stages, "engine")  # the stage that timed engines (perf): its view, by its index
+    perf = {si: _perf_view(s, engine_links) for si, s in enumerate(stages) if s is timed}
     layerwise = {
         (si, ci): _layerwise_view(s, ci, c, to_layers, si if s.shape else None)
         for si, s in enumerate(stages)

@@ -112,8 +112,9 @@ def fail_line(c: CheckResult, stage: StageResult | None = None) -> str:
 def _row_error(stage: StageResult | None, c: CheckResult) -> str | None:
     """Why a tensor check has no value: the first error of its layerwise row or framework output (a shape
     mismatch, ...)."""
-    if is_stage(stage, "framework"):
-        for out in stage.outputs or []:
+    outputs = getattr(stage, "outputs", None)  # a framework stage's outputs
+    if isinstance(outputs, list):
+        for out in outputs:
             if c.tensor in (out.tensor, out.reference_tensor) and out.errors:
                 return _errors_text(out.errors)
         return None
@@ -139,7 +140,7 @@ def where(c: CheckResult, stage: StageResult | None = None) -> str:
     """What a failing check is about, in words: '' when its name already says all there is."""
     d = c.detail
     parts: list[str] = []
-    if "reference" in d and "candidate" in d and c.stage == "e2e":
+    if "reference" in d and "candidate" in d and c.stage in STAGES and STAGES.get(c.stage).metric_deltas:
         parts.append(f"reference {fmt(d['reference'])} -> {c.candidate or 'candidate'} {fmt(d['candidate'])}")
     if c.tensor is not None and c.tensor not in c.name:
         parts.append(f"at {c.tensor}")
@@ -164,7 +165,7 @@ def where(c: CheckResult, stage: StageResult | None = None) -> str:
         names = [*d.get("pytorch_only", []), *d.get("onnx_only", [])]
         if names:
             parts.append(f"{', '.join(names)}: pair them with stages.framework.rename or leave them out with ignore")
-    if c.metric in ("pairs", "paired") and c.stage == "layerwise" and isinstance(stage, LayerwiseResult):
+    if c.metric in ("pairs", "paired") and isinstance(stage, LayerwiseResult):  # its own stage's, layerwise
         parts += [u for cand in stage.candidates or [] if cand.name == c.candidate for u in [unmatched_text(cand)] if u]
     if "window_cv" in d and "max_cv" in d:
         runs = f"{fmt(d.get('runs'))} {plural('run', d.get('runs'))}"
