@@ -343,7 +343,7 @@ def test_the_modelopt_quantization_line_says_it_keeps_every_node_of_the_kept_typ
     """ModelOpt's quantizer keeps nodes out of its FP16 rest by op type only: a 2-node keep-list of Conv and Add
     becomes --op_types_to_exclude_fp16 Add Conv, every Add and Conv of the model. The export says how many."""
     from trtverify.repair.record import exports
-    from trtverify.report.text import _exports
+    from trtverify.report.repairtext import _exports
 
     types = {f"conv{i}": "Conv" for i in range(5)} | {f"add{i}": "Add" for i in range(3)} | {"relu": "Relu"}
     out = exports(["conv1", "add2"], Path("r.onnx"), "int8", types)

@@ -124,6 +124,7 @@ def test_stage_reruns_one_stage_and_keeps_the_others_results(tmp_path: Path):
     from tests.conftest import TINY, as_json
     from trtverify.cli.run import run_and_record
     from trtverify.config.loader import load_suite
+    from trtverify.runner import RunOptions
 
     shutil.copy(TINY / "tiny.onnx", tmp_path / "tiny.onnx")
     path = tmp_path / "suite.yaml"
@@ -137,7 +138,7 @@ def test_stage_reruns_one_stage_and_keeps_the_others_results(tmp_path: Path):
     first = run_and_record(load_suite(path), out)
     assert [s.name for s in first.stages] == ["layerwise", "buildlog"] and first.complete
     os.utime(path)  # the same content: its results are kept
-    again = run_and_record(load_suite(path), out, stages=("buildlog",))
+    again = run_and_record(load_suite(path), out, RunOptions(stages=("buildlog",)))
     assert [(s.name, s.kept_from) for s in again.stages] == [("layerwise", first.started), ("buildlog", None)]
     assert again.complete and again.exit_code == first.exit_code
     assert as_json(again.stages[0].model_copy(update={"kept_from": None})) == as_json(first.stages[0])
@@ -145,7 +146,7 @@ def test_stage_reruns_one_stage_and_keeps_the_others_results(tmp_path: Path):
     assert on_disk["stages"][0]["kept_from"] == first.started and "kept_from" not in on_disk["stages"][1]
     assert f"the result of the earlier run started {first.started}, kept" in _report(out)
     path.write_text(path.read_text().replace("samples: 1", "samples: 2"))  # another suite: nothing kept
-    edited = run_and_record(load_suite(path), out, stages=("buildlog",))
+    edited = run_and_record(load_suite(path), out, RunOptions(stages=("buildlog",)))
     assert [(s.name, s.kept_from) for s in edited.stages] == [("buildlog", None)]
 
 

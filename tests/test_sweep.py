@@ -263,10 +263,11 @@ def test_a_sweep_with_chosen_samples_runs_each_stage_once_on_them(tiny_dir: Path
 
     from trtverify.cli.run import run_and_record
     from trtverify.config.loader import load_suite
+    from trtverify.runner import RunOptions
 
     loaded = load_suite(_swept_with_candidates(tiny_dir))
     feeds = [{"input": np.zeros((2, 1, 8, 8), np.float32)}]
-    results = run_and_record(loaded, tmp_path / "o", samples_override=feeds, chosen_by="a test")
+    results = run_and_record(loaded, tmp_path / "o", RunOptions(samples_override=feeds, chosen_by="a test"))
     assert [(s.name, s.shape) for s in results.stages] == [("framework", None), ("layerwise", None)]
     assert [c.name for c in results.stages[1].candidates] == ["a", "b"]
 

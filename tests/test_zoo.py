@@ -16,8 +16,9 @@ import pytest
 from tests.conftest import ROOT, run_cli
 from tests.test_results_schema import validate_junit
 from trtverify.config.loader import load_suite
+from trtverify.config.registry import STAGES
 from trtverify.results.index import SuiteRow, build_index, most_severe, suite_row
-from trtverify.runner import CASE_WEIGHT, deal, zoo_cases
+from trtverify.runner import deal, zoo_cases
 
 sys.path.insert(0, str(ROOT / "bench"))
 from same_results import differences  # noqa: E402
@@ -120,8 +121,8 @@ def test_the_deal_is_deterministic_and_balanced():
         cases = zoo_cases(s)
         assert len(own) == len(cases)
         for case, o in zip(cases, own):
-            weights[o - 1] += CASE_WEIGHT[case[0]]
-    assert max(weights) - min(weights) <= max(CASE_WEIGHT.values())
+            weights[o - 1] += STAGES.get(case[0]).weight
+    assert max(weights) - min(weights) <= max(e.weight for e in STAGES.entries())
     assert all(o == 1 for own in deal(suites, 1) for o in own)
 
 

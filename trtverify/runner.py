@@ -2,10 +2,11 @@
 inputs, run each stage in isolation, and report each result as it is done.
 
 The run plan is made here, once: `trtverify run SUITE --shard I/N` runs a deterministic part
-of a suite. The tensor stages split into whole cases (`framework` is one case, `layerwise` one
-case per candidate, `buildlog` and `perf` one case each; case k in that order goes to shard (k mod N) + 1), and
-`e2e` into contiguous dataset slices along batch boundaries, so every batch holds the same
-samples as in an unsharded run and the models compute the same numbers.
+of a suite. What a stage is to the plan its registry entry says (`config/registry.py`, `StageEntry`), so this
+module names no stage: most stages are one whole case, a stage that compares candidates one case per candidate
+(case k in the stages' order goes to shard (k mod N) + 1), and a stage that reads a dataset (e2e) is split into
+contiguous dataset slices along batch boundaries, so every batch holds the same samples as in an unsharded run and
+the models compute the same numbers.
 """
 
 from __future__ import annotations
@@ -38,6 +39,21 @@ from trtverify.util.errors import (
 from trtverify.util.words import plural
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What a command asks of a run, beside the suite: which stages, which shard, what to rewrite, which samples.
+    Made once by the command (cli/) and handed down whole; frozen."""
+
+    stages: tuple[str, ...] = ()  # --stage: these of the configured stages (none: every one)
+    shard: Shard | None = None  # --shard I/N: this shard's part of the run
+    owners: tuple[int, ...] | None = None  # a run of several suites: the shard of each of `zoo_cases` (`deal`)
+    update_reference: bool = False  # rewrite the stored reference outputs
+    update_baseline: bool = False  # rewrite the stored baselines (docs/baselines.md)
+    reference_dir: Path | None = None  # where the stored references are (None: the suite's reference_dir)
+    samples_override: list[dict[str, Any]] | None = None  # fed instead of the suite's inputs (`--samples worst`)
+    chosen_by: str | None = None  # what chose `samples_override`, said in every stage that feeds them
+
+
 @dataclass(frozen=True)
 class StagePlan:
     """One run of a stage: the work it does here, or (work None) why another shard does it. In a sweep a stage
@@ -58,15 +74,16 @@ class StagePlan:
 
 
 def _variants(loaded: LoadedSuite, name: str) -> list[tuple[dict[str, list[int]] | None, int | None]]:
-    """The runs of stage `name`: (shape set, e2e batch size); [(None, None)] when it is not swept. A shape sweep
-    (inputs.shapes) runs the stages that feed the inputs once per shape set; e2e.batch_sizes runs e2e once per
-    batch size."""
+    """The runs of stage `name`: (shape set, batch size); [(None, None)] when it is not swept. A shape sweep
+    (inputs.shapes) runs the stages its entry marks `shape_swept` once per shape set; a `batch_swept` stage's
+    `batch_sizes` run it once per batch size."""
     suite = loaded.suite
-    if suite.inputs.shapes and name in SWEPT_STAGES:
+    entry = STAGES.get(name)
+    if suite.inputs.shapes and entry.shape_swept:
         return [(dict(s), None) for s in suite.inputs.shapes]
-    e2e = suite.stages.e2e
-    if name == "e2e" and e2e is not None and e2e.batch_sizes:
-        return [(None, b) for b in e2e.batch_sizes]
+    cfg = getattr(suite.stages, name)
+    if entry.batch_swept and cfg is not None and cfg.batch_sizes:
+        return [(None, b) for b in cfg.batch_sizes]
     return [(None, None)]
 
 
@@ -80,35 +97,32 @@ def cases(loaded: LoadedSuite) -> list[tuple[str, str | None, str | None]]:
         for shape_set, _ in _variants(loaded, stage):
             out.append((stage, candidate, shape_label(shape_set) if shape_set is not None else None))
 
-    if suite.stages.framework is not None:
-        add("framework")
-    if suite.stages.layerwise is not None:
-        for n in suite.candidates_of(suite.stages.layerwise):
-            add("layerwise", n)
-    for stage in ("repair", "buildlog", "perf"):
-        if getattr(suite.stages, stage) is not None:
-            add(stage)
+    for entry in STAGES.entries():
+        cfg = getattr(suite.stages, entry.name)
+        if cfg is None or entry.cases == "data":
+            continue
+        for n in suite.candidates_of(cfg) if entry.cases == "candidates" else [None]:
+            add(entry.name, n)
     return out
-
-
-# rough relative cost of a case, for dealing the cases of several suites over shards (`deal`)
-CASE_WEIGHT = {"e2e": 4, "repair": 4, "layerwise": 2, "perf": 2, "framework": 1, "buildlog": 1}
 
 
 def zoo_cases(loaded: LoadedSuite) -> list[tuple[str, str | None, str | None]]:
     """The whole cases of a suite run with others (`trtverify run A.yaml B.yaml --shard I/N`): `cases`, and each
     run of e2e (one per batch size of a sweep) whole, not sliced: a shard then loads only the models it runs."""
     out = cases(loaded)
-    if loaded.suite.stages.e2e is not None:
-        out += [("e2e", None, f"batch={b}" if b is not None else None) for _, b in _variants(loaded, "e2e")]
+    for entry in STAGES.entries():
+        if entry.cases == "data" and getattr(loaded.suite.stages, entry.name) is not None:
+            out += [
+                (entry.name, None, f"batch={b}" if b is not None else None) for _, b in _variants(loaded, entry.name)
+            ]
     return out
 
 
 def deal(suites: Sequence[LoadedSuite], count: int) -> list[list[int]]:
     """The owner shard (1..count) of every case (`zoo_cases`) of every suite: the heaviest cases first (by
-    CASE_WEIGHT, then suite and case order), each to the shard with the least weight so far (the lowest index
-    on a tie). Deterministic; the shards' weights differ by at most one case's weight."""
-    flat = [(i, k, CASE_WEIGHT.get(c[0], 1)) for i, s in enumerate(suites) for k, c in enumerate(zoo_cases(s))]
+    their stage's `weight`, then suite and case order), each to the shard with the least weight so far (the lowest
+    index on a tie). Deterministic; the shards' weights differ by at most one case's weight."""
+    flat = [(i, k, STAGES.get(c[0]).weight) for i, s in enumerate(suites) for k, c in enumerate(zoo_cases(s))]
     owners = [[0] * len(zoo_cases(s)) for s in suites]
     load = [0] * count
     for i, k, w in sorted(flat, key=lambda x: (-x[2], x[0], x[1])):
@@ -139,9 +153,9 @@ def make_plan(
     owners: Sequence[int] | None = None,
 ) -> list[StagePlan]:
     """What each selected stage runs, per shape set or batch size of a sweep: everything, or this shard's cases
-    (whole cases round robin; in a sweep, each shape set of a stage or candidate is a case) and, for e2e, this
-    shard's dataset slice at every batch size. `owners`: the shard of each of `zoo_cases` (from `deal`, in a run
-    of several suites): e2e is then a whole case too."""
+    (whole cases round robin; in a sweep, each shape set of a stage or candidate is a case) and, for a stage that
+    reads a dataset, this shard's slice at every batch size. `owners`: the shard of each of `zoo_cases` (from
+    `deal`, in a run of several suites): such a stage is then a whole case too."""
     plans = []
     owner = {case: k % shard.count + 1 for k, case in enumerate(cases(loaded))} if shard is not None else {}
     if shard is not None and owners is not None:
@@ -150,17 +164,18 @@ def make_plan(
             raise UsageError(f"{loaded.path}: the deal of its {len(dealt)} cases does not fit shard {shard}")
         owner = dict(zip(dealt, owners))
     for name in select_stages(loaded, requested):
+        split = STAGES.get(name).cases
         for shape_set, batch in _variants(loaded, name):
             label = shape_label(shape_set) if shape_set is not None else None
             at = f" at {label}" if label else ""
             if shard is None:
                 work, why = StageWork(), ""
-            elif name == "e2e" and owners is not None:
+            elif split == "data" and owners is not None:
                 o = owner[(name, None, f"batch={batch}" if batch is not None else None)]
                 work, why = (StageWork() if o == shard.index else None), f"runs in shard {o}/{shard.count}"
-            elif name == "e2e":
+            elif split == "data":
                 work, why = StageWork(data=shard), ""
-            elif name == "layerwise":
+            elif split == "candidates":
                 mine = tuple(c for (st, c, lb), o in owner.items() if st == name and lb == label and o == shard.index)
                 work = StageWork(candidates=mine) if mine else None
                 why = f"shard {shard}: every candidate of this stage{at} runs in another shard"
@@ -230,10 +245,6 @@ def with_recipes_made(loaded: LoadedSuite, samples: Sequence[Any], out_dir: Path
     return dataclasses.replace(loaded, suite=loaded.suite.model_copy(update={"models": models}))
 
 
-SAMPLE_STAGES = ("framework", "layerwise", "repair")  # the stages that feed the inputs to the models
-SWEPT_STAGES = ("framework", "layerwise")  # the stages a shape sweep (inputs.shapes) runs once per shape set
-
-
 def nonfinite_inputs(samples: Sequence[dict[str, Any]]) -> str | None:
     """A warning naming the input rows that hold NaN or inf: the reference computes non-finite values from them,
     and every comparison there says 'nan' where the inputs are the cause (None when every value is finite)."""
@@ -300,16 +311,16 @@ def _unswept(plans: Sequence[StagePlan]) -> list[StagePlan]:
 def _for_plan(
     plan: StagePlan, loaded: LoadedSuite, samples: list[dict[str, Any]], model_inputs: list[TensorMeta]
 ) -> tuple[LoadedSuite, list[dict[str, Any]]]:
-    """The suite and inputs of one planned run: the shape set's generated inputs, or e2e at the plan's batch
+    """The suite and inputs of one planned run: the shape set's generated inputs, or the stage at the plan's batch
     size."""
     if plan.shape_set is not None:
         loaded = with_sweep_profile(loaded, loaded.suite.inputs.shapes or [plan.shape_set])
         feeds = build_samples(loaded, shape_set=plan.shape_set)
         check_samples(feeds, model_inputs, f"inputs of {loaded.path} at {plan.label}")
         return loaded, feeds
-    e2e = loaded.suite.stages.e2e
-    if plan.batch is not None and e2e is not None:
-        stages = loaded.suite.stages.model_copy(update={"e2e": e2e.model_copy(update={"batch_size": plan.batch})})
+    cfg = getattr(loaded.suite.stages, plan.name)
+    if plan.batch is not None and cfg is not None:
+        stages = loaded.suite.stages.model_copy(update={plan.name: cfg.model_copy(update={"batch_size": plan.batch})})
         return dataclasses.replace(loaded, suite=loaded.suite.model_copy(update={"stages": stages})), samples
     return loaded, samples
 
@@ -329,21 +340,20 @@ def run_suite(
     loaded: LoadedSuite,
     out_dir: Path,
     sink: Sink,
+    options: RunOptions = RunOptions(),
     *,
-    stages: Sequence[str] = (),
-    shard: Shard | None = None,
-    owners: Sequence[int] | None = None,
     plans: Sequence[StagePlan] | None = None,
     done: Sequence[StageResult] = (),
-    **kw: Any,
+    progress: Progress = no_progress,
+    model_inputs: list[TensorMeta] | None = None,
 ) -> list[StageResult]:
     """Run the suite (or the shard's part of it), handing every result to `sink` as soon as it is done; on
     Ctrl-C (and SIGTERM, which the CLI turns into the same exception) the sink has what ran, the rest pending.
 
     `done`: the results of the plan's first stages, kept from an earlier worker of this run that crashed after
     them (cli/supervise.py); they are not run again."""
-    plans = list(plans) if plans is not None else make_plan(loaded, stages, shard, owners)
-    if kw.get("samples_override") is not None:  # the chosen samples are fed as they are: a swept stage runs once
+    plans = list(plans) if plans is not None else make_plan(loaded, options.stages, options.shard, options.owners)
+    if options.samples_override is not None:  # the chosen samples are fed as they are: a swept stage runs once
         plans = _unswept(plans)
     if len(done) > len(plans) or any(r.name != p.name or r.shape != p.label for r, p in zip(done, plans)):
         done = ()  # not this plan's results: run everything
@@ -358,7 +368,16 @@ def run_suite(
             sink(done, pending)
 
     try:
-        results = run_stages(loaded, plans, out_dir=Path(out_dir), on_stage=on_stage, done=done, **kw)
+        results = run_stages(
+            loaded,
+            plans,
+            out_dir=Path(out_dir),
+            options=options,
+            progress=progress,
+            on_stage=on_stage,
+            done=done,
+            model_inputs=model_inputs,
+        )
     except KeyboardInterrupt:
         if not told:  # stopped before the first stage ended: every stage is listed as not run
             sink(list(done), [(p.name, p.label) for p in plans[len(done) :]])
@@ -373,12 +392,8 @@ def run_stages(
     plans: Sequence[StagePlan],
     *,
     out_dir: Path,
-    update_reference: bool = False,
-    update_baseline: bool = False,
-    reference_dir: Path | None = None,
+    options: RunOptions = RunOptions(),
     progress: Progress = no_progress,
-    samples_override: list[dict[str, Any]] | None = None,
-    chosen_by: str | None = None,
     on_stage: Callable[..., None] = lambda done, pending, interrupted=False: None,
     done: Sequence[StageResult] = (),
     model_inputs: list[TensorMeta] | None = None,
@@ -387,22 +402,22 @@ def run_stages(
     pending)` after each one (and `on_stage(done, pending, True)` with the part a stage did when it was
     interrupted: the run is incomplete).
 
-    `samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run, `chosen_by` says so):
+    `options.samples_override` replaces the suite's inputs (e.g. the worst samples of an e2e run, `chosen_by` says so):
     the stages feed every one of them, whatever their `samples: N` (`run_suite` runs a swept stage once then)."""
     if model_inputs is None:  # `preflight` not run by the caller yet
         model_inputs = preflight(loaded)
     idle = all(p.work is None for p in plans[len(done) :])  # every stage runs in another shard
     if idle:  # no inputs to make, no candidate to convert
         samples: list[dict[str, Any]] = []
-    elif samples_override is not None:
-        samples = samples_override
+    elif options.samples_override is not None:
+        samples = options.samples_override
         check_samples(samples, model_inputs, "the samples chosen with --samples")
     else:
         samples = build_samples(loaded, model_inputs)  # the reference's inputs as preflight read them: not again
         check_samples(samples, model_inputs, inputs_source(loaded))
     warning = nonfinite_inputs(samples)
     loaded = loaded if idle else with_recipes_made(loaded, samples, out_dir, progress)
-    store = ReferenceStore(reference_dir or loaded.suite.reference_dir, loaded.suite.name)
+    store = ReferenceStore(options.reference_dir or loaded.suite.reference_dir, loaded.suite.name)
     results: list[StageResult] = list(done)
     crashed = native.resume().dead
     for i, plan in enumerate(plans):
@@ -410,17 +425,17 @@ def run_stages(
             continue
         stage_loaded, feeds = _for_plan(plan, loaded, samples, model_inputs) if plan.work else (loaded, samples)
         ctx = StageContext(
-            stage_loaded,
-            feeds,
-            model_inputs,
-            store,
-            update_reference,
-            progress,
-            plan.work or StageWork(),
-            out_dir,
-            update_baseline,
-            chosen_by if samples_override is not None else None,
-            plan.label,
+            loaded=stage_loaded,
+            samples=feeds,
+            model_inputs=model_inputs,
+            store=store,
+            update_reference=options.update_reference,
+            progress=progress,
+            work=plan.work or StageWork(),
+            out_dir=out_dir,
+            update_baseline=options.update_baseline,
+            chosen_by=options.chosen_by if options.samples_override is not None else None,
+            shape=plan.label,
         )
         s0 = time.perf_counter()
         try:
@@ -432,7 +447,7 @@ def run_stages(
                 results.append(partial.model_copy(update={"duration_s": time.perf_counter() - s0}))
                 on_stage(list(results), [(p.name, p.label) for p in plans[i + 1 :]], True)
             raise
-        if warning and plan.name in SAMPLE_STAGES and plan.work is not None:
+        if warning and STAGES.get(plan.name).feeds_samples and plan.work is not None:
             res = res.model_copy(update={"notes": [warning, *res.notes]})
         update: dict[str, Any] = {"duration_s": time.perf_counter() - s0}
         if plan.label is not None:

@@ -246,6 +246,7 @@ def test_framework_compares_pytorchs_yolov7_rows_with_the_export_box_to_box(tmp_
     its export in ONNX Runtime, the [N, 7] rows of a batch of two matched box to box."""
     pytest.importorskip("torch")
     from trtverify.cli.run import run_and_record
+    from trtverify.runner import RunOptions
 
     np.savez(tmp_path / "val4.npz", images=np.ascontiguousarray(val[1][:2]))
     (tmp_path / "fw.yaml").write_text(
@@ -254,7 +255,7 @@ def test_framework_compares_pytorchs_yolov7_rows_with_the_export_box_to_box(tmp_
         "  pytorch: {factory: 'make_models:build_v7', output_names: [output]}\n"
         "inputs:\n  file: val4.npz\n  batch_size: 2\nstages:\n  framework: {}\n"
     )
-    results = run_and_record(load_suite(tmp_path / "fw.yaml"), tmp_path / "o", update_reference=True)
+    results = run_and_record(load_suite(tmp_path / "fw.yaml"), tmp_path / "o", RunOptions(update_reference=True))
     (stage,) = results.stages
     (det,) = stage.detections
     assert stage.status == "passed" and (det.layout, det.tensors, det.images) == ("batch7", ["output"], 2)

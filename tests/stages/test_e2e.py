@@ -180,6 +180,7 @@ def test_chunked_run_equals_one_chunk_and_one_session_is_alive_at_a_time(
     from trtverify.backends.onnxruntime import OnnxRuntimeBackend
     from trtverify.cli.run import run_and_record
     from trtverify.config.loader import load_suite
+    from trtverify.runner import RunOptions
 
     _, whole = demo_run
     assert whole["chunks"] == 1
@@ -200,16 +201,16 @@ def test_chunked_run_equals_one_chunk_and_one_session_is_alive_at_a_time(
     monkeypatch.setattr(OnnxRuntimeBackend, "_make_session", counting_make)
     monkeypatch.setattr(OnnxRuntimeBackend, "close", counting_close)
     loaded = load_suite(SUITE)
-    run_and_record(loaded, tmp_path / "one", stages=["e2e"])
+    run_and_record(loaded, tmp_path / "one", RunOptions(stages=("e2e",)))
     assert peak[0] == 1
 
     e2e = loaded.suite.stages.e2e
     small = loaded.suite.model_copy(
         update={"stages": loaded.suite.stages.model_copy(update={"e2e": e2e.model_copy(update={"chunk_mb": 0.5})})}
     )
-    chunked = as_json(run_and_record(dataclasses.replace(loaded, suite=small), tmp_path / "chunked", stages=["e2e"]))[
-        "stages"
-    ][0]
+    chunked = as_json(
+        run_and_record(dataclasses.replace(loaded, suite=small), tmp_path / "chunked", RunOptions(stages=("e2e",)))
+    )["stages"][0]
     per_batch = 250 * 28 * 28 * 4 / 2**20  # one float32 batch of the demo: 0.75 MB, over the 0.5 MB limit
     assert per_batch > 0.5 and chunked["chunks"] == 2000 // 250
     assert chunked["reference"] == whole["reference"]

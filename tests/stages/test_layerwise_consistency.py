@@ -21,7 +21,8 @@ import pytest
 from tests.conftest import ROOT, main_in_process
 from trtverify.compare.checks import CheckResult
 from trtverify.data.kit import write_kit
-from trtverify.report.text import fail_line, pair_text
+from trtverify.report.capturetext import pair_text
+from trtverify.report.text import fail_line
 from trtverify.stages.layerwise.capmodels import CapturePair
 from trtverify.toolout.captures import escape_name, read_capture
 from trtverify.toolout.kit import read_kit

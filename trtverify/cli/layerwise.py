@@ -128,6 +128,7 @@ def layerwise(
     """
     from trtverify.cli.run import execute
     from trtverify.config.loader import load_suite
+    from trtverify.runner import RunOptions
     from trtverify.suitegen.adhoc import layerwise_suite
     from trtverify.toolout.captures import split_selector
     from trtverify.util.errors import UsageError
@@ -168,4 +169,4 @@ def layerwise(
         layer_info=layer_info,
         unmarked=[_unmarked(u) for u in unmarked],
     )
-    execute(load_suite(path), out, ("layerwise",), False, None, quiet)
+    execute(load_suite(path), out, RunOptions(stages=("layerwise",)), quiet=quiet)

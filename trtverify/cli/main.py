@@ -129,7 +129,7 @@ def run(
     or a folder of *.yaml): each into OUT/<name>/ (OUT: --out, else reports/gate), with OUT/index.html,
     one JUnit file and the most severe exit code of all (docs/ci.md)."""
     from trtverify.config.loader import load_suite, with_plugins
-    from trtverify.runner import preflight
+    from trtverify.runner import RunOptions, preflight
 
     shard = parse_shard(shard_text, quiet)
     suites, suite = suite, suite[0]  # several suites, or one (the first)
@@ -174,22 +174,17 @@ def run(
             click.echo(
                 f"samples: the {len(override)} worst {plural('sample', len(override))} listed in {source}", err=True
             )
-        execute(
-            loaded,
-            out,
-            stages,
-            update_reference,
-            reference_dir,
-            quiet,
-            override,
-            junit,
-            shard,
-            update_baseline,
-            chosen_by,
-            model_inputs,
-            owners,
-            begun,
+        options = RunOptions(
+            stages=stages,
+            shard=shard,
+            owners=tuple(owners) if owners is not None else None,
+            update_reference=update_reference,
+            update_baseline=update_baseline,
+            reference_dir=reference_dir,
+            samples_override=override,
+            chosen_by=chosen_by,
         )
+        execute(loaded, out, options, quiet=quiet, junit=junit, model_inputs=model_inputs, begun=begun)
 
 
 def _worst_positions(previous: Any, source: Path) -> list[int]:

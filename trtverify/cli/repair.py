@@ -136,6 +136,7 @@ def repair(
     """
     from trtverify.cli.run import execute
     from trtverify.config.loader import load_suite
+    from trtverify.runner import RunOptions
     from trtverify.suitegen.adhoc import repair_suite
 
     if candidate is not None:
@@ -188,7 +189,7 @@ def repair(
         plugins=plugin_map(plugins),
         method="auto" if tool == "modelopt" else method,
     )
-    execute(load_suite(path), out, ("repair",), False, None, quiet)
+    execute(load_suite(path), out, RunOptions(stages=("repair",)), quiet=quiet)
 
 
 @click.command()

@@ -55,30 +55,32 @@ class Progress:
             click.echo(f"  {stage}: {what} on {count(total, 'sample')}...", err=True)
 
 
-def run_and_record(loaded: Any, out: Path, **kw: Any) -> Any:
-    """Run the suite (`runner.run_suite`, same arguments), OUT/results.json and OUT/report.html rewritten after
-    every stage by the recorder it hands each result to; returns the results document last written."""
+def run_and_record(loaded: Any, out: Path, options: Any = None, **kw: Any) -> Any:
+    """Run the suite (`runner.run_suite`: `options` a `runner.RunOptions`, the other keywords its own),
+    OUT/results.json and OUT/report.html rewritten after every stage by the recorder it hands each result to;
+    returns the results document last written."""
     from trtverify.results.record import Recorder
-    from trtverify.runner import run_suite
+    from trtverify.runner import RunOptions, run_suite
 
+    options = options if options is not None else RunOptions()
     previous = _previous(Path(out))
     earlier = _earlier(Path(out), previous)
-    todo = planned(loaded, kw.get("stages") or ())
+    todo = planned(loaded, options.stages)
     # the earlier run's other stages stay beside this run's, unless this run feeds other samples (--samples worst)
-    keep = kw.get("samples_override") is None
-    recorder = Recorder(loaded, Path(out), kw.get("shard"), earlier, previous, _renderer(), todo, keep)
+    keep = options.samples_override is None
+    recorder = Recorder(loaded, Path(out), options.shard, earlier, previous, _renderer(), todo, keep)
     done = []
     if earlier is not None:  # this run's stages the crashed worker finished, in order (not the kept ones)
         done = [s for s in earlier.stages if s.kept_from is None][: native.resume().results["done"]]
     try:
-        run_suite(loaded, Path(out), recorder, done=done, **kw)
+        run_suite(loaded, Path(out), recorder, options, done=done, **kw)
     except (KeyboardInterrupt, Exception) as exc:  # Ctrl-C, SIGTERM: what was kept, for the message main() prints
         stop = exc if isinstance(exc, KeyboardInterrupt) else interrupt_in(exc)
         if stop is None:
             raise
         written = recorder.stopped(signal_of(stop))
         stop.trtverify_stopped = Stopped(  # type: ignore[attr-defined]
-            recorder.path, written, loaded.path, kw.get("shard"), tuple(recorder.pending)
+            recorder.path, written, loaded.path, options.shard, tuple(recorder.pending)
         )
         if stop is exc:
             raise
@@ -271,21 +273,16 @@ def stopped_lines(exc: BaseException | None) -> list[str]:
 def execute(
     loaded: Any,
     out: Path,
-    stages: tuple[str, ...],
-    update_reference: bool,
-    reference_dir: Path | None,
+    options: Any,
+    *,
     quiet: bool,
-    samples_override: Any = None,
     junit: Path | None = None,
-    shard: Any = None,
-    update_baseline: bool = False,
-    chosen_by: str | None = None,
     model_inputs: Any = None,
-    owners: Any = None,
     begun: Begun | None = None,
 ) -> None:
-    """Run `loaded` into `out` under its lock; `model_inputs`: what `runner.preflight` gave, where the command ran it
-    already; `begun`: told when the run's results are written (`stops_recorded`)."""
+    """Run `loaded` into `out` under its lock, as `options` (a `runner.RunOptions`) asks; `model_inputs`: what
+    `runner.preflight` gave, where the command ran it already; `begun`: told when the run's results are written
+    (`stops_recorded`)."""
     from trtverify.util.fsutil import folder_lock
 
     with folder_lock(out):  # before any work: exit 2 if OUT cannot be written or another run writes there
@@ -293,20 +290,7 @@ def execute(
             click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}', going on after the crash", err=True)
         elif not quiet:
             click.echo(f"trtverify {__version__}: suite '{loaded.suite.name}' ({loaded.path})", err=True)
-        results = run_and_record(
-            loaded,
-            out,
-            stages=stages,
-            shard=shard,
-            update_reference=update_reference,
-            update_baseline=update_baseline,
-            reference_dir=reference_dir,
-            progress=Progress(not quiet),
-            samples_override=samples_override,
-            chosen_by=chosen_by,
-            model_inputs=model_inputs,
-            owners=owners,
-        )
+        results = run_and_record(loaded, out, options, progress=Progress(not quiet), model_inputs=model_inputs)
         if begun is not None:
             begun.recorded = True
         finish(results, out, quiet, junit)

@@ -246,12 +246,20 @@ def _elsewhere(e: Entry, folder: Path, shard: Any, options: dict[str, Any]) -> N
     """The results.json and report of a suite whose cases all run in other shards (every stage `sharded_away`,
     what `merge` needs from each shard), written in this process: no models are loaded, no inputs made."""
     from trtverify.cli.run import run_and_record
+    from trtverify.runner import RunOptions
     from trtverify.util.fsutil import folder_lock
 
     t0 = time.monotonic()
     with folder_lock(folder):  # the recorder writes results.json and the report
-        kw = {k: options.get(k) for k in ("update_reference", "update_baseline", "reference_dir")}
-        results = run_and_record(e.loaded, folder, stages=e.stages, shard=shard, owners=e.owners, **kw)
+        run = RunOptions(
+            stages=tuple(e.stages),
+            shard=shard,
+            owners=tuple(e.owners) if e.owners is not None else None,
+            update_reference=bool(options.get("update_reference")),
+            update_baseline=bool(options.get("update_baseline")),
+            reference_dir=options.get("reference_dir"),
+        )
+        results = run_and_record(e.loaded, folder, run)
     e.code, e.seconds = results.exit_code, time.monotonic() - t0
 
 

@@ -5,32 +5,133 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from trtverify.util.registry import Entry, Registry
 
 
+def _target(name: str, target: str | None) -> Any:
+    """The attribute 'module:attribute' names, imported now (None: None)."""
+    return Entry(name, target).load() if target is not None else None
+
+
 @dataclass(frozen=True)
 class StageEntry(Entry):
-    """A stage: `target` is its `run(context) -> result` function, `result` its result's record type."""
+    """A stage, every fact about it the runner, the merge and the report need, so that none of them names a stage:
+    `target` is its `run(context) -> result` function, `result` its result's record type, `config` its section's
+    model in the suite (`stages.<name>`). The other facts are 'module:attribute' targets too, imported on use.
+
+    How the run plan takes it (`trtverify/runner.py`): `cases` says how a sharded run splits it: 'whole' (one case,
+    run by one shard), 'candidates' (a case per candidate it compares), 'data' (every shard runs it on a slice of the
+    dataset; in a run of several suites, one whole case per batch size); `feeds_samples`: it feeds the suite's
+    inputs to the models (their warnings are its notes); `shape_swept`: a shape sweep (inputs.shapes) runs it once
+    per shape set; `batch_swept`: its section's `batch_sizes` runs it once per batch size, at `batch_size`;
+    `weight`: the rough cost of one of its cases, for dealing the cases of several suites over shards.
+
+    `merge`: `merge(ran, shape, suite)` -> one result from the shards that ran it (`trtverify merge`; `ran`: (shard
+    folder, result) pairs; `suite()` loads the suite file); None: the one shard's result that ran it.
+    `lines`: `lines(result) -> list[str]`, its own lines of the terminal summary, under its status line.
+    `partial`: the template (report/templates/) of its own part of its section of report.html; `causes`: the
+    template of its own items in the report's list of why the run failed. `layers`: what the report links between
+    stages (report/links.py): 'build' (the engine layers its build logs list), 'engine' (the layers of the engines
+    it timed); `metric_deltas`: its checks' detail holds a metric's `reference` and `candidate` values, which the
+    summary says."""
 
     result: str
+    config: str
+    cases: Literal["whole", "candidates", "data"] = "whole"
+    feeds_samples: bool = False
+    shape_swept: bool = False
+    batch_swept: bool = False
+    weight: int = 1
+    merge: str | None = None
+    lines: str | None = None
+    partial: str | None = None
+    causes: str | None = None
+    layers: Literal["build", "engine"] | None = None
+    metric_deltas: bool = False
 
     def result_type(self) -> Any:
-        return Entry(self.name, self.result).load()
+        return _target(self.name, self.result)
+
+    def config_type(self) -> Any:
+        return _target(self.name, self.config)
+
+    def merger(self) -> Any:
+        return _target(self.name, self.merge)
+
+    def liner(self) -> Any:
+        return _target(self.name, self.lines)
 
 
 STAGES: Registry[StageEntry] = Registry(
     "stage",
     [  # in the order they run
-        StageEntry("framework", "trtverify.stages.framework:run", "trtverify.stages.framework:FrameworkResult"),
         StageEntry(
-            "layerwise", "trtverify.stages.layerwise.stage:run", "trtverify.stages.layerwise.models:LayerwiseResult"
+            "framework",
+            "trtverify.stages.framework:run",
+            result="trtverify.stages.framework:FrameworkResult",
+            config="trtverify.config.stages:FrameworkStage",
+            feeds_samples=True,
+            shape_swept=True,
+            lines="trtverify.report.frameworktext:framework_lines",
+            partial="stages/framework.html.j2",
         ),
-        StageEntry("repair", "trtverify.repair.stage:run", "trtverify.repair.stage:RepairResult"),
-        StageEntry("e2e", "trtverify.stages.e2e.stage:run", "trtverify.stages.e2e.models:E2EResult"),
-        StageEntry("buildlog", "trtverify.stages.buildlog:run", "trtverify.stages.buildlog:BuildlogResult"),
-        StageEntry("perf", "trtverify.stages.perf:run", "trtverify.stages.perf:PerfResult"),
+        StageEntry(
+            "layerwise",
+            "trtverify.stages.layerwise.stage:run",
+            result="trtverify.stages.layerwise.models:LayerwiseResult",
+            config="trtverify.config.stages:LayerwiseStage",
+            cases="candidates",
+            feeds_samples=True,
+            shape_swept=True,
+            weight=2,
+            merge="trtverify.stages.layerwise.merge:merge",
+            lines="trtverify.report.layerwisetext:layerwise_lines",
+            partial="stages/layerwise.html.j2",
+            causes="stages/layerwise_causes.html.j2",
+        ),
+        StageEntry(
+            "repair",
+            "trtverify.repair.stage:run",
+            result="trtverify.repair.stage:RepairResult",
+            config="trtverify.config.stages:RepairStage",
+            feeds_samples=True,
+            weight=4,
+            lines="trtverify.report.repairtext:repair_lines",
+            partial="stages/repair.html.j2",
+        ),
+        StageEntry(
+            "e2e",
+            "trtverify.stages.e2e.stage:run",
+            result="trtverify.stages.e2e.models:E2EResult",
+            config="trtverify.config.stages:E2EStage",
+            cases="data",
+            batch_swept=True,
+            weight=4,
+            merge="trtverify.stages.e2e.merge:merge",
+            lines="trtverify.report.e2etext:e2e_lines",
+            partial="stages/e2e.html.j2",
+            metric_deltas=True,
+        ),
+        StageEntry(
+            "buildlog",
+            "trtverify.stages.buildlog:run",
+            result="trtverify.stages.buildlog:BuildlogResult",
+            config="trtverify.config.stages:BuildlogStage",
+            partial="stages/buildlog.html.j2",
+            layers="build",
+        ),
+        StageEntry(
+            "perf",
+            "trtverify.stages.perf:run",
+            result="trtverify.stages.perf:PerfResult",
+            config="trtverify.config.perfstage:PerfStage",
+            weight=2,
+            lines="trtverify.report.perftext:perf_lines",
+            partial="stages/perf.html.j2",
+            layers="engine",
+        ),
     ],
 )
 

@@ -1,24 +1,20 @@
 """Performance baselines: `reference_outputs/<suite>/perf/baseline.json`, one entry per measured row, each with
 the fingerprint of the environment it was measured in (GPU, driver, TensorRT, CPU). A stored entry is compared
 only with a row measured in the same environment; otherwise the row says why it is not comparable, which is
-never a failure. Only `trtverify run --update-baseline` writes the file (atomically)."""
+never a failure. Only `trtverify run --update-baseline` writes the file (atomically; the file itself:
+`trtverify/util/baselinefile.py`, the one baseline store)."""
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from trtverify.util import baselinefile
 from trtverify.util.environment import environment
-from trtverify.util.errors import UsageError
-from trtverify.util.fsutil import FileTooLarge, atomic_write_json, read_capped
 
-FORMAT = 1
-FILE = "baseline.json"
+FILE = baselinefile.FILE
 FINGERPRINT_KEYS = ("gpu", "driver", "tensorrt", "cpu", "cpu_count")
-MAX_BYTES = 16 << 20
 
 Fingerprint = dict[str, str | None]
 
@@ -48,35 +44,16 @@ def differences(stored: Fingerprint, now: Fingerprint) -> list[str]:
 
 
 def path_for(root: Path, suite: str) -> Path:
-    return Path(root) / suite / "perf" / FILE
+    return baselinefile.path_for(root, suite, "perf")
 
 
 def load(path: Path) -> dict[str, Any] | None:
     """The stored baseline's entries (row key -> entry), None when there is none; a damaged file is an error
     naming it."""
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(read_capped(path, MAX_BYTES).decode("utf-8"))
-    except FileTooLarge:
-        raise UsageError(f"{path}: larger than {MAX_BYTES >> 20} MB: not a trtverify baseline; remove it or rewrite "
-                         "it with trtverify run --update-baseline") from None  # fmt: skip
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        why = f"{path}: unreadable baseline ({exc}); rewrite it with trtverify run --update-baseline"
-        raise UsageError(why) from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("rows"), dict):
-        raise UsageError(f"{path}: not a trtverify performance baseline (format {FORMAT}); rewrite it with "
-                         "trtverify run --update-baseline")  # fmt: skip
-    return data["rows"]
+    doc = baselinefile.load(path, "performance")
+    return None if doc is None else doc["rows"]
 
 
 def save(path: Path, suite: str, rows: dict[str, dict[str, Any]]) -> None:
-    atomic_write_json(
-        path,
-        {
-            "format": FORMAT,
-            "suite": suite,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "rows": dict(sorted(rows.items())),
-        },
-    )
+    """Write every row measured now, in place of the stored ones (stamped with when)."""
+    baselinefile.save(path, suite, rows, keep=False, created=True)

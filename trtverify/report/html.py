@@ -16,8 +16,9 @@ from typing import Any
 from markupsafe import Markup
 
 from trtverify.compare.checks import nonfinite_words
+from trtverify.config.registry import STAGES
 from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
-from trtverify.report.kinds import is_stage
+from trtverify.report.kinds import with_layers
 from trtverify.report.links import Link, build_links, engine_layer_id, layer_id, perf_links, row_id
 from trtverify.report.text import cause_text, divergence_text, high_lint, latency_text
 from trtverify.results.models import Results
@@ -300,7 +301,8 @@ def render(results: Results) -> str:
     for rid, links in engine_links.back.items():
         if rid.startswith("lw-"):  # layerwise rows list build-log and engine layers in one column
             to_layers[rid] = to_layers.get(rid, []) + links
-    perf = {si: _perf_view(s, engine_links) for si, s in enumerate(stages) if is_stage(s, "perf")}
+    timed = with_layers(stages, "engine")  # the stage that timed engines (perf): its view, by its index
+    perf = {si: _perf_view(s, engine_links) for si, s in enumerate(stages) if s is timed}
     layerwise = {
         (si, ci): _layerwise_view(s, ci, c, to_layers, si if s.shape else None)
         for si, s in enumerate(stages)
@@ -318,6 +320,9 @@ def render(results: Results) -> str:
         row_id=row_id,
         high_lint=high_lint(results),
         chart_js=Markup(chart_js()),
+        # each stage's own templates, by name (its registry entry's `partial` and `causes`)
+        partials={e.name: e.partial for e in STAGES.entries() if e.partial is not None},
+        causes={e.name: e.causes for e in STAGES.entries() if e.causes is not None},
     )
 
 

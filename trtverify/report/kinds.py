@@ -3,6 +3,7 @@ run's report never loads the build-log parser, the repair search or the e2e task
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from trtverify.config.registry import STAGES
@@ -14,3 +15,13 @@ def is_stage(result: Any, name: str) -> bool:
     if getattr(result, "name", None) != name:
         return False
     return isinstance(result, STAGES.get(name).result_type())
+
+
+def with_layers(stages: Iterable[Any], kind: str) -> Any:
+    """The first stage whose registry entry says it lists engine layers of `kind` ('build': from build logs,
+    'engine': of the engines it timed), or None; what the report links between stages, named by no stage."""
+    for s in stages:
+        name = getattr(s, "name", None)
+        if name in STAGES and STAGES.get(name).layers == kind and is_stage(s, name):
+            return s
+    return None

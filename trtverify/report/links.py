@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import PurePath
 from typing import Any, NamedTuple
 
-from trtverify.report.kinds import is_stage
+from trtverify.report.kinds import with_layers
 from trtverify.stages.base import StageResult
 from trtverify.stages.layerwise.models import LayerwiseCandidate, LayerwiseResult, Row
 
@@ -84,7 +84,7 @@ def rows_by_node(candidates: Sequence[LayerwiseCandidate]) -> list[dict[str, lis
 def build_links(stages: Sequence[StageResult]) -> tuple[dict[str, list[Link]], dict[str, list[Link]]]:
     """({layer id: links to layerwise rows}, {row id: links to build-log layers}) for one run's stages."""
     layerwise = next((s for s in stages if isinstance(s, LayerwiseResult)), None)
-    buildlog: Any = next((s for s in stages if is_stage(s, "buildlog")), None)
+    buildlog: Any = with_layers(stages, "build")
     to_rows: dict[str, list[Link]] = {}
     to_layers: dict[str, list[Link]] = {}
     if layerwise is None or buildlog is None:
@@ -137,11 +137,11 @@ def perf_links(stages: Sequence[StageResult]) -> PerfLinks:
     linked) and <-> build-log layers (same layer name, or an ONNX node in common; with a layerwise stage, only
     nodes that are layerwise rows count, and only logs of the engine's candidates)."""
     out = PerfLinks({}, {}, {})
-    perf: Any = next((s for s in stages if is_stage(s, "perf")), None)
+    perf: Any = with_layers(stages, "engine")
     if perf is None or not perf.engines:
         return out
     layerwise = next((s for s in stages if isinstance(s, LayerwiseResult)), None)
-    buildlog: Any = next((s for s in stages if is_stage(s, "buildlog")), None)
+    buildlog: Any = with_layers(stages, "build")
     candidates = layerwise.candidates or [] if layerwise is not None else []
     models, names = [c.model for c in candidates], [c.name for c in candidates]
     by_node = rows_by_node(candidates)

@@ -1,21 +1,19 @@
-"""Terminal text: the summary of a run and of a build log (the CLI prints these lines)."""
+"""Terminal text: the summary of a run and of a build log (the CLI prints these lines). A stage's own lines under
+its status line come from the module its registry entry names (`lines`: report/layerwisetext.py, ...)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from trtverify.compare.checks import CheckResult, nonfinite_words
 from trtverify.config.checks import METRICS
 from trtverify.config.findings import SEVERITIES
+from trtverify.config.registry import STAGES
 from trtverify.lint.findings import LintFinding
-from trtverify.report.capturetext import pair_text
-from trtverify.report.dettext import detection_lines
 from trtverify.report.format import fmt
 from trtverify.report.kinds import is_stage
 from trtverify.report.logtext import context_lines
-from trtverify.report.rangetext import cache_lines, range_lines
 from trtverify.results.models import Results
 from trtverify.stages.base import StageResult
 from trtverify.stages.layerwise.models import FirstDivergence, LayerwiseCandidate, LayerwiseResult, RootCause
@@ -24,8 +22,6 @@ from trtverify.util.words import count, plural, shorten
 if TYPE_CHECKING:  # the other stages' modules are imported where their results are present (report/kinds.py)
     from trtverify.buildlog.diff import BuildDiff
     from trtverify.buildlog.parser import BuildLog
-    from trtverify.repair.stage import RepairResult
-    from trtverify.stages.e2e.models import E2EResult
 
 MAX_FAILED = 20
 
@@ -54,63 +50,6 @@ def cause_text(rc: RootCause, method: str) -> str:
     note = rc.pairing
     also = f"; computes {rc.tensor}: {note.why}" if note is not None and note.candidate_node else ""
     return f"{rc.node} ({rc.op_type}{also}), {what}"
-
-
-def _layerwise(s: LayerwiseResult) -> list[str]:
-    out = []
-    for cand in s.candidates or []:
-        fd = cand.first_divergence
-        rc = cand.root_causes[0] if cand.root_causes else None
-        compared = sum(1 for row in cand.rows if row.not_comparable is None)
-        line = f"          {cand.name} ({cand.precision}, checks: {cand.checks_source}): "
-        line += f"{paired_text(cand)}; " if cand.paired is not None else f"{count(compared, 'tensor')} compared; "
-        if fd is not None:
-            line += divergence_text(fd)
-        elif any(not d.passed for d in cand.detections or []):
-            line += "no tensor diverges; the detections differ"
-        else:  # a verdict says what it rests on: none on the layers from too few of them
-            line += "no divergence" if cand.paired is None or cand.paired.passed else "too few paired for a verdict"
-        after = sum((cand.after_plugins or {}).values())
-        rewritten = len(cand.rows) - compared - after
-        if rewritten:
-            line += f"; {rewritten} rewritten by the converter, not comparable"
-        for why, n in (cand.after_plugins or {}).items():
-            line += f"; {count(n, 'tensor')} {why}, not compared"
-        by_stats = sum(1 for row in cand.rows if (row.compared_by or "").startswith("statistics"))
-        picked = sum(1 for row in cand.rows if row.compared_by) - by_stats
-        if picked:  # docs/stages/layerwise.md#index-tensors
-            line += f"; {count(picked, 'index tensor')} compared by what they select, never a root cause"
-        if by_stats:  # docs/captured.md: trtexec's tensor_summary.json
-            line += f"; {count(by_stats, 'tensor')} compared by statistics only (min, max, avg), not element by element"
-        out.append(line)
-        for note in cand.plugins or []:  # what the numbers after a plugin rest on
-            out.append(f"          {cand.name}: plugin {note}")
-        out += detection_lines(cand)
-        b = cand.vs_baseline
-        if b is not None and b.state == "compared" and b.change is not None:
-            out.append(f"          {cand.name}: worst rel_l2 {fmt(b.value)} at {b.tensor} against the baseline's "
-                       f"{fmt(b.baseline)} at {b.baseline_tensor} ({b.change:+.4g})")  # fmt: skip
-        if cand.precision_mix and len(cand.precision_mix) > 1:
-            mix = ", ".join(f"{k} {v}" for k, v in cand.precision_mix.items())
-            out.append(f"          {cand.name}: compute nodes by precision: {mix}")
-        if cand.emulation:
-            out.append(f"          {cand.name}: {cand.emulation}")
-        if cand.consistency:  # a capture against itself: what was checked, and why not the rest
-            out.append(f"          {cand.name}: consistency: {'; '.join(cand.consistency)}")
-        if rc is not None:
-            label = "root cause #1" if fd is not None else "largest own error"
-            out.append(f"          {cand.name}: {label} {cause_text(rc, cand.root_cause_method)}")
-        unpaired = unmatched_text(cand)
-        if unpaired:
-            out.append(f"          {cand.name}: unmatched tensors: {unpaired}")
-        out += range_lines(cand)
-        lesser = [f for f in cand.lint if f.severity != "high"]  # high findings get lines of their own
-        if lesser:
-            kinds = Counter(f"{f.kind} ({f.severity})" for f in lesser)
-            first = {f"{f.kind} ({f.severity})": f.node or f.tensor for f in reversed(lesser)}
-            listed = ", ".join(f"{k} x{n}" + (f" at {first[k]}" if first[k] else "") for k, n in kinds.most_common())
-            out.append(f"          {cand.name}: lint: {listed}")
-    return out + cache_lines(s) + [f"          {pair_text(p)}" for p in s.capture_pairs or []]
 
 
 class HighLint(NamedTuple):
@@ -173,8 +112,9 @@ def fail_line(c: CheckResult, stage: StageResult | None = None) -> str:
 def _row_error(stage: StageResult | None, c: CheckResult) -> str | None:
     """Why a tensor check has no value: the first error of its layerwise row or framework output (a shape
     mismatch, ...)."""
-    if is_stage(stage, "framework"):
-        for out in stage.outputs or []:
+    outputs = getattr(stage, "outputs", None)  # a framework stage's outputs
+    if isinstance(outputs, list):
+        for out in outputs:
             if c.tensor in (out.tensor, out.reference_tensor) and out.errors:
                 return _errors_text(out.errors)
         return None
@@ -200,7 +140,7 @@ def where(c: CheckResult, stage: StageResult | None = None) -> str:
     """What a failing check is about, in words: '' when its name already says all there is."""
     d = c.detail
     parts: list[str] = []
-    if "reference" in d and "candidate" in d and c.stage == "e2e":
+    if "reference" in d and "candidate" in d and c.stage in STAGES and STAGES.get(c.stage).metric_deltas:
         parts.append(f"reference {fmt(d['reference'])} -> {c.candidate or 'candidate'} {fmt(d['candidate'])}")
     if c.tensor is not None and c.tensor not in c.name:
         parts.append(f"at {c.tensor}")
@@ -225,7 +165,7 @@ def where(c: CheckResult, stage: StageResult | None = None) -> str:
         names = [*d.get("pytorch_only", []), *d.get("onnx_only", [])]
         if names:
             parts.append(f"{', '.join(names)}: pair them with stages.framework.rename or leave them out with ignore")
-    if c.metric in ("pairs", "paired") and c.stage == "layerwise" and isinstance(stage, LayerwiseResult):
+    if c.metric in ("pairs", "paired") and isinstance(stage, LayerwiseResult):  # its own stage's, layerwise
         parts += [u for cand in stage.candidates or [] if cand.name == c.candidate for u in [unmatched_text(cand)] if u]
     if "window_cv" in d and "max_cv" in d:
         runs = f"{fmt(d.get('runs'))} {plural('run', d.get('runs'))}"
@@ -300,87 +240,6 @@ def unmatched_text(cand: LayerwiseCandidate) -> str:
     return "; ".join(parts)
 
 
-def _e2e(s: E2EResult) -> list[str]:
-    out = []
-    if s.reference is None:
-        return out
-    ref = s.reference.scalars()
-    for cand in s.candidates or []:
-        metrics = cand.metrics.scalars()
-        parts = [
-            f"{k} {fmt(ref.get(k))} -> {fmt(metrics.get(k))} ({cand.deltas.get(k, 0):+.4f})"
-            for k in s.gated or []
-            if k in ref
-        ]
-        parts += [
-            f"{k} against the baseline {fmt(b.baseline)} ({b.change:+.4f})"
-            for k, b in cand.vs_baseline.items()
-            if b.state == "compared" and b.change is not None
-        ]
-        out.append(f"          {cand.name}: " + ", ".join(parts))
-        if cand.worst:
-            ids = ", ".join(str(w.id) for w in cand.worst[:8])
-            more = f" (of {len(cand.worst)} listed)" if len(cand.worst) > 8 else ""
-            out.append(f"          {cand.name}: most changed samples: {ids}{more}")
-    return out
-
-
-# how each tool takes the keep-list (repair.json's exports), in the order a TensorRT user reaches for them
-_EXPORTS = (
-    ("trtexec", "trtexec (TensorRT <= 10)"),
-    ("polygraphy", "polygraphy convert/run (TensorRT <= 10)"),
-    ("onnxruntime_float16_node_block_list", "onnxruntime float16 convert_float_to_float16(node_block_list=...)"),
-    ("onnxruntime_quantization_nodes_to_exclude", "onnxruntime quantize_static(nodes_to_exclude=...)"),
-    ("modelopt_autocast", "ModelOpt AutoCast"),
-    ("modelopt_quantization", "ModelOpt quantization"),
-)
-
-
-def _exports(exports: dict[str, Any]) -> list[str]:
-    out = []
-    if exports.get("tensorrt_strongly_typed"):
-        out.append("          TensorRT 11 / TensorRT-RTX: build the repaired model as it is (strongly typed, no flags)")
-    for key, label in _EXPORTS:
-        value = exports.get(key)
-        if not value:
-            continue
-        text = value if isinstance(value, str) else " ".join(str(v) for v in value)
-        out.append(f"          {label}: {text}")
-        if key == "modelopt_quantization" and exports.get("modelopt_quantization_scope"):
-            out.append(f"            (that {exports['modelopt_quantization_scope']})")
-    return out
-
-
-def _repair(s: RepairResult) -> list[str]:
-    if s.before is None or s.after is None or s.cost is None or s.keep is None:
-        return []
-    before = "passes" if s.before.passed else "; ".join(s.before.failed[:2])
-    lowered = s.candidate_precision or s.precision
-    out = [f"          before ({lowered}, nothing kept): {before}"]
-    share = f"{s.cost.flops_share:.1%} of multiply-adds, {s.cost.params_share:.1%} of parameters"
-    verdict = "passes" if s.after.passed else "fails: " + "; ".join(s.after.failed[:2])
-    where = "every tensor" if s.tensors == "all" else "the model outputs"
-    rows = s.rows or {}
-    searched = f" on the {count(rows['search'], 'row')} searched" if rows.get("search") else ""
-    out.append(
-        f"          keep in FP32: {', '.join(s.keep) or 'nothing'} ({share}); repaired model {verdict}{searched}"
-    )
-    out.append(f"          passes means: the checks on {where}, and no tensor non-finite where the reference's is not")
-    if s.verified is not None:
-        held = "passes" if s.verified.passed else "fails: " + "; ".join(s.verified.failed[:2])
-        out.append(f"          held-out check ({count(rows.get('holdout', 0), 'row')} the search did not use): {held}")
-    else:
-        out.append(
-            "          held-out check: none (fewer than 4 rows, or --holdout 0): the pass is on the searched rows"
-        )
-    if s.stopped:
-        out.append(f"          not repaired: {s.stopped}; what still fails: {'; '.join(s.after.failed[:3])}")
-    out.append(f"          {count(s.evaluations, 'evaluation')}; {latency_text(s.cost)}")
-    out += _exports(s.exports or {})
-    out.append(f"          repaired: {s.repaired_model}")
-    return out
-
-
 def latency_text(cost: Any) -> str:
     """'ONNX Runtime latency: lowered 1.20 ms, repaired 1.35 ms, reference 1.00 ms', each model not timed said so
     (the stage's notes and checks say why)."""
@@ -403,22 +262,9 @@ def stage_lines(s: StageResult) -> list[str]:
     if s.kept_from:
         out.append(f"          kept: not run by this run; the result of the earlier run started {s.kept_from}")
     out += [f"          note: {note}" for note in s.notes]
-    if isinstance(s, LayerwiseResult):
-        out += _layerwise(s)
-    if is_stage(s, "framework"):
-        from trtverify.report.dettext import detection_text
-
-        for d in getattr(s, "detections", None) or []:  # PyTorch's boxes (reference) against ONNX Runtime's
-            verdict = "" if d.passed else f"; fails {', '.join(d.failed or [])}"
-            out.append(f"          boxes in {', '.join(d.tensors)} ({d.layout}): {detection_text(d)}{verdict}")
-    if is_stage(s, "e2e"):
-        out += _e2e(s)  # type: ignore[arg-type]
-    if is_stage(s, "repair"):
-        out += _repair(s)  # type: ignore[arg-type]
-    if is_stage(s, "perf"):
-        from trtverify.report.perftext import perf_lines
-
-        out += perf_lines(s)  # type: ignore[arg-type]
+    entry = STAGES.get(s.name) if s.name in STAGES else None
+    if entry is not None and entry.lines is not None and is_stage(s, s.name):  # the stage's own lines
+        out += entry.liner()(s)
     for c in failed[:MAX_FAILED]:
         out.append(f"          {fail_line(c, s)}")
     if len(failed) > MAX_FAILED:

@@ -1,8 +1,9 @@
 """`trtverify merge DIR...`: one results.json from the folders of every shard of a run.
 
-Layerwise candidates are concatenated in the suite's order; e2e metrics are recomputed from the
-shards' accumulator states merged (`Accumulator.merge`), so COCO metrics cover the union of all
-detections instead of averaging shards, and equal the unsharded run's.
+Each stage merges its own results, by the `merge` of its registry entry (`config/registry.py`): the layerwise
+candidates are concatenated in the suite's order, e2e metrics recomputed from the shards' accumulator states
+merged, so COCO metrics cover the union of all detections and equal the unsharded run's. A stage without one is
+a whole case: the result of the one shard that ran it. This module names no stage.
 """
 
 from __future__ import annotations
@@ -15,10 +16,7 @@ from trtverify.config.registry import STAGES
 from trtverify.results.io import load_results
 from trtverify.results.models import Merged, Results
 from trtverify.results.record import build_results
-from trtverify.stages.base import StageResult, status_of, sum_timings
-from trtverify.stages.e2e.models import E2EResult
-from trtverify.stages.e2e.stage import merge_shards
-from trtverify.stages.layerwise.models import LayerwiseResult
+from trtverify.stages.base import StageResult
 from trtverify.util.errors import UsageError
 from trtverify.util.fsutil import sha256_file
 
@@ -68,26 +66,6 @@ def _suite(first: Results, suite_path: Path | None) -> LoadedSuite:
     return load_suite(path)
 
 
-def _layerwise(parts: Sequence[LayerwiseResult], order: Sequence[str]) -> LayerwiseResult:
-    """The layerwise stages of several shards (disjoint candidates) as one stage."""
-    rank = {n: i for i, n in enumerate(order)}
-    cands = sorted((c for p in parts for c in p.candidates or []), key=lambda c: rank.get(c.name, len(rank)))
-    # checks in the unsharded run's order: by candidate, then as each shard wrote them
-    checks = sorted((c for p in parts for c in p.checks), key=lambda c: rank.get(c.candidate or "", -1))
-    first = parts[0]
-    return LayerwiseResult(
-        status=status_of(checks),
-        duration_s=sum(p.duration_s for p in parts),
-        checks=checks,
-        notes=list(dict.fromkeys(n for p in parts for n in p.notes)),
-        timings=sum_timings(p.timings for p in parts),
-        samples=first.samples,
-        reference=first.reference,
-        candidates=cands,
-        baseline_file=next((p.baseline_file for p in parts if p.baseline_file), None),
-    )
-
-
 def merge_runs(dirs: Sequence[Path], suite_path: Path | None = None) -> Results:
     """One results document from the directories of every shard of a run."""
     shards = [(Path(d), load_results(Path(d) / "results.json")) for d in dirs]
@@ -99,33 +77,27 @@ def merge_runs(dirs: Sequence[Path], suite_path: Path | None = None) -> Results:
     # a stage, or in a sweep each of its shape sets or batch sizes: in the order the first shard lists them
     keys = list(dict.fromkeys((s.name, s.shape) for _, r in shards for s in r.stages))
     keys.sort(key=lambda k: STAGES.names().index(k[0]))  # stable: a stage's shapes keep their order
+
+    def suite() -> LoadedSuite:  # read once, by the first stage whose merge needs it
+        nonlocal loaded
+        loaded = loaded or _suite(first, suite_path)
+        return loaded
+
     for name, shape in keys:
+        entry = STAGES.get(name)
         ran = [
             (d, s) for d, r in shards for s in r.stages if s.name == name and s.shape == shape and not s.sharded_away
         ]
         errors = [(d, s) for d, s in ran if s.status == "error"]
         if not ran:
-            stages.append(
-                STAGES.get(name).result_type()(status="skipped", notes=["no shard ran this stage"], shape=shape)
-            )
+            stages.append(entry.result_type()(status="skipped", notes=["no shard ran this stage"], shape=shape))
         elif errors:
             d, s = errors[0]
             stages.append(
                 s.model_copy(update={"notes": [f"shard directory {d}: this stage failed to run there", *s.notes]})
             )
-        elif name == "layerwise":
-            loaded = loaded or _suite(first, suite_path)
-            cfg = loaded.suite.stages.layerwise
-            order = loaded.suite.candidates_of(cfg) if cfg is not None else list(loaded.suite.models.candidates)
-            stages.append(_layerwise([s for _, s in ran], order).model_copy(update={"shape": shape}))
-        elif name == "e2e" and len(ran) == 1 and ran[0][1].shard_slice is None:  # a whole case (several suites)
-            stages.append(ran[0][1])
-        elif name == "e2e":
-            loaded = loaded or _suite(first, suite_path)
-            merged_e2e: E2EResult = merge_shards(loaded, ran)
-            stages.append(
-                merged_e2e.model_copy(update={"duration_s": sum(s.duration_s for _, s in ran), "shape": shape})
-            )
+        elif entry.merge is not None:
+            stages.append(entry.merger()(ran, shape, suite))
         else:
             stages.append(ran[0][1])
     return build_results(

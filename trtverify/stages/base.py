@@ -63,7 +63,7 @@ class StageWork:
     data: Shard | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StageContext:
     loaded: LoadedSuite
     samples: list[dict[str, np.ndarray]]

@@ -6,12 +6,11 @@ well as on the reference. `<reference dir>/<suite>/e2e/baseline.json` (each cand
 Each entry carries the identity of what it was measured against: the suite's name, the reference model's sha256
 and a hash of the data (e2e: the dataset's settings and size; layerwise: the input samples). An entry whose
 identity differs from this run's is `not_comparable`, never compared; a missing file or entry is `missing`, and
-the vs-baseline gate does not run (a note says how to write one), never a pass over nothing."""
+the vs-baseline gate does not run (a note says how to write one), never a pass over nothing. The file itself is
+`trtverify/util/baselinefile.py`'s, the one baseline store (perf's too)."""
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import math
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -20,14 +19,11 @@ from pydantic import Field
 
 from trtverify.compare.checks import CheckResult
 from trtverify.stages.base import status_of
-from trtverify.util.errors import UsageError
-from trtverify.util.fsutil import FileTooLarge, atomic_write_json, read_capped
+from trtverify.util import baselinefile
+from trtverify.util.baselinefile import FILE, FLAG, FORMAT, MAX_BYTES, load, now, path_for
 from trtverify.util.record import Record, optional
 
-FORMAT = 1
-FILE = "baseline.json"
-FLAG = "trtverify run --update-baseline"
-MAX_BYTES = 16 << 20
+__all__ = ["FILE", "FLAG", "FORMAT", "MAX_BYTES", "load", "now", "path_for"]  # the one store's, used from here
 
 Identity = dict[str, Any]
 
@@ -50,15 +46,6 @@ class VsBaseline(Record):
     why: str | None = optional("why it was not compared")
 
 
-def path_for(root: Path, suite: str, stage: str) -> Path:
-    """Beside the stored references (--reference-dir moves it with them)."""
-    return Path(root) / suite / stage / FILE
-
-
-def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
 def day(written: str | None) -> str:
     """'2026-11-20' of an ISO timestamp ('?' when unknown)."""
     return (written or "?")[:10]
@@ -74,28 +61,9 @@ def number(value: Any) -> float | None:
         return None
 
 
-def load(path: Path, what: str) -> dict[str, Any] | None:
-    """The stored baseline ({suite, rows}), None when there is none; a damaged file is an error naming it."""
-    if not path.exists():
-        return None
-    again = f"remove it or rewrite it with {FLAG}"
-    try:
-        data = json.loads(read_capped(path, MAX_BYTES).decode("utf-8"))
-    except FileTooLarge:
-        raise UsageError(f"{path}: larger than {MAX_BYTES >> 20} MB: not a trtverify baseline; {again}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"{path}: unreadable baseline ({exc}); {again}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("rows"), dict):
-        raise UsageError(f"{path}: not a trtverify {what} baseline (format {FORMAT}); {again}")
-    return data
-
-
 def save(path: Path, suite: str, entries: dict[str, dict[str, Any]]) -> None:
     """Write `entries` (key -> entry), keeping the stored entries of other keys (another shape of a sweep)."""
-    old = load(path, path.parent.name) if path.exists() else None
-    rows = dict(old["rows"]) if old is not None and old.get("suite") == suite else {}
-    rows.update(entries)
-    atomic_write_json(path, {"format": FORMAT, "suite": suite, "rows": dict(sorted(rows.items()))})
+    baselinefile.save(path, suite, entries, keep=True)
 
 
 def differences(stored: Identity, here: Identity) -> list[str]:
