@@ -163,6 +163,12 @@ class TaskEntry(Entry):
     datasets: tuple[str, ...]
     metrics: tuple[str, ...]  # metrics a gate may name, besides those `extra_metrics` adds
     extra_metrics: Callable[[Sequence[int]], tuple[str, ...]] = lambda top_k: ()
+    # 'module:Model' of the task's own settings (a Strict pydantic model), the suite's `e2e.options`; None: none
+    options: str | None = None
+
+    def options_model(self) -> Any:
+        """The model of the task's settings (`e2e.options`), imported now; None when the task takes none."""
+        return _target(self.name, self.options)
 
     def gate_metrics(self, top_k: Sequence[int] = ()) -> tuple[str, ...]:
         return self.metrics + self.extra_metrics(top_k)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from trtverify.config.checks import Check
 from trtverify.config.findings import LINT_KINDS, Severity, gate_names
@@ -330,6 +330,11 @@ class E2EStage(Strict):
     worst: int = Field(
         default=20, ge=0, description="how many changed samples to list (only samples whose prediction changed)"
     )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the task's own settings, checked by the task (docs/stages/e2e.md lists each task's); the tasks "
+        "that came first take theirs above (top_k, iou, score_threshold, ignore_index)",
+    )
     reference_sanity: Literal["warn", "fail", "ignore"] = Field(
         default="warn",
         description="a degenerate reference (one class for more than 90 % of its predictions and at least 10 points "
@@ -347,9 +352,34 @@ class E2EStage(Strict):
             raise ValueError(f"batch_sizes {self.batch_sizes} lists a batch size twice")
         return self
 
+    @field_validator("options")
+    @classmethod
+    def _task_options(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if "task" in info.data:  # else the task itself was refused
+            _checked_options(info.data["task"], value)
+        return value
+
+    def task_options(self) -> Any:
+        """`options` checked by the task's settings model (None for a task that takes none)."""
+        return _checked_options(self.task, self.options)
+
     def gate_metrics(self) -> tuple[str, ...]:
         """The metrics a gate may name for this task."""
         return TASKS.get(self.task).gate_metrics(self.top_k)
+
+
+def _checked_options(task: str, options: dict[str, Any]) -> Any:
+    model = TASKS.get(task).options_model()
+    if model is None:
+        if options:
+            raise ValueError(f"task {task} takes no options (given: {', '.join(options)})")
+        return None
+    try:
+        return model.model_validate(options)
+    except ValidationError as exc:
+        raise ValueError(
+            "; ".join(f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}" for e in exc.errors())
+        ) from None
 
 
 class BuildlogStage(Strict):

@@ -217,9 +217,11 @@ class Task(ABC):
     per_class_type: ClassVar[type[Record]]
     worst_type: ClassVar[type[Record]]
     reads_masks: ClassVar[bool] = False  # its labels are label images (masks), not class indices
+    reads_arrays: ClassVar[bool] = False  # its labels are arrays of any shape and type (targets), as stored
 
     def __init__(self, cfg: E2EStage, reader: Reader, search_path: Sequence[Path] = ()):
         self.cfg = cfg
+        self.options = cfg.task_options()  # the task's own settings (`e2e.options`), checked; None: it takes none
         self.reader = reader
         hook = cfg.postprocess.hook
         self.hook = load_hook(hook, search_path, what="postprocess.hook") if hook else None
@@ -227,7 +229,7 @@ class Task(ABC):
     @classmethod
     def open(cls, cfg: E2EStage, search_path: Sequence[Path] = ()) -> Task:
         """The task over the validation set the suite names (opened and checked now)."""
-        return cls(cfg, open_dataset(cfg.dataset, masks=cls.reads_masks), search_path)
+        return cls(cfg, open_dataset(cfg.dataset, masks=cls.reads_masks, arrays=cls.reads_arrays), search_path)
 
     @abstractmethod
     def accumulator(self) -> Accumulator:

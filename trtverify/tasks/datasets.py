@@ -101,7 +101,7 @@ def _npz_array(data: Any, key: str, path: Any) -> np.ndarray:
     return arr
 
 
-def _npz(ds: Dataset, masks: bool) -> Reader:
+def _npz(ds: Dataset, masks: bool, arrays: bool = False) -> Reader:
     key = ds.masks_key if masks else ds.labels_key
     try:
         with open(ds.npz, "rb") as fh:  # type: ignore[arg-type]
@@ -130,6 +130,10 @@ def _npz(ds: Dataset, masks: bool) -> Reader:
         raise UsageError(f"{ds.npz}: '{key}' is a single value; expected one label per image")
     if len(labels) != len(images):
         raise UsageError(f"{ds.npz}: {len(images)} images but {len(labels)} {'masks' if masks else 'labels'}")
+    if arrays:  # per-sample targets of any shape (depth maps, images, values), as stored
+        n = len(images) if ds.limit is None else min(ds.limit, len(images))
+        info = {"source": str(ds.npz), "layout": layout}
+        return Reader(list(range(n)), lambda i: images[i], lambda i: labels[i], ds.class_names, info=info)
     if masks and (labels.ndim != 3 or labels.shape[1:] != images.shape[1:3] or labels.dtype.kind not in "iu"):
         raise UsageError(
             f"{ds.npz}: '{key}' must hold integer masks [N, H, W] of the images' size {list(images.shape[1:3])}, "
@@ -259,10 +263,13 @@ def _coco(ds: Dataset) -> Reader:
     )
 
 
-def open_dataset(ds: Dataset, masks: bool = False) -> Reader:
-    """The validation set `ds` describes; `masks`: its labels are label images (segmentation)."""
+def open_dataset(ds: Dataset, masks: bool = False, arrays: bool = False) -> Reader:
+    """The validation set `ds` describes; `masks`: its labels are label images (segmentation); `arrays`: its labels
+    are per-sample arrays of any shape, as stored (npz only)."""
+    if arrays and ds.source != "npz":
+        raise UsageError(f"dataset: this task reads npz (images and targets), not {ds.source}")
     if ds.source == "npz":
-        reader = _npz(ds, masks)
+        reader = _npz(ds, masks, arrays)
     else:
         reader = {"folder": _folder, "csv": _csv, "coco": _coco, "masks": _masks}[ds.source](ds)
     if not len(reader):
