@@ -1,0 +1,77 @@
+"""What a new user hit trying the captured round trip (issue 46's review): a capture of another model compared
+anyway, a capture moved out of its kit passing `validate`, a one-feed capture (trtexec, KServe) against a kit of
+several feeds without a way out, a KServe capture said to be trtexec's, and an FP16 capture judged by FP32 checks
+without a word.
+
+The captures are written as the tools write them, from real ONNX Runtime outputs of the demo's models (made by
+demo/fp16_repair/make_demo.py with torch.onnx.export): trtexec's `--exportOutput` JSON (`exportJSONOutput` in
+TensorRT's samples/common/sampleInference.cpp), a KServe v2 response, a folder of `.npy` per feed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from tests.conftest import ROOT, main_in_process
+from trtverify.toolout.captures import read_feeds
+
+DEMO = ROOT / "demo" / "fp16_repair"
+
+
+def _kit(tmp_path: Path, capsys, monkeypatch, *extra: str) -> Path:
+    shutil.copy(DEMO / "fashion_bn_fp32.onnx", tmp_path / "ref.onnx")
+    r = main_in_process(["capture", str(tmp_path / "ref.onnx"), "--out", str(tmp_path / "kit"), *extra],
+                        capsys, monkeypatch)  # fmt: skip
+    assert r.code == 0, r.err
+    (tmp_path / "kit" / "captured").mkdir()
+    return tmp_path / "kit"
+
+
+def _outputs(model: Path, feed: dict[str, np.ndarray]) -> tuple[str, np.ndarray]:
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    name = session.get_outputs()[0].name
+    return name, session.run([name], feed)[0]
+
+
+def _trtexec(kit: Path) -> Path:
+    name, out = _outputs(kit.parent / "ref.onnx", read_feeds(kit / "inputs.json")[0])
+    path = kit / "captured" / "trtexec.json"
+    dims = "x".join(map(str, out.shape))
+    path.write_text(json.dumps([{"name": name, "dimensions": dims, "values": out.ravel().tolist()}]))
+    return path
+
+
+def _kserve(kit: Path) -> Path:
+    name, out = _outputs(kit.parent / "ref.onnx", read_feeds(kit / "inputs.json")[0])
+    path = kit / "captured" / "kserve.json"
+    outputs = [{"name": name, "shape": list(out.shape), "datatype": "FP32", "data": out.ravel().tolist()}]
+    path.write_text(json.dumps({"model_name": "ref", "outputs": outputs}))
+    return path
+
+
+def _suite(tmp_path: Path, capture: Path, reference: Path) -> Path:
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"name: s\nmodels:\n  reference: {reference}\n  candidates:\n    target: {{captured: {capture}}}\n"
+                     f"inputs: {{file: {tmp_path / 'kit' / 'inputs.npz'}}}\nstages:\n  layerwise: {{}}\n")  # fmt: skip
+    return suite
+
+
+def test_validate_refuses_a_capture_of_another_model_and_one_moved_out_of_its_kit(tmp_path, capsys, monkeypatch):
+    kit = _kit(tmp_path, capsys, monkeypatch)
+    capture = _trtexec(kit)
+    assert main_in_process(["validate", str(_suite(tmp_path, capture, tmp_path / "ref.onnx"))], capsys,
+                           monkeypatch).code == 0  # fmt: skip
+    other = shutil.copy(DEMO / "fashion_bn_fp16_repaired.onnx", tmp_path / "other.onnx")  # same inputs, another model
+    r = main_in_process(["validate", str(_suite(tmp_path, capture, Path(other)))], capsys, monkeypatch)
+    assert r.code == 2
+    assert "was made from ref.onnx" in r.err and "not from the reference other.onnx" in r.err, r.err
+    moved = tmp_path / "elsewhere" / "trtexec.json"
+    moved.parent.mkdir()
+    shutil.move(capture, moved)
+    r = main_in_process(["validate", str(_suite(tmp_path, moved, tmp_path / "ref.onnx"))], capsys, monkeypatch)
+    assert r.code == 2 and f"{moved}: no capture kit (manifest.json)" in r.err, r.err
