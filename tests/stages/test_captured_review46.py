@@ -75,3 +75,24 @@ def test_validate_refuses_a_capture_of_another_model_and_one_moved_out_of_its_ki
     shutil.move(capture, moved)
     r = main_in_process(["validate", str(_suite(tmp_path, moved, tmp_path / "ref.onnx"))], capsys, monkeypatch)
     assert r.code == 2 and f"{moved}: no capture kit (manifest.json)" in r.err, r.err
+
+
+def test_one_feed_captures_say_what_to_do_and_which_tool(tmp_path, capsys, monkeypatch):
+    (tmp_path / "three").mkdir()
+    kit = _kit(tmp_path / "three", capsys, monkeypatch, "--samples", "3")
+    r = main_in_process(["layerwise", str(tmp_path / "three" / "ref.onnx"), "--captured", str(_kserve(kit)), "--out",
+                         str(tmp_path / "r3"), "-q"], capsys, monkeypatch)  # fmt: skip
+    assert r.code == 2
+    (stage,) = json.loads((tmp_path / "r3" / "results.json").read_text())["stages"]
+    said = stage["error"]["message"]
+    assert "1 iteration, but its kit" in said and "a KServe response answers one request: make a kit of one" in said
+    assert "`trtverify capture ref.onnx --samples 1`" in said
+    (tmp_path / "one").mkdir()
+    kit = _kit(tmp_path / "one", capsys, monkeypatch)
+    r = main_in_process(["layerwise", str(tmp_path / "one" / "ref.onnx"), "--captured", str(_kserve(kit)), "--out",
+                         str(tmp_path / "r1"), "-q"], capsys, monkeypatch)  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    (stage,) = json.loads((tmp_path / "r1" / "results.json").read_text())["stages"]
+    (cand,) = stage["candidates"]
+    assert cand["consistency"] == ["consistency feeds not checked: the capture holds the kit's 1 feed only (a KServe "
+                                   "response answers one request)"]  # fmt: skip

@@ -262,8 +262,8 @@ def test_users_models_bert_passes_and_ssd_says_why_it_has_no_batch_checks(tmp_pa
     assert r.code == 0, r.out + r.err
     (stage,) = json.loads((tmp_path / "o" / "results.json").read_text())["stages"]
     (cand,) = stage["candidates"]
-    assert cand["consistency"] == ["consistency feeds not checked: the capture holds the kit's 1 feed only (trtexec "
-                                   "runs one feed)"]  # fmt: skip
+    assert cand["consistency"] == ["consistency feeds not checked: the capture holds the kit's 1 feed only (made "
+                                   "without the consistency feeds of the kit's inputs.json)"]  # fmt: skip
     assert not checks(json.loads((tmp_path / "o" / "results.json").read_text()), "determinism")
     ssd = ROOT / "tests" / "data" / "detector" / "ssd_tiny.onnx"
     assert main_in_process(["capture", str(ssd), "--out", str(tmp_path / "ssd")], capsys, monkeypatch).code == 0
