@@ -16,8 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 from tests.conftest import ROOT, main_in_process
+from tests.stages.test_layerwise_captured import POLYGRAPHY, polygraphy
 from trtverify.toolout.captures import read_feeds
 
 DEMO = ROOT / "demo" / "fp16_repair"
@@ -96,3 +98,22 @@ def test_one_feed_captures_say_what_to_do_and_which_tool(tmp_path, capsys, monke
     (cand,) = stage["candidates"]
     assert cand["consistency"] == ["consistency feeds not checked: the capture holds the kit's 1 feed only (a KServe "
                                    "response answers one request)"]  # fmt: skip
+
+
+@pytest.mark.skipif(not POLYGRAPHY.is_file(), reason="Polygraphy's CLI is not installed beside python")
+def test_an_fp16_capture_under_fp32_checks_says_to_give_its_precision(tmp_path, capsys, monkeypatch):
+    kit = _kit(tmp_path, capsys, monkeypatch)
+    capture = kit / "captured" / "outputs.json"  # the FP16 model as `polygraphy run --onnxrt` computes it: FP16 tensors
+    polygraphy(DEMO / "fashion_bn_fp16.onnx", kit, capture)
+    main_in_process(["layerwise", str(tmp_path / "ref.onnx"), "--captured", str(capture),
+                         "--out", str(tmp_path / "r"), "-q"], capsys, monkeypatch)  # fmt: skip
+    (stage,) = json.loads((tmp_path / "r" / "results.json").read_text())["stages"]
+    (cand,) = stage["candidates"]
+    assert "15 of 16 tensors compared were captured as FP16, but the checks are FP32's" in cand["emulation"]
+    assert "`precision: fp16`" in cand["emulation"]
+    # with precision given, nothing to say
+    suite = _suite(tmp_path, capture, tmp_path / "ref.onnx")
+    suite.write_text(suite.read_text().replace("{captured:", "{precision: fp16, captured:"))
+    main_in_process(["run", str(suite), "--out", str(tmp_path / "p"), "-q"], capsys, monkeypatch)
+    (stage,) = json.loads((tmp_path / "p" / "results.json").read_text())["stages"]
+    assert "FP32's" not in stage["candidates"][0]["emulation"]
