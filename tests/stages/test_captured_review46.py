@@ -20,7 +20,8 @@ import pytest
 
 from tests.conftest import ROOT, main_in_process
 from tests.stages.test_layerwise_captured import POLYGRAPHY, polygraphy
-from trtverify.toolout.captures import read_feeds
+from trtverify.toolout.captures import read_capture, read_feeds
+from trtverify.util.errors import UsageError
 
 DEMO = ROOT / "demo" / "fp16_repair"
 
@@ -117,3 +118,11 @@ def test_an_fp16_capture_under_fp32_checks_says_to_give_its_precision(tmp_path, 
     main_in_process(["run", str(suite), "--out", str(tmp_path / "p"), "-q"], capsys, monkeypatch)
     (stage,) = json.loads((tmp_path / "p" / "results.json").read_text())["stages"]
     assert "FP32's" not in stage["candidates"][0]["emulation"]
+
+
+def test_a_servers_error_response_is_refused_with_its_message(tmp_path):
+    # what Triton answers an inference request it cannot serve (KServe v2 protocol: {"error": "<message>"})
+    path = tmp_path / "response.json"
+    path.write_text(json.dumps({"error": "Request for unknown model: 'ref' is not found"}))
+    with pytest.raises(UsageError, match=r"the server's error response, not outputs: .*unknown model: 'ref' is not"):
+        read_capture(path)

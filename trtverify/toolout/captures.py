@@ -111,6 +111,8 @@ def read_capture(path: Path, runner: str | None = None, known: Iterable[str] = (
             cap = _kserve(path, doc)
         elif isinstance(doc, list) and doc and all(isinstance(d, dict) and "values" in d for d in doc):
             cap = _trtexec(path, doc)
+        elif isinstance(doc, dict) and isinstance(doc.get("error"), str):  # Triton / KServe v2's error response
+            raise UsageError(f"{path}: the server's error response, not outputs: {doc['error'][:300]!r}; capture again")
         elif isinstance(doc, list) and doc and all(isinstance(d, dict) for d in doc) and _is_feeds(doc):
             raise UsageError(
                 f"{path}: a Polygraphy inputs file (--save-inputs / --load-inputs: a list of feeds), not a capture of "
