@@ -20,7 +20,10 @@ import pytest
 
 from tests.conftest import ROOT, main_in_process
 from tests.stages.test_layerwise_captured import POLYGRAPHY, polygraphy
+from trtverify.config.loader import load_suite
+from trtverify.data.inputs import build_samples
 from trtverify.toolout.captures import read_capture, read_feeds
+from trtverify.toolout.kit import feed_digest
 from trtverify.util.errors import UsageError
 
 DEMO = ROOT / "demo" / "fp16_repair"
@@ -126,3 +129,26 @@ def test_a_servers_error_response_is_refused_with_its_message(tmp_path):
     path.write_text(json.dumps({"error": "Request for unknown model: 'ref' is not found"}))
     with pytest.raises(UsageError, match=r"the server's error response, not outputs: .*unknown model: 'ref' is not"):
         read_capture(path)
+
+
+@pytest.mark.parametrize(
+    ("model", "extra"),
+    [
+        # torchvision's SSDlite takes one [3, H, W] image: no batch axis (tests/data/torchvision/make_models.py)
+        (ROOT / "tests" / "data" / "torchvision" / "ssdlite.onnx",
+         ["--inputs", str(ROOT / "tests" / "data" / "torchvision" / "inputs.npz")]),
+        # torch.onnx.export's default: the batch fixed at the exported 4 (tests/data/e2ecap/make_fixed_batch.py)
+        (ROOT / "tests" / "data" / "e2ecap" / "fashion_cnn_b4.onnx", ["--samples", "2"]),
+    ],
+)  # fmt: skip
+def test_the_kits_inputs_npz_reads_back_as_its_feeds_in_a_suite(model, extra, tmp_path, capsys, monkeypatch):
+    # docs/captured.md's suites name `inputs: {file: kit/inputs.npz}` without batch_size: a model whose first axis
+    # is fixed (3 channels, a batch of 4) was refused ("dimension 0 is 1 but the model fixes it to 3")
+    r = main_in_process(["capture", str(model), *extra, "--out", str(tmp_path / "kit")], capsys, monkeypatch)
+    assert r.code == 0, r.err
+    manifest = json.loads((tmp_path / "kit" / "manifest.json").read_text())
+    suite = tmp_path / "s.yaml"
+    suite.write_text(f"name: s\nmodels: {{reference: {model}, candidates: {{c: {model}}}}}\n"
+                     f"inputs: {{file: {tmp_path / 'kit' / 'inputs.npz'}}}\nstages: {{layerwise: {{}}}}\n")  # fmt: skip
+    feeds = build_samples(load_suite(suite))
+    assert len(feeds) == 2 and [feed_digest(f) for f in feeds] == manifest["sample_digests"]
