@@ -152,3 +152,15 @@ def test_the_kits_inputs_npz_reads_back_as_its_feeds_in_a_suite(model, extra, tm
                      f"inputs: {{file: {tmp_path / 'kit' / 'inputs.npz'}}}\nstages: {{layerwise: {{}}}}\n")  # fmt: skip
     feeds = build_samples(load_suite(suite))
     assert len(feeds) == 2 and [feed_digest(f) for f in feeds] == manifest["sample_digests"]
+
+
+def test_a_kit_holding_captures_is_not_written_over_with_other_feeds(tmp_path, capsys, monkeypatch):
+    kit = _kit(tmp_path, capsys, monkeypatch)
+    capture = _trtexec(kit)
+    manifest = (kit / "manifest.json").read_bytes()
+    r = main_in_process(["capture", str(tmp_path / "ref.onnx"), "--samples", "2", "--out", str(kit)], capsys,
+                        monkeypatch)  # fmt: skip
+    assert r.code == 2 and f"a kit whose captures ({capture}) were made from other feeds" in r.err, r.err
+    assert (kit / "manifest.json").read_bytes() == manifest  # nothing written
+    again = main_in_process(["capture", str(tmp_path / "ref.onnx"), "--out", str(kit)], capsys, monkeypatch)
+    assert again.code == 0, again.err  # the same feeds again: the captures keep their kit
