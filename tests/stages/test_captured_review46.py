@@ -164,3 +164,21 @@ def test_a_kit_holding_captures_is_not_written_over_with_other_feeds(tmp_path, c
     assert (kit / "manifest.json").read_bytes() == manifest  # nothing written
     again = main_in_process(["capture", str(tmp_path / "ref.onnx"), "--out", str(kit)], capsys, monkeypatch)
     assert again.code == 0, again.err  # the same feeds again: the captures keep their kit
+
+
+def test_picking_a_consistency_iteration_or_an_unmarked_alone_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    kit = _kit(tmp_path, capsys, monkeypatch)
+    for i, feed in enumerate(read_feeds(kit / "inputs.json")):  # every iteration, as the runner script's folders
+        (kit / "captured" / "npy" / str(i)).mkdir(parents=True)
+        name, out = _outputs(kit.parent / "ref.onnx", feed)
+        np.save(kit / "captured" / "npy" / str(i) / f"{name}.npy", out)
+    npy = str(kit / "captured" / "npy")
+    r = main_in_process(["layerwise", str(tmp_path / "ref.onnx"), "--captured", npy + "##2", "--out",
+                         str(tmp_path / "r"), "-q"], capsys, monkeypatch)  # fmt: skip
+    assert r.code == 2  # was an internal error (IndexError, exit 4)
+    (stage,) = json.loads((tmp_path / "r" / "results.json").read_text())["stages"]
+    assert "iteration 2 is a consistency feed of the kit (duplicated row)" in stage["error"]["message"]
+    assert "the kit's feeds are iteration 0" in stage["error"]["message"]
+    r = main_in_process(["layerwise", str(tmp_path / "ref.onnx"), "--captured-unmarked", npy, "--out",
+                         str(tmp_path / "u")], capsys, monkeypatch)  # fmt: skip
+    assert r.code == 2 and "--captured-unmarked given 1 time for 0 --captured" in r.err, r.err

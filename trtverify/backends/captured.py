@@ -130,6 +130,13 @@ class CapturedBackend(Backend):
             if self.iteration >= len(cap.iterations):
                 raise UsageError(f"{cap.describe()}: no iteration {self.iteration} (iterations 0 to "
                                  f"{len(cap.iterations) - 1})")  # fmt: skip
+            if self.iteration >= len(kit.sample_digests):  # a consistency feed: no reference values for it
+                role = kit.consistency[self.iteration - len(kit.sample_digests)]["role"].replace("_", " ")
+                n = len(kit.sample_digests)
+                feeds = "iteration 0" if n == 1 else f"iterations 0 to {n - 1}"
+                raise UsageError(f"{cap.describe()}: iteration {self.iteration} is a consistency feed of the kit "
+                                 f"({role}), checked against the capture's own iterations, not the reference: the "
+                                 f"kit's feeds are {feeds}")  # fmt: skip
             self._only = kit.sample_digests[self.iteration]
             only = f"; iteration {self.iteration} only, on the kit's feed {self.iteration}: other feeds not compared"
         saved = inputs_beside(self.captured)
