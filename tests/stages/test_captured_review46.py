@@ -22,6 +22,7 @@ from tests.conftest import ROOT, main_in_process
 from tests.stages.test_layerwise_captured import POLYGRAPHY, polygraphy
 from trtverify.config.loader import load_suite
 from trtverify.data.inputs import build_samples
+from trtverify.data.kit import polygraphy_inputs
 from trtverify.toolout.captures import read_capture, read_feeds
 from trtverify.toolout.kit import feed_digest
 from trtverify.util.errors import UsageError
@@ -182,3 +183,13 @@ def test_picking_a_consistency_iteration_or_an_unmarked_alone_is_a_usage_error(t
     r = main_in_process(["layerwise", str(tmp_path / "ref.onnx"), "--captured-unmarked", npy, "--out",
                          str(tmp_path / "u")], capsys, monkeypatch)  # fmt: skip
     assert r.code == 2 and "--captured-unmarked given 1 time for 0 --captured" in r.err, r.err
+
+
+def test_saved_inputs_with_consistency_feeds_as_inputs_say_how_many_feeds_to_take(tmp_path, capsys, monkeypatch):
+    kit = _kit(tmp_path, capsys, monkeypatch)
+    saved = tmp_path / "outputs.inputs.json"  # what `polygraphy run --save-inputs` writes from the kit's inputs.json
+    polygraphy_inputs(read_feeds(kit / "inputs.json"), saved)
+    args = ["capture", str(tmp_path / "ref.onnx"), "--inputs", str(saved), "--out", str(tmp_path / "k2")]
+    r = main_in_process(args, capsys, monkeypatch)
+    assert r.code == 2 and "feed 2 is the first of another, --samples 2 takes those before it" in r.err, r.err
+    assert main_in_process([*args, "--samples", "1"], capsys, monkeypatch).code == 0

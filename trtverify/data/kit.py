@@ -214,8 +214,13 @@ def write_kit(
     dtypes = {n: {str(f[n].dtype) for f in feeds} for n in names}
     for n in names:
         if len(shapes[n]) > 1 or len(dtypes[n]) > 1:
+            first = next(
+                i for i, f in enumerate(feeds) if f[n].shape != feeds[0][n].shape or f[n].dtype != feeds[0][n].dtype
+            )
             raise UsageError(f"input '{n}': the feeds differ in shape or dtype ({shapes[n]}, {dtypes[n]}); a kit holds "
-                             "feeds of one shape")  # fmt: skip
+                             f"feeds of one shape: feed {first} is the first of another, --samples {first} takes those "
+                             "before it (the inputs Polygraphy saved beside a capture hold the kit's consistency "
+                             "feeds after its own)")  # fmt: skip
     extra, not_possible = consistency_feeds(feeds[0], declared, outputs) if declared is not None else ([], {})
     out.mkdir(parents=True, exist_ok=True)
     polygraphy_inputs([*feeds, *(c.feed for c in extra)], out / "inputs.json")
