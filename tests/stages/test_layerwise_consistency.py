@@ -192,7 +192,7 @@ def test_marking_that_changed_the_outputs_fails_and_says_which_capture_to_trust(
     # an unmarked capture without its marked one is a usage error
     r = main_in_process(["layerwise", str(kit.parent / MODEL.name), "--captured-unmarked", str(plain), "--out",
                          str(tmp_path / "c"), "-q"], capsys, monkeypatch)  # fmt: skip
-    assert r.code == 2 and "--captured-unmarked given 1 times for 0 --captured" in r.out + r.err
+    assert r.code == 2 and "--captured-unmarked given 1 time for 0 --captured" in r.out + r.err
 
 
 def test_captures_against_each_other_name_the_first_tensor_where_they_part(kit, tmp_path, capsys, monkeypatch):
