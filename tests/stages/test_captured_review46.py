@@ -193,3 +193,13 @@ def test_saved_inputs_with_consistency_feeds_as_inputs_say_how_many_feeds_to_tak
     r = main_in_process(args, capsys, monkeypatch)
     assert r.code == 2 and "feed 2 is the first of another, --samples 2 takes those before it" in r.err, r.err
     assert main_in_process([*args, "--samples", "1"], capsys, monkeypatch).code == 0
+
+
+def test_the_captured_folder_of_json_files_names_them(tmp_path, capsys, monkeypatch):
+    kit = _kit(tmp_path, capsys, monkeypatch)
+    _trtexec(kit)
+    _kserve(kit)
+    with pytest.raises(
+        UsageError, match=r"a folder without \.npy files .*; it holds kserve\.json, trtexec\.json: give"
+    ):
+        read_capture(kit / "captured")

@@ -293,7 +293,13 @@ def _npy_folder(path: Path) -> Capture:
     else:
         tensors, shapes = _npy_files(path)
         if not tensors:
-            raise UsageError(f"{path}: a folder without .npy files (or iteration folders 0, 1, ...)")
+            files = sorted(f.name for f in path.glob("*.json") if not f.name.endswith(".inputs.json"))
+            held = (
+                f"; it holds {', '.join(files[:4])}{', ...' if len(files) > 4 else ''}: give one of them"
+                if files
+                else ""
+            )
+            raise UsageError(f"{path}: a folder without .npy files (or iteration folders 0, 1, ...){held}")
         cap.iterations.append(tensors)
         cap.shapes.append(shapes)
     cap.run = read_run(path)
