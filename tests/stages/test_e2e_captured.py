@@ -129,6 +129,10 @@ def test_captured_metrics_equal_the_run_candidates_and_a_planted_fault_fails(kit
     assert code == 0, text
     got = {c["name"]: c["metrics"] for c in stage["candidates"]}
     assert stage["samples"] == 7 and stage["reference"]["map"] > 0.5
+    # where the captured candidate's outputs come from, said in the stage's notes (the report and the console)
+    assert [n for n in stage["notes"] if n.startswith("cap: captured elsewhere: ")] and not [
+        n for n in stage["notes"] if n.startswith("fp16: ")
+    ]
     scalars = {k: v for k, v in got["fp16"].items() if isinstance(v, float)}
     assert len(scalars) > 10  # map, ap50, ap75, ..., f1: the same arithmetic (ONNX Runtime, same settings)
     assert {k: got["cap"][k] for k in scalars} == pytest.approx(scalars, abs=1e-9)

@@ -46,6 +46,15 @@ def _e2e_hint(manifest: Path, iterations: int) -> str:
     return " (it has the kit's validation batches: a candidate of stage e2e; list it in stages.e2e.candidates only)"
 
 
+def _one_feed_hint(cap: Capture, kit: Kit) -> str:
+    """A tool that runs one feed (trtexec, a KServe request) against a kit of several: the kit's README says how."""
+    why = {"trtexec": "trtexec runs one feed", "trtexec-debug": "trtexec runs one feed",
+           "kserve": "a KServe response answers one request"}.get(cap.kind)  # fmt: skip
+    if len(cap.iterations) != 1 or why is None:
+        return ""
+    return f" ({why}: make a kit of one feed, `trtverify capture {kit.reference} --samples 1`, and capture again)"
+
+
 class CapturedBackend(Backend):
     name = "captured"
     capabilities = Capabilities(exposes_intermediates=True, onnx_graph=False, casts_feeds=False)
@@ -107,7 +116,9 @@ class CapturedBackend(Backend):
             extra = f" and {count(len(kit.consistency), 'consistency feed')}" if kit.consistency else ""
             raise UsageError(
                 f"{cap.describe()}: {count(len(cap.iterations), 'iteration')}, but its kit {manifest} holds "
-                f"{count(len(kit.sample_digests), 'feed')}{extra}" + _e2e_hint(manifest, len(cap.iterations))
+                f"{count(len(kit.sample_digests), 'feed')}{extra}"
+                + _e2e_hint(manifest, len(cap.iterations))
+                + _one_feed_hint(cap, kit)
             )
         if cap.run is not None and cap.run.kit_digest not in (kit.digest, kit.capture_digest):  # what the runner fed
             raise UsageError(
@@ -119,6 +130,13 @@ class CapturedBackend(Backend):
             if self.iteration >= len(cap.iterations):
                 raise UsageError(f"{cap.describe()}: no iteration {self.iteration} (iterations 0 to "
                                  f"{len(cap.iterations) - 1})")  # fmt: skip
+            if self.iteration >= len(kit.sample_digests):  # a consistency feed: no reference values for it
+                role = kit.consistency[self.iteration - len(kit.sample_digests)]["role"].replace("_", " ")
+                n = len(kit.sample_digests)
+                feeds = "iteration 0" if n == 1 else f"iterations 0 to {n - 1}"
+                raise UsageError(f"{cap.describe()}: iteration {self.iteration} is a consistency feed of the kit "
+                                 f"({role}), checked against the capture's own iterations, not the reference: the "
+                                 f"kit's feeds are {feeds}")  # fmt: skip
             self._only = kit.sample_digests[self.iteration]
             only = f"; iteration {self.iteration} only, on the kit's feed {self.iteration}: other feeds not compared"
         saved = inputs_beside(self.captured)

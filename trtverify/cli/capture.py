@@ -74,6 +74,7 @@ def capture(
         dynamic = any(not (isinstance(d, int) and d > 0) for m in inputs for d in (m.shape or ()))
         declared = {m.name: (tuple(m.shape) if m.shape is not None else None) for m in inputs}
         outs = [tuple(m.shape) if m.shape is not None else None for m in outputs]
+        _keep_captures(out, [feed_digest(f) for f in feeds])
         manifest = write_kit(out, reference, feeds, ranks, dynamic, declared, outs)
         # the kit's .npz must give back the same feeds when `layerwise --captured` reads it
         again = layerwise_suite(Path(tmp), reference, [reference], inputs_file=out / "inputs.npz", samples=None,
@@ -96,3 +97,24 @@ def capture(
     extra = manifest["consistency"]["feeds"]  # type: ignore[index]
     click.echo(f"kit: {out} ({count(manifest['samples'], 'feed')} and {count(len(extra), 'consistency feed')}, "
                f"digest {str(manifest['digest'])[:12]}); commands in {out / 'README.md'}")  # fmt: skip
+
+
+def _keep_captures(out: Path, digests: list[str]) -> None:
+    """A kit folder already holding captures is not written over with other feeds: its captures would be left
+    without the kit they were made from (the same feeds again, as with --suite added later, are fine)."""
+    import json
+
+    from trtverify.toolout.kit import MANIFEST, feeds_digest
+    from trtverify.util.errors import UsageError
+
+    try:
+        old = json.loads((out / MANIFEST).read_text(encoding="utf-8")).get("digest")
+    except (OSError, ValueError, AttributeError):
+        return
+    held = [p for d in (out / "captured", out / "e2e" / "captured") if d.is_dir() for p in d.iterdir()]
+    if held and old != feeds_digest(digests):
+        raise UsageError(
+            f"{out}: a kit whose captures ({held[0]}{', ...' if len(held) > 1 else ''}) were made from other feeds "
+            f"(digest {str(old)[:12]}) than these ({feeds_digest(digests)[:12]}): writing this kit over it would "
+            "leave them without their kit; give another --out"
+        )

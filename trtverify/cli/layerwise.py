@@ -133,10 +133,11 @@ def layerwise(
     from trtverify.toolout.captures import split_selector
     from trtverify.util.errors import UsageError
     from trtverify.util.fsutil import writable_folder
+    from trtverify.util.words import count
 
     if len(unmarked) > len(captured):
-        raise UsageError(f"--captured-unmarked given {len(unmarked)} times for {len(captured)} --captured: each goes "
-                         "with the --captured of the same position")  # fmt: skip
+        raise UsageError(f"--captured-unmarked given {count(len(unmarked), 'time')} for {len(captured)} --captured: "
+                         "each goes with the --captured of the same position")  # fmt: skip
 
     def _unmarked(spec: str) -> tuple[Path, str | None]:
         file, runner, iteration = split_selector(spec)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtverify.config.capture_kits import kit_problems
 from trtverify.config.postprocess import layout_problems
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, onnx_io
 from trtverify.toolout import calibcache
@@ -424,6 +425,7 @@ def file_problems(loaded: LoadedSuite) -> list[Problem]:
                 onnx_io(Path(cand.path))
             except UsageError as exc:
                 problems.append(loaded.problem(("models", "candidates", name, "path"), str(exc)))
+    problems += kit_problems(loaded)  # each capture's kit: beside it, made from the reference
     cache = suite.backends.tensorrt.calibration_cache
     if cache is not None and Path(cache).is_file():  # read by TensorRT and judged by layerwise: its line that is not
         try:  # one, before anything runs (a cache TensorRT writes during the run is read when layerwise judges it)

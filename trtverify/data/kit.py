@@ -45,19 +45,27 @@ def polygraphy_inputs(feeds: Sequence[dict[str, np.ndarray]], path: Path) -> Non
     atomic_write_text(path, json.dumps(doc))
 
 
-def _rows(feeds: Sequence[dict[str, np.ndarray]], ranks: dict[str, int | None]) -> tuple[dict[str, np.ndarray], int]:
+def _rows(
+    feeds: Sequence[dict[str, np.ndarray]],
+    ranks: dict[str, int | None],
+    declared: dict[str, tuple[object, ...] | None] | None = None,
+) -> tuple[dict[str, np.ndarray], int]:
     """The feeds as rows of an .npz the inputs reader splits back into the same feeds (with `inputs.batch_size`, the
     second value): concatenated along the batch axis where a feed has the model input's rank, stacked where the
-    input has no batch axis."""
+    input has no batch axis, or a fixed first axis (torchvision's detectors' [3, H, W], a batch fixed at 4): read
+    as one feed per row with no `batch_size`, as a suite naming the kit's inputs.npz reads it."""
+    fixed = {n for n, shape in (declared or {}).items() if shape and isinstance(shape[0], int) and shape[0] > 0}
     out = {}
     batches = set()
     for name in feeds[0]:
         parts = [f[name] for f in feeds]
-        if ranks.get(name) == parts[0].ndim and parts[0].ndim:
+        if ranks.get(name) == parts[0].ndim and parts[0].ndim and name not in fixed:
             out[name] = np.concatenate(parts, axis=0)
             batches.add(parts[0].shape[0])
         else:
             out[name] = np.stack(parts)
+    if fixed & set(out) and batches - {1}:  # stacked beside rows of several: as before, all along the first axis
+        return _rows(feeds, ranks)
     return out, (batches.pop() if len(batches) == 1 else 1)
 
 
@@ -206,8 +214,13 @@ def write_kit(
     dtypes = {n: {str(f[n].dtype) for f in feeds} for n in names}
     for n in names:
         if len(shapes[n]) > 1 or len(dtypes[n]) > 1:
+            first = next(
+                i for i, f in enumerate(feeds) if f[n].shape != feeds[0][n].shape or f[n].dtype != feeds[0][n].dtype
+            )
             raise UsageError(f"input '{n}': the feeds differ in shape or dtype ({shapes[n]}, {dtypes[n]}); a kit holds "
-                             "feeds of one shape")  # fmt: skip
+                             f"feeds of one shape: feed {first} is the first of another, --samples {first} takes those "
+                             "before it (the inputs Polygraphy saved beside a capture hold the kit's consistency "
+                             "feeds after its own)")  # fmt: skip
     extra, not_possible = consistency_feeds(feeds[0], declared, outputs) if declared is not None else ([], {})
     out.mkdir(parents=True, exist_ok=True)
     polygraphy_inputs([*feeds, *(c.feed for c in extra)], out / "inputs.json")
@@ -216,7 +229,7 @@ def write_kit(
     for n in names:  # the first feed: trtexec runs one
         arr = np.ascontiguousarray(feeds[0][n], dtype=feeds[0][n].dtype.newbyteorder("<"))
         atomic_write(raw / f"{escape_name(n)}.bin", lambda fh, arr=arr: fh.write(arr.tobytes()))
-    rows, batch = _rows(feeds, ranks)
+    rows, batch = _rows(feeds, ranks, declared)
     buf = io.BytesIO()
     np.savez(buf, **rows)
     atomic_write(out / "inputs.npz", lambda fh: fh.write(buf.getvalue()))

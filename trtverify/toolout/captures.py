@@ -111,6 +111,8 @@ def read_capture(path: Path, runner: str | None = None, known: Iterable[str] = (
             cap = _kserve(path, doc)
         elif isinstance(doc, list) and doc and all(isinstance(d, dict) and "values" in d for d in doc):
             cap = _trtexec(path, doc)
+        elif isinstance(doc, dict) and isinstance(doc.get("error"), str):  # Triton / KServe v2's error response
+            raise UsageError(f"{path}: the server's error response, not outputs: {doc['error'][:300]!r}; capture again")
         elif isinstance(doc, list) and doc and all(isinstance(d, dict) for d in doc) and _is_feeds(doc):
             raise UsageError(
                 f"{path}: a Polygraphy inputs file (--save-inputs / --load-inputs: a list of feeds), not a capture of "
@@ -291,7 +293,13 @@ def _npy_folder(path: Path) -> Capture:
     else:
         tensors, shapes = _npy_files(path)
         if not tensors:
-            raise UsageError(f"{path}: a folder without .npy files (or iteration folders 0, 1, ...)")
+            files = sorted(f.name for f in path.glob("*.json") if not f.name.endswith(".inputs.json"))
+            held = (
+                f"; it holds {', '.join(files[:4])}{', ...' if len(files) > 4 else ''}: give one of them"
+                if files
+                else ""
+            )
+            raise UsageError(f"{path}: a folder without .npy files (or iteration folders 0, 1, ...){held}")
         cap.iterations.append(tensors)
         cap.shapes.append(shapes)
     cap.run = read_run(path)

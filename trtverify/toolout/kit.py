@@ -49,6 +49,7 @@ class Kit:
     consistency: tuple[dict[str, Any], ...] = ()
     not_possible: dict[str, str] = field(default_factory=dict)  # role -> why the kit has no such feed
     capture_digest: str = ""  # of every feed of inputs.json (the kit's and the consistency feeds)
+    reference_sha256: str = ""  # of the ONNX file the kit was made from (absent: not checked)
 
     def iterations(self) -> int:
         """The iterations of a capture of every feed of inputs.json."""
@@ -91,6 +92,7 @@ def read_kit(manifest: Path) -> Kit:
             consistency=tuple(_consistency(doc.get("consistency", {}).get("feeds", []))),
             not_possible={str(k): str(v) for k, v in doc.get("consistency", {}).get("not_possible", {}).items()},
             capture_digest=str(doc.get("capture_digest", "")),
+            reference_sha256=str(doc.get("reference_sha256", "")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         why = f"not a trtverify kit manifest (format {KIT_FORMAT}): bad or missing {exc}"

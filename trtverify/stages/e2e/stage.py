@@ -203,6 +203,8 @@ def run(ctx: StageContext) -> E2EResult:
     states = _save_states(ctx.out_dir, models, tag) if data is not None and ctx.out_dir is not None else {}
     class_file = f"e2e-{tag}classes.npz"
     result = finalize(task, models, len(indices), class_file, timings=timings, **loop, **sliced, **states)
+    said = [f"{m.name}: {m.backend.ran_as}" for m in models if isinstance(getattr(m.backend, "ran_as", None), str)]
+    result = result.model_copy(update={"notes": [*result.notes, *said]})  # a capture: where its outputs come from
     path = drift.path_for(ctx.store.root, suite.name)  # --reference-dir moves it with the references
     return drift.apply(result, ctx.loaded, path, update=ctx.update_baseline, sharded=data is not None, shape=ctx.shape)
 

@@ -211,6 +211,15 @@ def _unmarked(name: str, backend: CapturedBackend, spec: Candidate, outputs: lis
                        candidate=name, tensor=at, detail=detail)  # fmt: skip
 
 
+def _one_feed(kind: str) -> str:
+    """Why a capture of this kind holds no consistency feeds."""
+    return {
+        "trtexec": "trtexec runs one feed",
+        "trtexec-debug": "trtexec runs one feed",
+        "kserve": "a KServe response answers one request",
+    }.get(kind, "made without the consistency feeds of the kit's inputs.json")
+
+
 def within(
     name: str, backend: object, spec: Candidate, precision: str, ref: ReferencePass, samples: int
 ) -> tuple[list[CheckResult], list[str]]:
@@ -227,7 +236,7 @@ def within(
         said.append(f"marking: outputs against the outputs-only capture {spec.unmarked}")
     if len(cap.iterations) < kit.iterations() or backend.iteration is not None:
         why = "one iteration chosen" if backend.iteration is not None else (
-            f"the capture holds the kit's {count(len(kit.sample_digests), 'feed')} only (trtexec runs one feed)"
+            f"the capture holds the kit's {count(len(kit.sample_digests), 'feed')} only ({_one_feed(cap.kind)})"
             if kit.consistency else "the kit has no consistency feeds (made before they were written)")  # fmt: skip
         return checks, [*said, f"consistency feeds not checked: {why}"]
     batch = kit.inputs[0]["shape"][0] if kit.inputs and kit.inputs[0]["shape"] else 1

@@ -38,7 +38,7 @@ from trtverify.graph.onnxinfo import load_onnx
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
 from trtverify.stages.base import StageContext, status_of
-from trtverify.stages.layerwise import consistency, detections, drift, selection, statrows
+from trtverify.stages.layerwise import capnotes, consistency, detections, drift, selection, statrows
 from trtverify.stages.layerwise import plugins as around_plugins
 from trtverify.stages.layerwise import ranges as quant_ranges
 from trtverify.stages.layerwise.localize import Evidence, root_causes
@@ -392,7 +392,7 @@ def _candidate(
         samples=len(samples),
         precision=precision,
         precision_mix=dict(mix.most_common()) if mix else None,
-        emulation=emulation,
+        emulation=capnotes.with_precision_note(emulation, spec, precision, rows),
         checks_source=checks_source,
         chunks=chunks,
         first_divergence=first_divergence,
