@@ -132,6 +132,11 @@ class CandidateOnly(Record):
     cast: list[str] = Field(description="casts inserted by FP16 converters")
     renamed: list[str] = Field(description="outputs of a node the reference also has, renamed by a converter")
     other: list[str]
+    not_compared: list[str] = Field(
+        default_factory=list,
+        description="the reference's own tensors, which it does not compare (constants, shape computations): a "
+        "capture marking every tensor holds them",
+    )
 
 
 class Unmatched(Record):

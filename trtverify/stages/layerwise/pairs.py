@@ -268,9 +268,12 @@ def unmatched(
     """What each side alone has, why (as `runs`, the graph the backend runs, makes each), and the renames worth
     suggesting (as `cand`, the candidate as given, computes each)."""
     pairing = resolved.pairing
-    kinds: dict[str, list[str]] = {"qdq": [], "cast": [], "renamed": [], "other": []}
+    kinds: dict[str, list[str]] = {"qdq": [], "cast": [], "renamed": [], "other": [], "not_compared": []}
     ref_nodes = {p.node for p in ref.graph.producers.values()}
     for t in pairing.candidate_only:
+        if t in ref.graph.producers:  # the reference's own tensor, left out of its comparison (a marked-all capture)
+            kinds["not_compared"].append(t)
+            continue
         kind = runs.inserted_kind(t)
         if kind == "other" and t in runs.producers and runs.producers[t].node in ref_nodes:
             kind = "renamed"  # a reference node whose output a converter renamed (e.g. before an inserted cast)
