@@ -112,7 +112,11 @@ class CapturedBackend(Backend):
         known = set(graph.producers) | {m.name for m in inputs}
         cap = read_capture(self.captured, self.runner, known)
         mapped = named_by_layers(cap, self.layerinfo or kit.folder / LAYER_INFO, graph, known, self.layerinfo is None)
-        if len(cap.iterations) not in (len(kit.sample_digests), kit.iterations()):  # with the consistency feeds or not
+        first_only = ""
+        if self.iteration is None and len(cap.iterations) == 1 < len(kit.sample_digests) and _one_feed_hint(cap, kit):
+            self.iteration = 0  # trtexec runs one feed, the kit's feed 0 (its trtexec/*.bin); a KServe response one
+            first_only = f"; one feed captured ({cap.kind}): compared on the kit's feed 0, its other feeds not compared"
+        if len(cap.iterations) not in (len(kit.sample_digests), kit.iterations()) and not first_only:
             extra = f" and {count(len(kit.consistency), 'consistency feed')}" if kit.consistency else ""
             raise UsageError(
                 f"{cap.describe()}: {count(len(cap.iterations), 'iteration')}, but its kit {manifest} holds "
@@ -138,7 +142,8 @@ class CapturedBackend(Backend):
                                  f"({role}), checked against the capture's own iterations, not the reference: the "
                                  f"kit's feeds are {feeds}")  # fmt: skip
             self._only = kit.sample_digests[self.iteration]
-            only = f"; iteration {self.iteration} only, on the kit's feed {self.iteration}: other feeds not compared"
+            if not first_only:
+                only = f"; iteration {self.iteration} only, on the kit's feed {self.iteration}: others not compared"
         saved = inputs_beside(self.captured)
         if self.captured.is_file() and saved.is_file():  # the inputs the target's tool fed, saved with the capture
             fed = read_feeds(saved)
@@ -179,6 +184,7 @@ class CapturedBackend(Backend):
             f"captured elsewhere: {cap.describe()}, kit {manifest}; tensors read from the file, nothing run here, so "
             "root causes are ranked by the error each layer adds (isolation re-runs the candidate: skipped)"
             + only
+            + first_only
             + mapped
         )
 

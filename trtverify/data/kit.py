@@ -117,9 +117,9 @@ def readme(
     marked += " --save-inputs captured/outputs.inputs.json"
     trtexec = (
         f"trtexec --onnx={ref} {load}{' ' + shell_dq(shapes) if dynamic else ''} --exportOutput=captured/trtexec.json"
-        if samples == 1
-        else f"(trtexec runs one feed: this kit holds {samples}; make a kit with --samples 1 for trtexec)"
     )
+    if samples > 1:
+        trtexec += f"\n\n(trtexec runs one feed, the kit's feed 0 of {samples}: trtverify compares it on feed 0 alone)"
     # debug tensors: trtexec writes them into the folder it runs in (debugTensorWriter.cpp), so it runs in one
     deeper = " ".join(shell_dq(f"--loadInputs='{n}':../../trtexec/{escape_name(n)}.bin") for n in names)
     debug = (
@@ -258,7 +258,8 @@ def write_kit(
     }
     atomic_write_json(out / MANIFEST, manifest)
     dims = {n: list(next(iter(shapes[n]))) for n in names}
-    atomic_write_text(out / "README.md", readme(reference, names, dims, dynamic, len(feeds), extra, not_possible))
+    text = readme(reference, names, dims, dynamic, len(feeds), extra, not_possible)
+    atomic_write_text(out / "README.md", text.replace("KIT/", f"{out.as_posix().rstrip('/')}/"))  # as given to --out
     runner = resources.files("trtverify.data").joinpath("kitfiles", RUNNER).read_text(encoding="utf-8")
     atomic_write_text(out / RUNNER, runner)
     return manifest

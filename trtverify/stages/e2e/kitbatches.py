@@ -241,7 +241,9 @@ def add_batches(kit: Path, loaded: LoadedSuite, reference: Path) -> dict[str, An
     section = write_batches(kit, loaded, reference)
     text = (kit / "README.md").read_text(encoding="utf-8").replace(", no validation batches for e2e.", ".")
     text = text.replace("\n## Not in this kit yet\n\nNo validation batches for e2e.\n", "")  # the kit's own README
-    text += readme(reference, section, input_meta(reference, section["input"]))
+    text += readme(reference, section, input_meta(reference, section["input"])).replace(
+        "KIT/", f"{kit.as_posix().rstrip('/')}/"
+    )
     manifest = kit / MANIFEST
     doc = json.loads(manifest.read_text(encoding="utf-8"))
     doc["e2e"] = section
