@@ -22,17 +22,18 @@ KEY_WORDS = 6
 VALUE = 160  # characters of a value kept
 TRACE = 3  # a key (its digits aside) stated with more values than this is a trace, not a setting
 
-_W = r"[A-Za-z_][\w.\[\]{}()/<>-]*"  # a key's first word: an identifier, `model_repository_path[0]`, `cmdline{0}`
-_KEY = rf"(?P<k>{_W}(?: [\w.\[\]()-]+){{0,{KEY_WORDS - 1}}})"
+_FIRST = re.compile(r"[A-Za-z_][\w.\[\]{}()/<>-]*$")  # a key's first word: `model_repository_path[0]`, `cmdline{0}`
+_LATER = re.compile(r"[\w.\[\]()-]+")  # its other words
 _GROUP = r"\[[^\]\n]{0,200}\]|\([^)\n]{0,200}\)|\{[^}\n]{0,200}\}"  # kept whole: `[1, 3, 224, 224]`
 _VAL = rf"(?P<v>\"[^\"\n]*\"|'[^'\n]*'|(?:{_GROUP}|[^\s,;|'\"\[({{])(?:{_GROUP}|[^,;|\n\[({{])*?)"
 _END = r"(?=\s*(?:[,;|]|\*\*|$)|\s+[\w.-]+=[^=\s]|\s+[A-Za-z_][\w.-]*:\s)"  # or the next `key=` / `key: `
-_COLON = re.compile(rf"{_KEY}\s?:[ \t]+(?![\\/]|[\w.-]+ ?=[^=]){_VAL}{_END}")
-_EQUALS = re.compile(rf"{_KEY}\s*=\s*(?!=){_VAL}{_END}")
+# matched at the end of a key (the words before a separator are found by _key, not by a regex tried everywhere)
+_COLON = re.compile(rf"\s?:[ \t]+(?![\\/]|[\w.-]+ ?=[^=]){_VAL}{_END}")
+_EQUALS = re.compile(rf"\s*=\s*(?!=){_VAL}{_END}")
+_COUNT = re.compile(r" \((?P<v>\d+)\)")
 _FLAG = re.compile(r"(?:^|\s)(?P<k>--[A-Za-z][\w-]*|-[A-Za-z])(?:=|\s+)(?P<v>\"[^\"]*\"|'[^']*'|[^\s\"'-]\S*)")
 _SET = re.compile(r"\b[Ss]et(?:ting)? (?P<k>[\w.-]+) to (?P<v>[^\s,;]+?)\.?(?=[\s,;]|$)")
 _JSON = re.compile(r"\"(?P<k>[\w.-]{1,60})\"\s*:\s*(?P<v>\"[^\"\n]{0,160}\"|-?[\d.]+(?:[eE][+-]?\d+)?|true|false|null)")
-_COUNT = re.compile(rf"(?P<k>{_W}(?: [\w.-]+){{0,{KEY_WORDS - 1}}}) \((?P<v>\d+)\)")
 _TABLE_RULE = re.compile(r"^\+[-=+]+\+$")
 _DIGITS = re.compile(r"\d+")
 _LEADING = re.compile(r"^(?:(?:of|in|on|for|to|the|a|an|and|with|from|at|by|is|are)\s+)+")  # `of blocks in ...`
@@ -41,6 +42,48 @@ _LEADING = re.compile(r"^(?:(?:of|in|on|for|to|the|a|an|and|with|from|at|by|is|a
 def _value(v: str) -> str:
     v = v.strip().rstrip(".")
     return v if len(v) <= VALUE else v[: VALUE - 4] + " ..."
+
+
+def _key(body: str, end: int, after: int) -> int | None:
+    """Where the key ending at `end` starts: the most words before it (at most KEY_WORDS, none before `after`)
+    that are an identifier's characters, the first from a letter on; None where there are none."""
+    lo = max(after, end - 200)
+    words = body[lo:end].split(" ")[-KEY_WORDS:]
+    start = None
+    at = end
+    for i in range(len(words) - 1, -1, -1):
+        w = words[i]
+        at -= len(w)
+        tail = _FIRST.search(w)
+        if tail is not None:
+            start = at + tail.start()
+        if not _LATER.fullmatch(w):
+            break
+        at -= 1  # the space before it
+    return start
+
+
+def _separated(body: str, sep: str, rx: re.Pattern[str]) -> Iterator[tuple[str, str, str]]:
+    """(key, value, as written) of each `key SEP value` in `body`, left to right, none overlapping."""
+    last = 0
+    i = body.find(sep)
+    while i >= 0:
+        if sep == ":" and body[i + 1 : i + 2] not in (" ", "\t"):
+            i = body.find(sep, i + 1)
+            continue
+        end = i
+        while end > last and body[end - 1] in " \t" and (sep != ":" or end == i):
+            end -= 1  # `key : value` (one space), `key = value` (any)
+        start = _key(body, end, last) if end > last else None
+        m = rx.match(body, end) if start is not None else None
+        if start is None or m is None or (sep == ":" and m["v"].startswith("//")):  # not a URL's scheme
+            i = body.find(sep, i + 1)
+            continue
+        key = body[start:end]
+        short = _LEADING.sub("", key) or key
+        yield short, m["v"], body[start + len(key) - len(short) : m.end("v")]
+        last = m.end()
+        i = body.find(sep, last)
 
 
 def _pairs(body: str) -> Iterator[tuple[str, str, str]]:
@@ -54,21 +97,26 @@ def _pairs(body: str) -> Iterator[tuple[str, str, str]]:
     found = []
     if " -" in body or body.startswith("-"):
         found += _FLAG.finditer(body)
-    if "et" in body:
+    if "et " in body:
         found += _SET.finditer(body)
     if '"' in body:
         found += _JSON.finditer(body)
-    if ":" in body:
-        found += (m for m in _COLON.finditer(body) if not m["v"].startswith("//"))  # not a URL's scheme
-    if "=" in body:
-        found += _EQUALS.finditer(body)
-    if "(" in body:
-        found += _COUNT.finditer(body)
     for m in found:
         key = m["k"].strip()
         key = _LEADING.sub("", key) or key
         start = m.start("k") + m["k"].find(key) if m.re is not _SET else m.start()
         yield key, m["v"], body[start : m.end("v")]
+    if ": " in body or ":\t" in body:
+        yield from _separated(body, ":", _COLON)
+    if "=" in body:
+        yield from _separated(body, "=", _EQUALS)
+    if " (" in body:
+        for m in _COUNT.finditer(body):
+            start = _key(body, m.start(), 0)
+            if start is not None:
+                key = body[start : m.start()]
+                short = _LEADING.sub("", key) or key
+                yield short, m["v"], body[start + len(key) - len(short) : m.end()]
 
 
 def scan(records: Iterable[LogRecord]) -> tuple[list[tuple[str, str, str, int]], int]:
