@@ -47,6 +47,12 @@ def test_settings_in_every_generic_form():
     assert scan(text).settings[0].line == 1
 
 
+def test_a_table_header_and_a_bracketed_tag_are_not_keys():
+    table = "+------+-------+\n| Name | Value |\n+------+-------+\n| pool | 64    |\n+------+-------+"
+    assert _settings(table) == {"pool": "64"}
+    assert _settings("[I] [MemTag] pool in use: 12") == {"pool in use": "12"}
+
+
 def test_settings_are_bounded_and_a_trace_is_not_a_setting():
     trace = "\n".join(f"[I] Importing initializer: weight_{i}" for i in range(500))
     many = "\n".join(f"[I] option_{chr(97 + i // 26)}{chr(97 + i % 26)}: {i}" for i in range(200))
@@ -121,7 +127,9 @@ def test_events_on_info_lines_grouped_with_their_names():
 
 
 def test_events_are_bounded():
-    text = "\n".join(f"[I] built stage_{'x' * i} network" for i in range(60))  # 60 templates
+    text = "\n".join(
+        f"[I] built the {chr(97 + i // 26)}{chr(97 + i % 26)}ish network" for i in range(60)
+    )  # 60 templates
     hits, more = events.hits(split_records(text), set())
     assert len({h.key for h in hits}) == events.EVENTS == len(hits)
     assert more == 60 - events.EVENTS  # the lines past the bound are counted, not dropped silently

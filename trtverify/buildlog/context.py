@@ -90,7 +90,8 @@ _GPU = re.compile(
 _NOT_GPU = re.compile(r"(?i)corporation|driver|container|license|\bmay\b|\bis\b|\bare\b|\bthe\b")
 _CHECKPOINT = re.compile(
     r"(?:--|\b)(?P<k>checkpoint_dir|ckpt_dir|model_dir|hf_model_dir|model_path|model_name_or_path|engine_dir"
-    r"|output_dir|checkpoint|model_repository|model-repository)['\"]?\s*[=: ]\s*['\"]?(?P<v>[^\s'\",)]+)"
+    r"|output_dir|checkpoint|model_repository|model-repository)['\"]?\s*[=: ]\s*['\"]?"
+    r"(?P<v>[^\s'\",()|]*\w[^\s'\",()|]*)"
 )
 _WRITE = re.compile(
     r"(?i)\b(?:sav(?:e|ed|ing)|writ(?:e|es|ing|ten)|wrote|serializ(?:e|ed|ing)(?! from)|export(?:ed|ing)?|"
@@ -329,6 +330,8 @@ def scan(text: str, records: list[LogRecord] | None = None) -> LogContext:
             _add(ctx.files, seen, path, no, **({"direction": how} if how else {}))
     for m, no, _ in _lines_with(text, _CKPT_GATE, _CHECKPOINT, starts):
         v = m["v"]
+        if not re.search(r"[/\\.]", v) and not re.search(r"[=:]", m.group(0)[len(m["k"]) :]):
+            continue  # `model_repository model_control ...`: a list of words, not a folder
         if "engine" in m["k"] and not re.search(r"\.(?:plan|engine|trt)$", v):
             _add(ctx.engines, seen, v, no, direction="written" if "output" in m["k"] else "folder")
         elif not re.search(r"\.(?:plan|engine|trt)$", v):

@@ -39,7 +39,7 @@ _THING = re.compile(
     r"(?i)\b(?:engines?|models?|plugins?|librar(?:y|ies)|lib|files?|instances?|providers?|caches?|contexts?|"
     r"backends?|sessions?|networks?|layers?|servables?|checkpoints?|weights)\b"
 )
-_IDENT = re.compile(r"\b[A-Za-z][\w.-]*(?:_\w+|\d)[\w.-]*\b")  # `vehicletypenet_0_0`, `yolo_93`, `model.plan`
+_IDENT = re.compile(r"(?<![<\w/\\.])[A-Za-z][\w.-]*(?:_\w+|\d)[\w.-]*\b(?!>)")  # `resnet_0_0`, `yolo_93`, `model.plan`
 
 
 def _named(text: str) -> bool:
@@ -55,7 +55,8 @@ def hits(records: Iterable[LogRecord], covered: set[int]) -> tuple[list[Hit], in
         m = _VERB.search(text)
         if m is None or not _named(text):
             continue
-        shape = template(text)
+        named = names(text) or _IDENT.findall(text[m.end() :])[:1]  # `Created instance resnet_0_0 on GPU 0`
+        shape = template(_IDENT.sub("<name>", text))
         if shape not in shapes and len(shapes) >= EVENTS:
             more += 1
             continue
@@ -67,7 +68,7 @@ def hits(records: Iterable[LogRecord], covered: set[int]) -> tuple[list[Hit], in
                 severity="info",
                 message=shorten(text, MESSAGE),
                 line=r.first,
-                layers=tuple(names(text)[:8]),
+                layers=tuple(named[:8]),
                 detail={"event": m.group(0), "template": shape},
                 key=f"log_event:{shape}",
             )

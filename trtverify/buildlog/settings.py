@@ -55,6 +55,8 @@ def _key(body: str, end: int, after: int) -> int | None:
         w = words[i]
         at -= len(w)
         tail = _FIRST.search(w)
+        if tail is not None and "]" in tail[0] and "[" not in tail[0]:  # `[MemUsageChange] ...`: a tag, not a key
+            tail = _FIRST.search(w, at - at + w.rfind("]") + 1)
         if tail is not None:
             start = at + tail.start()
         if not _LATER.fullmatch(w):
@@ -119,6 +121,13 @@ def _pairs(body: str) -> Iterator[tuple[str, str, str]]:
                 yield short, m["v"], body[start + len(key) - len(short) : m.end()]
 
 
+def _header(records: list[LogRecord], n: int) -> bool:
+    """A table's header row: between two rule lines (`+----+----+`)."""
+    if not records[n].text.startswith("|") or n == 0 or n + 1 >= len(records):
+        return False
+    return bool(_TABLE_RULE.match(records[n - 1].text) and _TABLE_RULE.match(records[n + 1].text))
+
+
 def scan(records: Iterable[LogRecord]) -> tuple[list[tuple[str, str, str, int]], int]:
     """([(key, value, the pair as written, 1-based line)] of the first SETTINGS distinct pairs, how many more were
     stated).
@@ -129,8 +138,9 @@ def scan(records: Iterable[LogRecord]) -> tuple[list[tuple[str, str, str, int]],
     first: dict[tuple[str, str], tuple[str, int]] = {}  # (key, value) -> (as written, line), in the order stated
     values: dict[str, int] = {}  # key with its digits taken out -> distinct values seen
     rows: set[tuple[str, str]] = set()
-    for r in records:
-        if r.severity == "verbose" or r.dialect in ("blank", "elision"):
+    records = list(records)
+    for n, r in enumerate(records):
+        if r.severity == "verbose" or r.dialect in ("blank", "elision") or _header(records, n):
             continue
         for i, line in enumerate(r.text.split("\n")):
             if r.severity is None and i == 0:
