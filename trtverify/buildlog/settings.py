@@ -122,10 +122,11 @@ def _pairs(body: str) -> Iterator[tuple[str, str, str]]:
 
 
 def _header(records: list[LogRecord], n: int) -> bool:
-    """A table's header row: between two rule lines (`+----+----+`)."""
+    """A table's header row: between its top rule line (`+----+----+`, no row above it) and the next rule."""
     if not records[n].text.startswith("|") or n == 0 or n + 1 >= len(records):
         return False
-    return bool(_TABLE_RULE.match(records[n - 1].text) and _TABLE_RULE.match(records[n + 1].text))
+    top = n < 2 or not records[n - 2].text.startswith("|")
+    return bool(top and _TABLE_RULE.match(records[n - 1].text) and _TABLE_RULE.match(records[n + 1].text))
 
 
 def scan(records: Iterable[LogRecord]) -> tuple[list[tuple[str, str, str, int]], int]:
