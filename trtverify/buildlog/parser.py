@@ -155,12 +155,13 @@ def parse(text: str, rules: bool = True) -> BuildLog:
     hits = gather(records, extra, every if rules else ())
     covered = {h.line for h in hits}
     hits += floor.hits(records, covered)  # every error and warning reported
-    happened, more_events = events.hits(records, {h.line for h in hits})  # state changes on info lines
-    hits += happened
-    tools.attach_engine_files(hits, records)  # the engine file named in every finding about an engine
-    findings = fold(hits, text.split("\n"))
     read = {x for h in hits for x in range(*(h.span[0], h.span[1] + 1) if h.span else (h.line, h.line + 1))}
     read.update(x for h in hits for x in h.read)
+    happened, more_events = events.hits(records, read)  # state changes on info lines no rule or the floor read
+    hits += happened
+    read.update(h.line for h in happened)
+    tools.attach_engine_files(hits, records)  # the engine file named in every finding about an engine
+    findings = fold(hits, text.split("\n"))
     noise = noise_classes(records)
     unknown = sum(1 for r in records if not _recognised(r, read, noise))
     version, version_line = stated_version(records)
