@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from trtverify.buildlog import entities
-from trtverify.buildlog.lines import clean_line, match_prefix
+from trtverify.buildlog import entities, settings
+from trtverify.buildlog.lines import LogRecord, clean_line, match_prefix, split_records
 from trtverify.util.record import Record
 
 FIGURES = 40  # figures kept per log (a verbose log states thousands: memory changes, timings)
@@ -54,6 +54,13 @@ class LogContext(Record):
         description=f"times, memory and rates the log states (build and load times, peak memory, throughput, "
         f"latency), as written; detail.what: the words before it; the first {FIGURES} kept, the rest counted",
     )
+    settings: list[ContextItem] = Field(
+        default_factory=list,
+        description=f"settings the log states in any generic form (`key: value`, `key=value`, `--flag value`, "
+        f"`Set key to value`, `| key | value |`, JSON members): value as written, detail.key the words before it, "
+        f"detail.written the pair as written; "
+        f"the first {settings.SETTINGS} distinct pairs kept, the rest counted",
+    )
     left_out: dict[str, int] = Field(default_factory=dict, description="items of a kind not kept, counted")
 
     def names(self) -> str:
@@ -75,7 +82,7 @@ _BATCH_GATE = ("batch", "Batch", "BATCH")
 _CKPT_GATE = ("_dir", "_path", "checkpoint", "model_name", "model_repository", "model-repository")
 _GPU = re.compile(
     r"(?P<g>\b(?:NVIDIA|Tesla|Quadro|GeForce|TITAN|Jetson)\b(?: [\w-]+){1,5}?)"
-    r"(?=\s*(?:$|[,.;:)\]|(]|with|GPU|\(|\d+\s?[MG]i?B))"
+    r"(?=\s*(?:$|[,.;:)\]|(\"']|with|GPU|\(|\d+\s?[MG]i?B))"
     r"|(?P<j>\b(?:AGX |NX )?(?:Orin|Xavier)(?: NX| Nano| AGX)?\b)"
     r"|(?:[Cc]ompute [Cc]apability|\bcc|\bSM)\s*[:=]?\s*(?P<cc>\d{1,2}\.\d)\b|\bsm_?(?P<sm>\d{2,3})\b",
     re.M,
@@ -83,7 +90,8 @@ _GPU = re.compile(
 _NOT_GPU = re.compile(r"(?i)corporation|driver|container|license|\bmay\b|\bis\b|\bare\b|\bthe\b")
 _CHECKPOINT = re.compile(
     r"(?:--|\b)(?P<k>checkpoint_dir|ckpt_dir|model_dir|hf_model_dir|model_path|model_name_or_path|engine_dir"
-    r"|output_dir|checkpoint|model_repository|model-repository)['\"]?\s*[=: ]\s*['\"]?(?P<v>[^\s'\",)]+)"
+    r"|output_dir|checkpoint|model_repository|model-repository)['\"]?\s*[=: ]\s*['\"]?"
+    r"(?P<v>[^\s'\",()|]*\w[^\s'\",()|]*)"
 )
 _WRITE = re.compile(
     r"(?i)\b(?:sav(?:e|ed|ing)|writ(?:e|es|ing|ten)|wrote|serializ(?:e|ed|ing)(?! from)|export(?:ed|ing)?|"
@@ -127,6 +135,7 @@ _BATCH = re.compile(
 
 _FIGURE_GATE = re.compile(
     r"\d\s?(?:ms|s|sec|secs|seconds|min|minutes|MiB|GiB|KiB|MB|GB|KB|bytes|qps|%)(?![\w/])|\d:\d\d:\d\d"
+    r"|\d \((?:MiB|GiB|KiB|MB|GB|bytes|ms|s)\)"  # a unit in brackets after the figures: `GPU 53 (MiB)`
 )
 _FIGURE_WORDS = re.compile(
     r"(?i)\b(?:time|elapsed|took|completed|finished|duration|memory|peak|throughput|latency|qps|size|"
@@ -134,7 +143,8 @@ _FIGURE_WORDS = re.compile(
 )
 _FIGURE = re.compile(
     r"(?<![\w.])(?P<v>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\s?(?:ms|s|sec|secs|seconds|min|minutes|MiB|GiB|KiB|MB|GB|KB|"
-    r"bytes|qps|%)(?![\w/])|(?<![\d:-])(?<!\d )(?<!\dT)\d{1,3}:\d\d:\d\d(?:\.\d+)?(?![\d:]))"
+    r"bytes|qps|%)(?![\w/])|(?<![\d:-])(?<!\d )(?<!\dT)\d{1,3}:\d\d:\d\d(?:\.\d+)?(?![\d:])"
+    r"|\d+(?:\.\d+)? \((?:MiB|GiB|KiB|MB|GB|bytes|ms|s)\))"
 )
 # a time stamp a logger puts first: `2026-11-20 09:15:47.877`, `[10/12/2024-15:46:16]`, `[2024-11-08 08:46:50.861]`
 _STAMP = re.compile(r"^\[?\d{1,4}[-/]\d\d[-/]\d{2,4}[ T-]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*(?:\[[^\]\s]{1,30}\]\s*)*")
@@ -269,7 +279,7 @@ def _tools(ctx: LogContext, seen: set[tuple[str, ...]], text: str, starts: list[
             tool = next(entities.TOOL[k] for k, v in m.groupdict().items() if v is not None and k in entities.TOOL)
             _add(ctx.tools, seen, m["v"], no, tool=tool)
         for m in entities.TRT_NUMBER.finditer(line):
-            _add(ctx.tools, seen, entities.trt_number(m["n"] or m["m"]), no, tool="TensorRT")
+            _add(ctx.tools, seen, entities.trt_number(m["n"] or m["m"]), no, tool="TensorRT", written=m["n"] or m["m"])
 
 
 def _shapes(ctx: LogContext, seen: set[tuple[str, ...]], text: str, starts: list[int]) -> None:
@@ -289,8 +299,9 @@ def _shapes(ctx: LogContext, seen: set[tuple[str, ...]], text: str, starts: list
                 _add(ctx.shapes, seen, m.group(0), no, role="shape", **_input_name(line[: m.start()]))
 
 
-def scan(text: str) -> LogContext:
-    """The context block of a log (its raw text; ANSI colour codes do not hide a value)."""
+def scan(text: str, records: list[LogRecord] | None = None) -> LogContext:
+    """The context block of a log (its raw text; ANSI colour codes do not hide a value); `records`: the text's
+    split_records, where the caller has them."""
     starts = _line_starts(text)
     ctx = LogContext()
     seen: set[tuple[str, ...]] = set()
@@ -319,6 +330,8 @@ def scan(text: str) -> LogContext:
             _add(ctx.files, seen, path, no, **({"direction": how} if how else {}))
     for m, no, _ in _lines_with(text, _CKPT_GATE, _CHECKPOINT, starts):
         v = m["v"]
+        if not re.search(r"[/\\.]", v) and not re.search(r"[=:]", m.group(0)[len(m["k"]) :]):
+            continue  # `model_repository model_control ...`: a list of words, not a folder
         if "engine" in m["k"] and not re.search(r"\.(?:plan|engine|trt)$", v):
             _add(ctx.engines, seen, v, no, direction="written" if "output" in m["k"] else "folder")
         elif not re.search(r"\.(?:plan|engine|trt)$", v):
@@ -330,4 +343,8 @@ def scan(text: str) -> LogContext:
     for m, no, _ in _lines_with(text, _BATCH_GATE, _BATCH, starts):
         _add(ctx.batch_size, seen, m["v"], no)
     _figures(ctx, text, starts)
+    found, more = settings.scan(split_records(text) if records is None else records)
+    ctx.settings.extend(ContextItem(value=v, line=no, detail={"key": k, "written": w}) for k, v, w, no in found)
+    if more:
+        ctx.left_out["settings"] = more
     return ctx

@@ -1,7 +1,8 @@
 """The evidence of a finding: its log lines as written (cut sensibly, never silently dropped) and the entities in
 them (entities.py).
 
-A line longer than LINE characters keeps its head and tail with `[... N chars ...]` between; a finding on more than
+A line longer than LINE characters keeps its head and tail with `[... N chars ...]` between, cut at a space near
+each end and never inside a quoted name; a finding on more than
 HEAD + TAIL lines shows its first HEAD and last TAIL lines, with one `... N more lines (a-b)` entry between (the
 finding's `lines` keeps every line number). Entities are read from the lines shown (a warning repeated for 300
 layers names its layers in the finding's `layers`), so a finding's cost does not grow with its repeats.
@@ -18,7 +19,7 @@ from trtverify.buildlog import entities
 from trtverify.buildlog.lines import clean_line, match_prefix
 from trtverify.util.record import Record
 
-LINE = 240  # characters of one evidence line kept
+LINE = 320  # characters of one evidence line kept (a GStreamer or glog line with its prefix runs to ~300)
 HEAD, TAIL = 3, 2  # lines shown of a finding on many lines
 
 
@@ -33,9 +34,24 @@ def cut(text: str, limit: int = LINE) -> str:
     """`text` within `limit` characters: head and tail kept, `[... N chars ...]` in the middle."""
     if len(text) <= limit:
         return text
-    tail = limit // 3
-    head = limit - tail - 20
-    return f"{text[:head]} [... {len(text) - head - tail} chars ...] {text[-tail:]}"
+    head = limit - limit // 3 - 20
+    tail = len(text) - limit // 3  # where the kept tail starts
+    for m in entities.QUOTED.finditer(text):  # a quoted name is kept whole or left out whole
+        if m.start() < head < m.end() and m.end() - m.start() <= 120:
+            head = m.end() if m.end() < tail - 40 else m.start()
+        if m.start() < tail < m.end() and m.end() - m.start() <= 120:
+            tail = m.start()
+    space = text.rfind(" ", head - 24, head)
+    head = space if space > 0 and not _inside_quote(text, space) else head
+    space = text.find(" ", tail, tail + 24)
+    tail = space + 1 if space > 0 and not _inside_quote(text, space) else tail
+    if tail <= head:
+        return text
+    return f"{text[:head]} [... {tail - head} chars ...] {text[tail:]}"
+
+
+def _inside_quote(text: str, at: int) -> bool:
+    return any(m.start() < at < m.end() for m in entities.QUOTED.finditer(text))
 
 
 def message(line: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
+from trtverify.buildlog import prefixes
 from trtverify.buildlog.entities import QUOTED, names
 from trtverify.buildlog.findings import Hit
 from trtverify.buildlog.lines import LogRecord
@@ -30,7 +31,13 @@ _ERROR = re.compile(
     r"^\[ERROR\]|^(?:FAILED|FAIL)\b|\[[\d/: .-]*\s(?:ERROR|INTERNAL_ERROR)\]|\bError Code:? \d+:"
     # any application's logger: a level word after a time, `level=error` (a bracketed level: _LEVEL_TAG)
     r"|^\S*\d\d:\d\d:\d\d\S*\s+(?:ERROR|FATAL|CRITICAL|error|fatal)\b|\blevel=(?:error|fatal)\b"
+    # a status code a library prints with its message: `[SomeRuntimeError] : 1 : FAIL : ...`, `EP_FAIL : ...`
+    r"|\[\w*Error\] : \d+ : [A-Z_]+ :|^\w*: \[\w*Error\]|^[A-Z][A-Z0-9]*_?(?:FAIL|ERROR|INVALID|EXCEPTION)\w* : "
 )
+# a line with no logger that only says it failed, in words: `Failed to build CUDA engine on x.cfg`,
+# `Building engine failed`, `... error: something` (`Unable to import ...`, `Could not ...` alone are notices that
+# a tool prints and carries on: an event, events.py)
+_SAYS_FAILED = re.compile(r"^[Ff]ailed to \w|^[A-Z]\w*(?: \w+){0,4} failed[.!]?$|\b[Ee]rror: [A-Za-z]")
 _WARNING = re.compile(
     r"^(?:\S+ )?(?:WARNING|Warning|WARN|warning)(?:\[\d+\])?:|^W\d{4} |^\[WARNING\]|\bUserWarning: |"
     r"\[[\d/: .-]*\sWARNING\]"
@@ -59,7 +66,11 @@ def level(record: LogRecord) -> str | None:
         return "warning"
     if record.severity is not None or record.dialect in ("blank", "elision"):
         return None
-    text = record.text.strip()
+    said, text = prefixes.split(record.text)  # glog, GStreamer, level-time-source prefixes: their level
+    if said in ("error", "warning"):
+        return "abort" if _ABORT.search(text) else said
+    if said is not None:
+        return None
     if _ABORT.search(text):
         return "abort"
     if _ERROR.search(text):
@@ -69,6 +80,8 @@ def level(record: LogRecord) -> str | None:
     tag = _LEVEL_TAG.search(text, 0, 100) if "[" in text[:100] else None
     if tag:
         return "error" if tag["e"] else "warning"
+    if _SAYS_FAILED.search(text):
+        return "error"
     return None
 
 
@@ -110,7 +123,7 @@ def hits(records: Iterable[LogRecord], covered: set[int]) -> Iterator[Hit]:
     for r, how in _marked(records):
         if any(line in covered for line in range(r.first, r.last + 1)):
             continue
-        text = r.text.strip()
+        text = prefixes.split(r.text)[1] if r.severity is None else r.text.strip()
         shape = template(text)
         kind = "log_warning" if how == "warning" else "log_error"
         yield Hit(

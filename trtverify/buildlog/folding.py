@@ -29,7 +29,7 @@ def fold(hits: list[Hit], lines: Sequence[str] = ()) -> list[Finding]:
             if not detail["occurrences"]:
                 del detail["occurrences"]
         numbers = tuple(h.line for h in group)
-        if first.kind in ("log_warning", "log_error") and len(group) > 1:  # the floor's template groups
+        if first.kind in ("log_warning", "log_error", "log_event") and len(group) > 1:  # the floor's template groups
             detail.update(first_line=numbers[0], last_line=numbers[-1])
         shown, found = evidence(numbers, lines) if lines else ([], {})
         out.append(

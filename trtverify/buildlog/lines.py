@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from trtverify.buildlog import prefixes
+
 SEVERITIES = ("verbose", "info", "warning", "error", "internal_error")
 
 _SEV_WORDS = {
@@ -121,7 +123,7 @@ def match_prefix(line: str) -> tuple[str, str | None, str] | None:
 
 def _is_wrap(prev_raw: str, line: str) -> bool:
     """A terminal or paste wrap: the last line broke mid-token and this one carries on."""
-    if not prev_raw or not line or line[0].isspace() or _ITEM_START.match(line):
+    if not prev_raw or not line or line[0].isspace() or _ITEM_START.match(line) or prefixes.opens_record(line):
         return False
     if len(prev_raw) in _WRAP_WIDTHS and not prev_raw.endswith((".", ":")):
         return True

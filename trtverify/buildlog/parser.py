@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
-from trtverify.buildlog import families, floor, performance, polygraphy, polygraphy_debug
+from trtverify.buildlog import events, families, floor, performance, polygraphy, polygraphy_debug
 from trtverify.buildlog.context import ContextItem, LogContext, scan
 from trtverify.buildlog.findings import RULES, Finding, precision_fallback
 from trtverify.buildlog.folding import fold, gather
@@ -155,14 +155,19 @@ def parse(text: str, rules: bool = True) -> BuildLog:
     hits = gather(records, extra, every if rules else ())
     covered = {h.line for h in hits}
     hits += floor.hits(records, covered)  # every error and warning reported
-    tools.attach_engine_files(hits, records)  # the engine file named in every finding about an engine
-    findings = fold(hits, text.split("\n"))
     read = {x for h in hits for x in range(*(h.span[0], h.span[1] + 1) if h.span else (h.line, h.line + 1))}
     read.update(x for h in hits for x in h.read)
+    happened, more_events = events.hits(records, read)  # state changes on info lines no rule or the floor read
+    hits += happened
+    read.update(h.line for h in happened)
+    tools.attach_engine_files(hits, records)  # the engine file named in every finding about an engine
+    findings = fold(hits, text.split("\n"))
     noise = noise_classes(records)
     unknown = sum(1 for r in records if not _recognised(r, read, noise))
     version, version_line = stated_version(records)
-    context = scan(text)
+    context = scan(text, records)
+    if more_events:
+        context.left_out["events"] = more_events
     _merge(context, (version, version_line), findings)
     rtx = "rtx" in dialects or any("TensorRT-RTX" in r.text or "tensorrt_rtx" in r.text for r in records)
     return BuildLog(

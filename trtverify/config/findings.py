@@ -97,6 +97,7 @@ FAMILY_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/families.py
 FLOOR_KINDS: dict[str, tuple[str, str]] = {  # trtverify/buildlog/floor.py: where no family rule reported the line
     "log_error": ("build", "log_error"),  # high: a line its tool marks as an error, an assertion failure or an abort
     "log_warning": ("build", "log_warning"),  # info: a line its tool marks as a warning
+    "log_event": ("build", "log_event"),  # info: a state change of a named thing on an info line (events.py)
 }
 # trtverify/buildlog/tools/ (issue 39): TensorRT-LLM, Torch-TensorRT, ModelOpt, engine files, Polygraphy convert /
 # inspect, verbose builder lines, TensorRT-RTX; each module's KINDS, repeated here so that config needs no buildlog

@@ -18,6 +18,7 @@ _LABELS = (
     ("precision", "precision"),
     ("batch_size", "batch size"),
     ("figures", "figures"),
+    ("settings", "settings"),
 )
 SHOWN = 6  # items of one kind on its line; the rest counted
 
@@ -36,6 +37,8 @@ def _item(key: str, item: ContextItem) -> str:
         text = f"{item.value} (compute capability {d['compute_capability']})"
     elif key == "figures" and d.get("what"):
         text = f"{d['what']} {item.value}"
+    elif key == "settings":
+        text = d.get("written") or f"{d.get('key', '?')}={item.value}"
     else:
         text = item.value
     return f"{text} [line {item.line}]"
