@@ -101,6 +101,16 @@ def image_errors(truth: np.ndarray, pred: np.ndarray, opts: DepthOptions) -> tup
     return np.array([float(v) for v in out] + deltas), int(d.size), 0
 
 
+def _plane(depth: Any) -> np.ndarray:
+    """A depth map [H, W] from [1, H, W] or [H, W, 1] (one channel); other shapes as they are."""
+    a = np.asarray(depth)
+    if a.ndim == 3 and a.shape[0] == 1:
+        return a[0]
+    if a.ndim == 3 and a.shape[-1] == 1:
+        return a[..., 0]
+    return a
+
+
 class DepthMetrics(TaskMetrics):
     abs_rel: float = Field(description="mean over images of mean |p - d| / d (lower is better)")
     sq_rel: float = Field(description="mean over images of mean (p - d)^2 / d (lower is better)")
@@ -129,8 +139,7 @@ class DepthAccumulator:
         if not len(ids) == len(truths) == len(preds):
             raise ValueError(f"{len(ids)} ids, {len(truths)} depth maps and {len(preds)} predictions")
         for image_id, truth, pred in zip(ids, truths, preds):
-            truth = np.squeeze(np.asarray(truth))
-            pred = np.squeeze(np.asarray(pred))
+            truth, pred = _plane(truth), _plane(pred)
             if truth.ndim != 2 or truth.shape != pred.shape:
                 raise ValueError(
                     f"image {image_id}: prediction of shape {list(pred.shape)} for a depth map of shape "
