@@ -105,12 +105,15 @@ def train(model: nn.Module, images: np.ndarray, depth: np.ndarray, rng: np.rando
         opt.step()
         sched.step()
     model.eval()
-    return {"steps": STEPS, "batch": BATCH, "final_loss": round(float(loss), 4), "wall_s": round(time.perf_counter() - t0)}
+    return {
+        "steps": STEPS,
+        "batch": BATCH,
+        "final_loss": round(float(loss), 4),
+        "wall_s": round(time.perf_counter() - t0),
+    }
 
 
 def export(model: nn.Module, path: Path) -> None:
-    import onnx
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -142,8 +145,9 @@ def eigen(truth: np.ndarray, pred: np.ndarray, lo: float = 1e-3, hi: float = MAX
         m = (d >= lo) & (d <= hi)
         d, p = d[m].astype(np.float64), np.clip(p[m].astype(np.float64), lo, hi)
         r = np.maximum(p / d, d / p)
-        rows.append([np.mean(np.abs(p - d) / d), np.mean((p - d) ** 2 / d), np.sqrt(np.mean((p - d) ** 2)),
-                     np.sqrt(np.mean((np.log(p) - np.log(d)) ** 2)), *[np.mean(r < 1.25**k) for k in (1, 2, 3)]])  # fmt: skip
+        errors = [np.mean(np.abs(p - d) / d), np.mean((p - d) ** 2 / d), np.sqrt(np.mean((p - d) ** 2))]
+        errors.append(np.sqrt(np.mean((np.log(p) - np.log(d)) ** 2)))
+        rows.append([*errors, *[np.mean(r < 1.25**k) for k in (1, 2, 3)]])
     names = ["abs_rel", "sq_rel", "rmse", "rmse_log", "delta1", "delta2", "delta3"]
     return {k: round(float(v), 4) for k, v in zip(names, np.mean(rows, axis=0))}
 
@@ -180,8 +184,12 @@ def main() -> None:
         "scenes": {"train": TRAIN, "val": VAL, "calib": CALIB, "size": SIZE, "calib_far_wall_max_m": NEAR},
         "parameters": sum(p.numel() for p in model.parameters()),
         "metrics_val (min_depth 0.001, max_depth 25, per image then averaged)": figures,
-        "versions": {"torch": torch.__version__, "numpy": np.__version__, "onnx": __import__("onnx").__version__,
-                     "onnxruntime": __import__("onnxruntime").__version__},  # fmt: skip
+        "versions": {
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "onnx": __import__("onnx").__version__,
+            "onnxruntime": __import__("onnxruntime").__version__,
+        },  # fmt: skip
     }
     (HERE / "metrics.json").write_text(json.dumps(meta, indent=2) + "\n")
     print(json.dumps(meta, indent=2))
