@@ -164,3 +164,18 @@ def test_error_metrics_are_gated_on_their_rise_and_refuse_drop_limits():
     better = metrics([np.ones((2, 2))], [np.full((2, 2), 1.05)])
     assert [c.passed for c in gate_checks(cfg, "c", ref, worse)] == [False, False, False]
     assert [c.passed for c in gate_checks(cfg, "c", ref, better)] == [True, True, True]
+
+
+def test_depth_ranges_pool_their_pixels_over_the_images():
+    gts = [np.array([[1.0, 4.0], [9.0, 10.0]]), np.array([[2.0, 6.0], [0.0, 11.0]])]  # 0 and 11: not valid
+    preds = [np.array([[1.0, 4.0], [5.0, 10.0]]), np.array([[3.0, 6.0], [1.0, 1.0]])]
+    got = metrics(gts, preds, max_depth=10.0, ranges=[0, 5, 10])
+    low, high = got.per_range  # [0, 5): truths 1, 4, 2; [5, 10]: 9, 10 (the last range holds its edge), 6
+    assert (low.depth_range, low.pixels, high.depth_range, high.pixels) == ("[0, 5)", 3, "[5, 10]", 3)
+    assert low.abs_rel == pytest.approx((0 + 0 + 0.5) / 3) and low.delta1 == pytest.approx(2 / 3)
+    assert high.abs_rel == pytest.approx((4 / 9 + 0 + 0) / 3) and high.delta1 == pytest.approx(2 / 3)
+    default = metrics(gts, preds, min_depth=1.0, max_depth=10.0).per_range  # three equal ranges
+    assert [r.depth_range for r in default] == ["[1, 4)", "[4, 7)", "[7, 10]"]
+    assert metrics(gts, preds).per_range == []  # no max_depth, no ranges: nothing to split
+    with pytest.raises(ValueError, match="increasing"):
+        DepthOptions(ranges=[0, 5, 5])

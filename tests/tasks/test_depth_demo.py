@@ -36,6 +36,8 @@ def test_the_demo_passes_fp16_and_fails_the_near_calibrated_int8(tmp_path: Path,
         for k, v in theirs.items():
             assert ours[k] == pytest.approx(v, abs=6e-5), k  # metrics.json rounds to 4 digits
     assert stage["reference"]["invalid_pixels"] > 0  # the sensor holes are masked out
+    far = next(c for c in stage["candidates"] if c["name"] == "int8_near")["per_class"][-1]  # the far third
+    assert far["depth_range"] == "[16.667, 25]" and far["candidate_delta1"] < 0.1 < 0.9 < far["reference_delta1"]
 
 
 def test_a_drop_limit_on_an_error_metric_is_refused_naming_the_gate(tmp_path: Path):

@@ -63,16 +63,36 @@ class DepthOptions(Strict):
         default=1.0, gt=0, description="output disparity: depth = disparity_scale / disparity (e.g. focal x baseline)"
     )
 
+    ranges: list[float] | None = Field(
+        default=None, description="edges of the ground-truth depth ranges compared one by one (e.g. [0, 10, 20, 80]); "
+        "default: three equal ranges of [min_depth, max_depth], none without max_depth"
+    )  # fmt: skip
+
     @model_validator(mode="after")
     def _range(self) -> DepthOptions:
         if self.max_depth is not None and self.max_depth <= self.min_depth:
             raise ValueError(f"max_depth {self.max_depth:g} must be above min_depth {self.min_depth:g}")
+        if self.ranges is not None and (
+            len(self.ranges) < 2 or any(b <= a for a, b in zip(self.ranges, self.ranges[1:]))
+        ):
+            raise ValueError(f"ranges {self.ranges} must be at least two increasing edges")
         return self
 
+    def edges(self) -> np.ndarray:
+        """The edges of the depth ranges (none: no ranges)."""
+        if self.ranges is not None:
+            return np.asarray(self.ranges, np.float64)
+        if self.max_depth is None:
+            return np.zeros(0)
+        return np.linspace(self.min_depth, self.max_depth, 4)
 
-def image_errors(truth: np.ndarray, pred: np.ndarray, opts: DepthOptions) -> tuple[np.ndarray, int, int]:
-    """The seven metrics (METRICS order) of one image, its valid pixels and its NaN predictions among them.
+
+def image_errors(truth: np.ndarray, pred: np.ndarray, opts: DepthOptions) -> tuple[np.ndarray, int, int, np.ndarray]:
+    """The seven metrics (METRICS order) of one image, its valid pixels, its NaN predictions among them, and per
+    depth range (`opts.edges()`, by ground truth) the pixels, their sum of |p - d| / d and their count of δ < 1.25.
     `truth`, `pred`: depth maps of one shape (the prediction as depth, not yet scaled or clamped)."""
+    edges = opts.edges()
+    ranges = np.zeros((max(len(edges) - 1, 0), 3))
     truth = np.asarray(truth, np.float64)
     pred = np.asarray(pred, np.float64)
     valid = np.isfinite(truth) & (truth >= opts.min_depth)
@@ -80,7 +100,7 @@ def image_errors(truth: np.ndarray, pred: np.ndarray, opts: DepthOptions) -> tup
         valid &= truth <= opts.max_depth
     d, p = truth[valid], pred[valid]
     if d.size == 0:
-        return np.full(len(METRICS), np.nan), 0, 0
+        return np.full(len(METRICS), np.nan), 0, 0, ranges
     nan = np.isnan(p)
     if opts.scale == "median" and not nan.all():
         med = np.median(p[~nan])
@@ -88,8 +108,17 @@ def image_errors(truth: np.ndarray, pred: np.ndarray, opts: DepthOptions) -> tup
     p = np.clip(p, opts.min_depth, opts.max_depth if opts.max_depth is not None else np.inf)
     ratio = np.maximum(p / d, d / p)
     deltas = [float(np.mean(np.where(nan, False, ratio < THRESHOLD**k))) for k in (1, 2, 3)]
+    if len(edges):
+        rel = np.where(nan, np.inf, np.abs(p - d) / d)
+        hit = ~nan & (ratio < THRESHOLD)
+        at = np.searchsorted(edges, d, side="right") - 1  # range k holds edges[k] <= d < edges[k + 1]
+        at[d == edges[-1]] = len(edges) - 2  # the last range holds its upper edge
+        inside = (at >= 0) & (at < len(edges) - 1)
+        for k in range(len(edges) - 1):
+            m = inside & (at == k)
+            ranges[k] = (m.sum(), rel[m].sum(), hit[m].sum())
     if nan.any():
-        return np.array([math.inf] * 4 + deltas), int(d.size), int(nan.sum())
+        return np.array([math.inf] * 4 + deltas), int(d.size), int(nan.sum()), ranges
     with np.errstate(over="ignore", invalid="ignore"):
         diff = p - d
         out = [
@@ -98,7 +127,27 @@ def image_errors(truth: np.ndarray, pred: np.ndarray, opts: DepthOptions) -> tup
             np.sqrt(np.mean(diff**2)),
             np.sqrt(np.mean((np.log(p) - np.log(d)) ** 2)),
         ]
-    return np.array([float(v) for v in out] + deltas), int(d.size), 0
+    return np.array([float(v) for v in out] + deltas), int(d.size), 0, ranges
+
+
+class RangeRow(Record):
+    """One ground-truth depth range, its pixels pooled over the images."""
+
+    depth_range: str = Field(description="[low, high) of the ground truth, in the depth's unit")
+    pixels: int
+    abs_rel: float = Field(description="mean |p - d| / d over the range's pixels (NaN without any)")
+    delta1: float = Field(description="share of the range's pixels with max(p/d, d/p) < 1.25 (NaN without any)")
+
+
+def range_rows(edges: np.ndarray, totals: np.ndarray) -> list[RangeRow]:
+    rows = []
+    for k in range(len(edges) - 1):
+        n, rel, hit = totals[k]
+        close = "]" if k == len(edges) - 2 else ")"
+        label = f"[{edges[k]:g}, {edges[k + 1]:g}{close}"
+        mean_rel, share = (float(rel / n), float(hit / n)) if n else (math.nan, math.nan)
+        rows.append(RangeRow(depth_range=label, pixels=int(n), abs_rel=mean_rel, delta1=share))
+    return rows
 
 
 def _plane(depth: Any) -> np.ndarray:
@@ -124,6 +173,7 @@ class DepthMetrics(TaskMetrics):
     pixels: int = Field(description="valid ground-truth pixels counted")
     invalid_pixels: int = Field(description="pixels whose ground truth is missing or outside [min_depth, max_depth]")
     nan_pixels: int = Field(description="valid pixels whose prediction is NaN (they fail every metric)")
+    per_range: list[RangeRow] = Field(description="per ground-truth depth range (options.ranges), pixels pooled")
 
 
 class DepthAccumulator:
@@ -134,6 +184,8 @@ class DepthAccumulator:
         self._ids: list[int] = []
         self._rows: list[np.ndarray] = []  # per image: METRICS
         self._counts: list[np.ndarray] = []  # per image: valid, invalid, nan pixels
+        self._bins = max(len(opts.edges()) - 1, 0)
+        self._ranges: list[np.ndarray] = []  # per image, per range: pixels, sum of abs rel, δ1 hits
 
     def update(self, ids: Sequence[int], truths: Sequence[np.ndarray], preds: Sequence[np.ndarray]) -> None:
         if not len(ids) == len(truths) == len(preds):
@@ -147,7 +199,8 @@ class DepthAccumulator:
                 )
             if truth.dtype.kind not in "iuf" or pred.dtype.kind not in "iuf":
                 raise ValueError(f"image {image_id}: depth maps must be numbers, got {truth.dtype} and {pred.dtype}")
-            row, valid, nan = image_errors(truth, pred, self.opts)
+            row, valid, nan, ranges = image_errors(truth, pred, self.opts)
+            self._ranges.append(ranges)
             self._ids.append(int(image_id))
             self._rows.append(row)
             self._counts.append(np.array([valid, truth.size - valid, nan], np.int64))
@@ -159,6 +212,7 @@ class DepthAccumulator:
         self._ids += other._ids
         self._rows += other._rows
         self._counts += other._counts
+        self._ranges += other._ranges
 
     def compute(self) -> DepthMetrics:
         if not self._ids:
@@ -174,6 +228,7 @@ class DepthAccumulator:
             pixels=int(counts[:, 0].sum()),
             invalid_pixels=int(counts[:, 1].sum()),
             nan_pixels=int(counts[:, 2].sum()),
+            per_range=range_rows(self.opts.edges(), np.stack(self._ranges).sum(axis=0)),
         )
 
     def per_image(self) -> dict[int, float]:
@@ -185,6 +240,7 @@ class DepthAccumulator:
             "ids": np.asarray(self._ids, np.int64),
             "rows": np.stack(self._rows) if self._rows else np.zeros((0, len(METRICS))),
             "counts": np.stack(self._counts) if self._counts else np.zeros((0, 3), np.int64),
+            "ranges": np.stack(self._ranges) if self._ranges else np.zeros((0, self._bins, 3)),
         }
 
     @classmethod
@@ -193,16 +249,24 @@ class DepthAccumulator:
         acc._ids = [int(i) for i in state["ids"]]
         acc._rows = list(np.asarray(state["rows"], np.float64))
         acc._counts = list(np.asarray(state["counts"], np.int64))
+        acc._ranges = list(np.asarray(state["ranges"], np.float64))
         return acc
 
 
 # ----------------------------------------------------------------------------- the e2e task
 
 
-class DepthRange(Record):
-    """Not produced: depth has no classes (the e2e result's per-class list stays empty)."""
+class RangeDelta(Record):
+    """One ground-truth depth range (the e2e result's per-class rows): δ1 and AbsRel of the reference and the
+    candidate, the largest δ1 drop first in the report."""
 
     depth_range: str
+    pixels: int
+    reference_delta1: float
+    candidate_delta1: float
+    delta_delta1: float = Field(description="candidate - reference")
+    reference_abs_rel: float
+    candidate_abs_rel: float
 
 
 class DepthWorst(Record):
@@ -218,7 +282,7 @@ class DepthWorst(Record):
 class DepthTask(Task):
     name = "depth"
     metrics_type = DepthMetrics
-    per_class_type = DepthRange
+    per_class_type = RangeDelta
     worst_type = DepthWorst
     reads_arrays = True
 
@@ -278,4 +342,16 @@ class DepthTask(Task):
         ]
 
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
-        return []
+        assert isinstance(reference, DepthMetrics) and isinstance(candidate, DepthMetrics)
+        return [
+            RangeDelta(
+                depth_range=r.depth_range,
+                pixels=r.pixels,
+                reference_delta1=r.delta1,
+                candidate_delta1=c.delta1,
+                delta_delta1=c.delta1 - r.delta1,
+                reference_abs_rel=r.abs_rel,
+                candidate_abs_rel=c.abs_rel,
+            )
+            for r, c in zip(reference.per_range, candidate.per_range)
+        ]
