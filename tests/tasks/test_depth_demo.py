@@ -7,18 +7,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
 from tests.conftest import ROOT, main_in_process
 from trtverify.config.loader import load_suite
 from trtverify.config.stages import E2EStage
+from trtverify.results.io import load_results
+from trtverify.results.record import write_results
 from trtverify.tasks.batches import Batch
 from trtverify.tasks.depth import DepthTask
 from trtverify.util.errors import SuiteError
 
 SUITE = ROOT / "suites" / "depth.yaml"
 DEMO = ROOT / "demo" / "depth"
+SCHEMA = json.loads((ROOT / "trtverify" / "results" / "results.schema.json").read_text())
 
 
 def test_the_demo_passes_fp16_and_fails_the_near_calibrated_int8(tmp_path: Path, capsys, monkeypatch):
@@ -36,6 +40,10 @@ def test_the_demo_passes_fp16_and_fails_the_near_calibrated_int8(tmp_path: Path,
         for k, v in theirs.items():
             assert ours[k] == pytest.approx(v, abs=6e-5), k  # metrics.json rounds to 4 digits
     assert stage["reference"]["invalid_pixels"] > 0  # the sensor holes are masked out
+    results = tmp_path / "out" / "results.json"
+    jsonschema.validate(json.loads(results.read_text()), SCHEMA)
+    write_results(tmp_path / "again.json", load_results(results))  # the typed records read back as written
+    assert (tmp_path / "again.json").read_text() == results.read_text()
     far = next(c for c in stage["candidates"] if c["name"] == "int8_near")["per_class"][-1]  # the far third
     assert far["depth_range"] == "[16.667, 25]" and far["candidate_delta1"] < 0.1 < 0.9 < far["reference_delta1"]
 

@@ -130,7 +130,7 @@ def image_errors(truth: np.ndarray, pred: np.ndarray, opts: DepthOptions) -> tup
     return np.array([float(v) for v in out] + deltas), int(d.size), 0, ranges
 
 
-class RangeRow(Record):
+class DepthRangeRow(Record):
     """One ground-truth depth range, its pixels pooled over the images."""
 
     depth_range: str = Field(description="[low, high) of the ground truth, in the depth's unit")
@@ -139,14 +139,14 @@ class RangeRow(Record):
     delta1: float = Field(description="share of the range's pixels with max(p/d, d/p) < 1.25 (NaN without any)")
 
 
-def range_rows(edges: np.ndarray, totals: np.ndarray) -> list[RangeRow]:
+def range_rows(edges: np.ndarray, totals: np.ndarray) -> list[DepthRangeRow]:
     rows = []
     for k in range(len(edges) - 1):
         n, rel, hit = totals[k]
         close = "]" if k == len(edges) - 2 else ")"
         label = f"[{edges[k]:g}, {edges[k + 1]:g}{close}"
         mean_rel, share = (float(rel / n), float(hit / n)) if n else (math.nan, math.nan)
-        rows.append(RangeRow(depth_range=label, pixels=int(n), abs_rel=mean_rel, delta1=share))
+        rows.append(DepthRangeRow(depth_range=label, pixels=int(n), abs_rel=mean_rel, delta1=share))
     return rows
 
 
@@ -173,7 +173,7 @@ class DepthMetrics(TaskMetrics):
     pixels: int = Field(description="valid ground-truth pixels counted")
     invalid_pixels: int = Field(description="pixels whose ground truth is missing or outside [min_depth, max_depth]")
     nan_pixels: int = Field(description="valid pixels whose prediction is NaN (they fail every metric)")
-    per_range: list[RangeRow] = Field(description="per ground-truth depth range (options.ranges), pixels pooled")
+    per_range: list[DepthRangeRow] = Field(description="per ground-truth depth range (options.ranges), pixels pooled")
 
 
 class DepthAccumulator:
@@ -256,7 +256,7 @@ class DepthAccumulator:
 # ----------------------------------------------------------------------------- the e2e task
 
 
-class RangeDelta(Record):
+class DepthRangeDelta(Record):
     """One ground-truth depth range (the e2e result's per-class rows): δ1 and AbsRel of the reference and the
     candidate, the largest δ1 drop first in the report."""
 
@@ -282,7 +282,7 @@ class DepthWorst(Record):
 class DepthTask(Task):
     name = "depth"
     metrics_type = DepthMetrics
-    per_class_type = RangeDelta
+    per_class_type = DepthRangeDelta
     worst_type = DepthWorst
     reads_arrays = True
 
@@ -344,7 +344,7 @@ class DepthTask(Task):
     def per_class(self, reference: TaskMetrics, candidate: TaskMetrics) -> list[Record]:
         assert isinstance(reference, DepthMetrics) and isinstance(candidate, DepthMetrics)
         return [
-            RangeDelta(
+            DepthRangeDelta(
                 depth_range=r.depth_range,
                 pixels=r.pixels,
                 reference_delta1=r.delta1,
