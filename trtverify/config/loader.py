@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from trtverify.config.models import Suite
 from trtverify.config.postprocess import postprocess_problems
 from trtverify.config.registry import TASKS
+from trtverify.config.stages import RISE_LIMITS, gate_direction
 from trtverify.config.yamlload import LocatedDocument, PathKey, dotted, load_yaml
 from trtverify.util.errors import Problem, SuiteError, unknown
 
@@ -110,7 +111,7 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         add(("stages", "repair", "target"), "target: e2e uses the e2e stage's gates: add stages.e2e")
     e2e = suite.stages.e2e
     against_reference = e2e is not None and any(
-        g.max_drop is not None or g.max_rel_drop is not None or g.min is not None for g in e2e.gates
+        any(getattr(g, k) is not None for k in ("max_drop", "max_rel_drop", "min", *RISE_LIMITS)) for g in e2e.gates
     )
     if rp is not None and rp.target == "e2e" and e2e is not None and not against_reference:
         why = "every e2e gate has only max_drop_vs_baseline: give one max_drop, max_rel_drop or min"
@@ -149,6 +150,8 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         for i, g in enumerate(e2e.gates):
             if g.metric not in known:
                 add(("stages", "e2e", "gates", i, "metric"), unknown(f"{e2e.task} metric", g.metric, known))
+            elif wrong := gate_direction(g, g.metric in task.lower_is_better):
+                add(("stages", "e2e", "gates", i), wrong)
     for stage in ("perf",):  # a capture holds the kit's feeds: stages layerwise and e2e compare it (issue 46)
         cfg = getattr(suite.stages, stage)
         captured = [] if cfg is None else [n for n in suite.candidates_of(cfg) if _captured(suite, n)]

@@ -165,6 +165,7 @@ class TaskEntry(Entry):
     extra_metrics: Callable[[Sequence[int]], tuple[str, ...]] = lambda top_k: ()
     # 'module:Model' of the task's own settings (a Strict pydantic model), the suite's `e2e.options`; None: none
     options: str | None = None
+    lower_is_better: tuple[str, ...] = ()  # metrics whose gates take max_rise / max_rel_rise / max (errors)
 
     def options_model(self) -> Any:
         """The model of the task's settings (`e2e.options`), imported now; None when the task takes none."""
@@ -216,6 +217,14 @@ TASKS: Registry[TaskEntry] = Registry(
             "trtverify.tasks.segmentation:SegmentationTask",
             datasets=("masks", "npz"),
             metrics=("miou", "pixel_accuracy", "fw_iou", "mean_accuracy"),
+        ),
+        TaskEntry(
+            "depth",
+            "trtverify.tasks.depth:DepthTask",
+            datasets=("npz",),
+            metrics=("abs_rel", "sq_rel", "rmse", "rmse_log", "delta1", "delta2", "delta3"),
+            options="trtverify.tasks.depth:DepthOptions",
+            lower_is_better=("abs_rel", "sq_rel", "rmse", "rmse_log"),
         ),
     ],
 )

@@ -209,12 +209,46 @@ class Gate(Strict):
     max_drop_vs_baseline: float | None = Field(default=None, ge=0, description="the stored baseline's value (the "
                                                "last release's, written by run --update-baseline) - candidate may not "
                                                "exceed this (docs/baselines.md)")  # fmt: skip
+    # lower-is-better metrics (a task's TaskEntry.lower_is_better, e.g. depth's abs_rel, rmse) take these instead
+    max_rise: float | None = Field(
+        default=None, ge=0, description="lower-is-better metrics: candidate - reference may not exceed this"
+    )
+    max_rel_rise: float | None = Field(
+        default=None,
+        ge=0,
+        description="lower-is-better metrics: (candidate - reference) / reference may not exceed this",
+    )
+    max: float | None = Field(
+        default=None, description="lower-is-better metrics: the candidate's value may not exceed this"
+    )
 
     @model_validator(mode="after")
     def _some(self) -> Gate:
-        if all(getattr(self, k) is None for k in ("max_drop", "max_rel_drop", "min", "max_drop_vs_baseline")):
-            raise ValueError(f"gate on '{self.metric}' needs max_drop, max_rel_drop, min or max_drop_vs_baseline")
+        if all(getattr(self, k) is None for k in (*DROP_LIMITS, *RISE_LIMITS)):
+            raise ValueError(
+                f"gate on '{self.metric}' needs max_drop, max_rel_drop, min or max_drop_vs_baseline (higher-is-better "
+                "metrics), or max_rise, max_rel_rise or max (lower-is-better metrics)"
+            )
         return self
+
+    def limits(self) -> list[str]:
+        """The limits this gate gives."""
+        return [k for k in (*DROP_LIMITS, *RISE_LIMITS) if getattr(self, k) is not None]
+
+
+DROP_LIMITS = ("max_drop", "max_rel_drop", "min", "max_drop_vs_baseline")  # for higher-is-better metrics
+RISE_LIMITS = ("max_rise", "max_rel_rise", "max")  # for lower-is-better metrics (no baseline gate yet)
+
+
+def gate_direction(gate: Gate, lower_is_better: bool) -> str | None:
+    """Why `gate`'s limits do not fit its metric's direction (a drop limit on an error never fails), or None."""
+    wrong, right, what = (
+        (DROP_LIMITS, RISE_LIMITS, "lower") if lower_is_better else (RISE_LIMITS, DROP_LIMITS, "higher")
+    )
+    given = [k for k in gate.limits() if k in wrong]
+    if given:
+        return f"'{gate.metric}' is {what}-is-better: give {', '.join(right)}, not {', '.join(given)}"
+    return None
 
 
 DATASET_SOURCES = ("npz", "folder", "csv", "coco", "masks")

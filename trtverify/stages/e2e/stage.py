@@ -24,7 +24,7 @@ from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.compare.checks import CheckResult, failed_check, limit_check
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import TASKS
-from trtverify.config.stages import E2EStage
+from trtverify.config.stages import E2EStage, Gate
 from trtverify.stages.base import StageContext, status_of, sum_timings, timed
 from trtverify.stages.e2e import drift
 from trtverify.stages.e2e.classdata import (
@@ -301,7 +301,27 @@ def gate_checks(
             checks.append(
                 limit_check(f"{name}: {g.metric} >= {g.min:g}", NAME, g.metric, c, g.min, ">=", detail=detail, **where)
             )
+        checks += rise_checks(g, name, r, c, detail, where)
     return checks
+
+
+def rise_checks(
+    g: Gate, name: str, r: float, c: float, detail: dict[str, Any], where: dict[str, Any]
+) -> list[CheckResult]:
+    """A lower-is-better metric's limits (an error metric: depth's abs_rel, rmse): its rise and its ceiling."""
+    out = []
+    if g.max_rise is not None:
+        rise = c - r
+        out.append(limit_check(f"{name}: {g.metric} rise <= {g.max_rise:g}", NAME, f"{g.metric}_rise", rise,
+                               g.max_rise, "<=", detail=detail, **where))  # fmt: skip
+    if g.max_rel_rise is not None:
+        rel = (c - r) / r if r else (0.0 if r == c else math.inf)
+        out.append(limit_check(f"{name}: {g.metric} relative rise <= {g.max_rel_rise:g}", NAME,
+                               f"{g.metric}_rel_rise", rel, g.max_rel_rise, "<=", detail=detail, **where))  # fmt: skip
+    if g.max is not None:
+        out.append(limit_check(f"{name}: {g.metric} <= {g.max:g}", NAME, g.metric, c, g.max, "<=", detail=detail,
+                               **where))  # fmt: skip
+    return out
 
 
 SANITY_CHECK = "reference sanity: not degenerate"
