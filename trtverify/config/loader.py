@@ -110,10 +110,11 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         add(("stages", "repair", "target"), "target: e2e uses the e2e stage's gates: add stages.e2e")
     e2e = suite.stages.e2e
     against_reference = e2e is not None and any(
-        g.max_drop is not None or g.max_rel_drop is not None or g.min is not None for g in e2e.gates
+        g.max_drop is not None or g.max_rel_drop is not None or g.min is not None or g.max_rise is not None
+        for g in e2e.gates
     )
     if rp is not None and rp.target == "e2e" and e2e is not None and not against_reference:
-        why = "every e2e gate has only max_drop_vs_baseline: give one max_drop, max_rel_drop or min"
+        why = "every e2e gate has only max_drop_vs_baseline: give one max_drop, max_rel_drop, min or max_rise"
         add(("stages", "repair", "target"), f"target: e2e gates the repaired model against the reference, and {why}")
     if rp is not None and rp.candidate is not None and rp.candidate not in suite.models.candidates:
         add(("stages", "repair", "candidate"), unknown("candidate", rp.candidate, list(suite.models.candidates)))

@@ -165,6 +165,7 @@ class TaskEntry(Entry):
     extra_metrics: Callable[[Sequence[int]], tuple[str, ...]] = lambda top_k: ()
     # 'module:Model' of the task's own settings (a Strict pydantic model), the suite's `e2e.options`; None: none
     options: str | None = None
+    labels: bool = True  # its npz dataset holds labels (`labels_key`); False: inputs only (task compare)
 
     def options_model(self) -> Any:
         """The model of the task's settings (`e2e.options`), imported now; None when the task takes none."""
@@ -216,6 +217,21 @@ TASKS: Registry[TaskEntry] = Registry(
             "trtverify.tasks.segmentation:SegmentationTask",
             datasets=("masks", "npz"),
             metrics=("miou", "pixel_accuracy", "fw_iou", "mean_accuracy"),
+        ),
+        TaskEntry(
+            "regression",
+            "trtverify.tasks.regression:RegressionTask",
+            datasets=("npz",),
+            metrics=("mae", "rmse", "max_error", "rel_error", "nonfinite"),
+            options="trtverify.tasks.regression:RegressionOptions",
+        ),
+        TaskEntry(
+            "compare",
+            "trtverify.tasks.compare:CompareTask",
+            datasets=("npz",),
+            metrics=("rel_l2_p50", "rel_l2_p95", "rel_l2_max", "max_abs", "inf_rows"),
+            options="trtverify.tasks.compare:CompareOptions",
+            labels=False,
         ),
     ],
 )

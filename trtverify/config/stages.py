@@ -206,14 +206,24 @@ class Gate(Strict):
         default=None, ge=0, le=1, description="(reference - candidate) / reference may not exceed this"
     )
     min: float | None = Field(default=None, description="the candidate's value may not fall below this")
+    max_rise: float | None = Field(
+        default=None,
+        ge=0,
+        description="candidate - reference may not exceed this (a metric where lower is better: "
+        "an error such as mae, rmse, rel_l2_p95)",
+    )
     max_drop_vs_baseline: float | None = Field(default=None, ge=0, description="the stored baseline's value (the "
                                                "last release's, written by run --update-baseline) - candidate may not "
                                                "exceed this (docs/baselines.md)")  # fmt: skip
 
     @model_validator(mode="after")
     def _some(self) -> Gate:
-        if all(getattr(self, k) is None for k in ("max_drop", "max_rel_drop", "min", "max_drop_vs_baseline")):
-            raise ValueError(f"gate on '{self.metric}' needs max_drop, max_rel_drop, min or max_drop_vs_baseline")
+        if all(
+            getattr(self, k) is None for k in ("max_drop", "max_rel_drop", "min", "max_rise", "max_drop_vs_baseline")
+        ):
+            raise ValueError(
+                f"gate on '{self.metric}' needs max_drop, max_rel_drop, min, max_rise or max_drop_vs_baseline"
+            )
         return self
 
 

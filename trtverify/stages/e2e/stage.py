@@ -2,7 +2,7 @@
 
 The data is read and preprocessed once, in background threads, while the first model runs
 over it; it is kept (in chunks of `chunk_mb`), and the other models run over it in turn. Gates
-compare each candidate with the reference: `max_drop` (absolute), `max_rel_drop`, `min`. The
+compare each candidate with the reference: `max_drop` (absolute), `max_rel_drop`, `min`, `max_rise`. The
 samples where candidate and reference disagree most are listed for drill-down
 (`trtverify run --stage layerwise --samples worst`). Everything task-specific goes through the
 task's contract (`trtverify.tasks.base.Task`).
@@ -298,6 +298,20 @@ def gate_checks(
         if g.min is not None:
             checks.append(
                 limit_check(f"{name}: {g.metric} >= {g.min:g}", NAME, g.metric, c, g.min, ">=", detail=detail, **where)
+            )
+        if g.max_rise is not None:  # an error metric: lower is better
+            rise = f"{g.metric}_rise"
+            checks.append(
+                limit_check(
+                    f"{name}: {g.metric} rise <= {g.max_rise:g}",
+                    NAME,
+                    rise,
+                    c - r,
+                    g.max_rise,
+                    "<=",
+                    detail=detail,
+                    **where,
+                )  # fmt: skip
             )
     return checks
 
