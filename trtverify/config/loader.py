@@ -150,6 +150,12 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         for i, g in enumerate(e2e.gates):
             if g.metric not in known:
                 add(("stages", "e2e", "gates", i, "metric"), unknown(f"{e2e.task} metric", g.metric, known))
+            drops = [
+                k for k in ("max_drop", "max_rel_drop", "min", "max_drop_vs_baseline") if getattr(g, k) is not None
+            ]
+            if g.metric in task.errors and drops:  # a drop of an error is an improvement: the gate would never fail
+                add(("stages", "e2e", "gates", i, drops[0]), f"{g.metric} is an error (lower is better): gate how "
+                    f"far it may rise with max_rise, not {' / '.join(drops)}")  # fmt: skip
     for stage in ("perf",):  # a capture holds the kit's feeds: stages layerwise and e2e compare it (issue 46)
         cfg = getattr(suite.stages, stage)
         captured = [] if cfg is None else [n for n in suite.candidates_of(cfg) if _captured(suite, n)]

@@ -166,6 +166,7 @@ class TaskEntry(Entry):
     # 'module:Model' of the task's own settings (a Strict pydantic model), the suite's `e2e.options`; None: none
     options: str | None = None
     labels: bool = True  # its npz dataset holds labels (`labels_key`); False: inputs only (task compare)
+    errors: tuple[str, ...] = ()  # metrics where lower is better: a gate on them takes max_rise only
 
     def options_model(self) -> Any:
         """The model of the task's settings (`e2e.options`), imported now; None when the task takes none."""
@@ -223,6 +224,7 @@ TASKS: Registry[TaskEntry] = Registry(
             "trtverify.tasks.regression:RegressionTask",
             datasets=("npz",),
             metrics=("mae", "rmse", "max_error", "rel_error", "nonfinite"),
+            errors=("mae", "rmse", "max_error", "rel_error", "nonfinite"),
             options="trtverify.tasks.regression:RegressionOptions",
         ),
         TaskEntry(
@@ -230,6 +232,7 @@ TASKS: Registry[TaskEntry] = Registry(
             "trtverify.tasks.compare:CompareTask",
             datasets=("npz",),
             metrics=("rel_l2_p50", "rel_l2_p95", "rel_l2_max", "max_abs", "inf_rows"),
+            errors=("rel_l2_p50", "rel_l2_p95", "rel_l2_max", "max_abs", "inf_rows"),
             options="trtverify.tasks.compare:CompareOptions",
             labels=False,
         ),
