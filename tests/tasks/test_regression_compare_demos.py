@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, main_in_process
+from trtverify.results.io import load_results
+from trtverify.results.record import write_results
 
 
 def _e2e(tmp_path: Path, suite: str, capsys, monkeypatch) -> tuple[dict, str]:
@@ -17,6 +19,8 @@ def _e2e(tmp_path: Path, suite: str, capsys, monkeypatch) -> tuple[dict, str]:
     r = main_in_process(["run", str(ROOT / "suites" / suite), "--stage", "e2e", "--out", str(out)], capsys, monkeypatch)
     assert r.code == 1, r.out + r.err
     stage = next(s for s in json.loads((out / "results.json").read_text())["stages"] if s["name"] == "e2e")
+    write_results(out / "again.json", load_results(out / "results.json"))  # its records read back as written
+    assert (out / "again.json").read_text() == (out / "results.json").read_text()
     return stage, r.out
 
 
