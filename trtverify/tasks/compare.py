@@ -276,10 +276,9 @@ class CompareTask(Task):
         self._reference: CompareAccumulator | None = None
 
     @classmethod
-    def open(cls, cfg: E2EStage, search_path: Sequence[Path] = ()) -> Task:
+    def read(cls, cfg: E2EStage) -> tuple[Reader, E2EStage]:
         inputs = read_npz(cfg.dataset.npz, [cfg.dataset.images_key])[cfg.dataset.images_key]
-        reader, cfg = input_rows(cfg, inputs, lambda i: None)
-        return cls(cfg, reader, search_path)
+        return input_rows(cfg, inputs, lambda i: None)
 
     def accumulator(self) -> CompareAccumulator:
         """The first one made is the reference's (the e2e stage makes it first); the others compare with it."""

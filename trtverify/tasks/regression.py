@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,7 @@ from trtverify.config.stages import E2EStage, Strict
 from trtverify.tasks.base import State, Task, TaskMetrics, call_hook, largest_drops, select_output
 from trtverify.tasks.batches import Batch
 from trtverify.tasks.compare import input_rows, read_npz
+from trtverify.tasks.datasets import Reader
 from trtverify.util.errors import UsageError
 from trtverify.util.record import Record
 
@@ -197,15 +197,14 @@ class RegressionTask(Task):
     reads_arrays = True
 
     @classmethod
-    def open(cls, cfg: E2EStage, search_path: Sequence[Path] = ()) -> Task:
+    def read(cls, cfg: E2EStage) -> tuple[Reader, E2EStage]:
         ds = cfg.dataset
         arrays = read_npz(ds.npz, [ds.images_key, ds.labels_key])
         inputs, targets = arrays[ds.images_key], arrays[ds.labels_key]
         if len(targets) != len(inputs):
             raise UsageError(f"{ds.npz}: {len(inputs)} rows of '{ds.images_key}' but {len(targets)} targets "
                              f"('{ds.labels_key}')")  # fmt: skip
-        reader, cfg = input_rows(cfg, inputs, lambda i: targets[i])
-        return cls(cfg, reader, search_path)
+        return input_rows(cfg, inputs, lambda i: targets[i])
 
     def accumulator(self) -> RegressionAccumulator:
         return RegressionAccumulator(self.options.eps, self.options.output_names)
