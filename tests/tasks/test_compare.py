@@ -39,6 +39,9 @@ def test_row_errors_at_zeros_and_nonfinite_values():
     cand = np.array([[0.0, 0.0], [0.0, 1e-3], [np.nan, 2.0], [1.0, np.inf]])
     rel, mx = row_errors(ref, cand)
     assert rel.tolist() == [0.0, math.inf, math.inf, math.inf] and mx.tolist()[:2] == [0.0, 1e-3]
+    ref = np.array([[np.nan, 3.0, np.inf], [np.nan, 3.0, np.inf]])
+    rel, mx = row_errors(ref, np.array([[np.nan, 3.3, np.inf], [1.0, 3.0, np.inf]]))  # the same NaN and inf: 0
+    assert rel[0] == pytest.approx(0.1) and mx[0] == pytest.approx(0.3) and rel[1] == math.inf
 
 
 def test_percentile_is_numpys_and_inf_where_it_reaches_an_inf():
@@ -88,8 +91,12 @@ def test_candidates_are_compared_with_the_reference_row_by_row(tmp_path: Path):
     assert worst[0].rel_l2 >= worst[1].rel_l2 >= worst[2].rel_l2
     assert task.per_class(r, m)[0].output == "box"
     # shards: each keeps its candidate's per-row errors; merged, they are the whole
-    whole = CompareAccumulator.from_state(cand.state())
-    assert whole.compute() == m
+    state = cand.state()
+    halves = [{k: v[..., sl] if k in ("rel", "max_abs", "ids") else v for k, v in state.items()}
+              for sl in (slice(0, 13), slice(13, None))]  # fmt: skip
+    merged = CompareAccumulator.from_state(halves[0])
+    merged.merge(CompareAccumulator.from_state(halves[1]))
+    assert merged.compute() == m and CompareAccumulator.from_state(state).compute() == m
 
 
 def test_a_candidate_row_before_the_reference_and_wrong_outputs_are_refused(tmp_path: Path):

@@ -105,12 +105,15 @@ def input_rows(cfg: E2EStage, inputs: np.ndarray, label: Any) -> tuple[Reader, E
 
 def row_errors(ref: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row of two [B, ...] arrays: rel_l2 and max_abs (float64); inf where the candidate is not finite and
-    the reference is, or where only the reference is zero."""
+    the reference is, or where only the reference is zero. A NaN or inf in both, the same, differs by nothing."""
     r = np.asarray(ref, np.float64).reshape(len(ref), -1)
     c = np.asarray(cand, np.float64).reshape(len(cand), -1)
     with np.errstate(invalid="ignore", over="ignore"):
         d = np.abs(c - r)
     d[~np.isfinite(d)] = math.inf  # NaN or inf in the candidate (or the reference): no bound on the error
+    same = (np.isnan(r) & np.isnan(c)) | (np.isinf(r) & (r == c))  # the same NaN or inf in both: no difference
+    d[same] = 0.0
+    r = np.where(np.isfinite(r), r, 0.0)  # the norm of the reference over its finite values
     max_abs = d.max(axis=1) if d.shape[1] else np.zeros(len(d))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         num = np.sqrt(np.square(d).sum(axis=1))
