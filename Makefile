@@ -29,6 +29,10 @@ demo: $(BIN)/python
 	$(BIN)/trtverify run suites/depth.yaml; test $$? -eq 1
 	@echo "shape_sweep.yaml fails on purpose (exit 1): its export is right at batch 1 only (demo/shape_sweep/README.md)"
 	$(BIN)/trtverify run suites/shape_sweep.yaml; test $$? -eq 1
+	@echo "regression.yaml fails on purpose (exit 1): its naive FP16 candidate overflows on pascals (demo/regression/README.md)"
+	$(BIN)/trtverify run suites/regression.yaml; test $$? -eq 1
+	@echo "compare.yaml fails on purpose (exit 1): its planted FP16 candidate overflows on some images (demo/compare/README.md)"
+	$(BIN)/trtverify run suites/compare.yaml; test $$? -eq 1
 
 test: $(BIN)/python
 	$(PIP) install -c constraints/ci.txt -e '.[torch,dev,modelopt]'

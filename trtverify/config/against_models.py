@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from trtverify.config.capture_kits import kit_problems
 from trtverify.config.postprocess import layout_problems
+from trtverify.config.registry import TASKS
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, onnx_io
 from trtverify.toolout import calibcache
 from trtverify.util.errors import Problem, UsageError, did_you_mean
@@ -327,6 +328,8 @@ class _Checker:
             return
         e2e = self.suite.stages.e2e
         wanted = ["images_key", "masks_key" if e2e is not None and e2e.task == "segmentation" else "labels_key"]
+        if e2e is not None and e2e.task in TASKS.names() and not TASKS.get(e2e.task).labels:
+            wanted = wanted[:1]  # a task that reads inputs only
         for key in wanted:
             name = getattr(ds, key)
             if name not in keys:

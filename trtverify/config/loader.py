@@ -114,8 +114,12 @@ def _semantic_problems(suite: Suite, doc: LocatedDocument) -> list[Problem]:
         any(getattr(g, k) is not None for k in ("max_drop", "max_rel_drop", "min", *RISE_LIMITS)) for g in e2e.gates
     )
     if rp is not None and rp.target == "e2e" and e2e is not None and not against_reference:
-        why = "every e2e gate has only max_drop_vs_baseline: give one max_drop, max_rel_drop or min"
+        why = "every e2e gate has only max_drop_vs_baseline: give one max_drop, max_rel_drop, min or max_rise"
         add(("stages", "repair", "target"), f"target: e2e gates the repaired model against the reference, and {why}")
+    if rp is not None and rp.target == "e2e" and e2e is not None and not TASKS.get(e2e.task).labels:
+        why = f"task {e2e.task} measures a candidate against the reference's outputs in stage e2e"
+        add(("stages", "repair", "target"), f"target: e2e scores one model at a time against labels; {why}: use "
+            "target: tensors")  # fmt: skip
     if rp is not None and rp.candidate is not None and rp.candidate not in suite.models.candidates:
         add(("stages", "repair", "candidate"), unknown("candidate", rp.candidate, list(suite.models.candidates)))
     lw = suite.stages.layerwise

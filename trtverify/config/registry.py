@@ -166,6 +166,7 @@ class TaskEntry(Entry):
     # 'module:Model' of the task's own settings (a Strict pydantic model), the suite's `e2e.options`; None: none
     options: str | None = None
     lower_is_better: tuple[str, ...] = ()  # metrics whose gates take max_rise / max_rel_rise / max (errors)
+    labels: bool = True  # its npz dataset holds labels (`labels_key`); False: inputs only (task compare)
 
     def options_model(self) -> Any:
         """The model of the task's settings (`e2e.options`), imported now; None when the task takes none."""
@@ -225,6 +226,23 @@ TASKS: Registry[TaskEntry] = Registry(
             metrics=("abs_rel", "sq_rel", "rmse", "rmse_log", "delta1", "delta2", "delta3"),
             options="trtverify.tasks.depth:DepthOptions",
             lower_is_better=("abs_rel", "sq_rel", "rmse", "rmse_log"),
+        ),
+        TaskEntry(
+            "regression",
+            "trtverify.tasks.regression:RegressionTask",
+            datasets=("npz",),
+            metrics=("mae", "rmse", "max_error", "rel_error", "nonfinite"),
+            lower_is_better=("mae", "rmse", "max_error", "rel_error", "nonfinite"),
+            options="trtverify.tasks.regression:RegressionOptions",
+        ),
+        TaskEntry(
+            "compare",
+            "trtverify.tasks.compare:CompareTask",
+            datasets=("npz",),
+            metrics=("rel_l2_p50", "rel_l2_p95", "rel_l2_max", "max_abs", "inf_rows"),
+            lower_is_better=("rel_l2_p50", "rel_l2_p95", "rel_l2_max", "max_abs", "inf_rows"),
+            options="trtverify.tasks.compare:CompareOptions",
+            labels=False,
         ),
     ],
 )

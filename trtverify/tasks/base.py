@@ -229,7 +229,14 @@ class Task(ABC):
     @classmethod
     def open(cls, cfg: E2EStage, search_path: Sequence[Path] = ()) -> Task:
         """The task over the validation set the suite names (opened and checked now)."""
-        return cls(cfg, open_dataset(cfg.dataset, masks=cls.reads_masks, arrays=cls.reads_arrays), search_path)
+        reader, cfg = cls.read(cfg)
+        return cls(cfg, reader, search_path)
+
+    @classmethod
+    def read(cls, cfg: E2EStage) -> tuple[Reader, E2EStage]:
+        """The validation set the suite names, and the stage settings to read it with (a task whose inputs are not
+        images adapts the preprocessing); what `open` and the drill-down (`--samples worst`) read."""
+        return open_dataset(cfg.dataset, masks=cls.reads_masks, arrays=cls.reads_arrays), cfg
 
     @abstractmethod
     def accumulator(self) -> Accumulator:

@@ -2,7 +2,7 @@
 
 The data is read and preprocessed once, in background threads, while the first model runs
 over it; it is kept (in chunks of `chunk_mb`), and the other models run over it in turn. Gates
-compare each candidate with the reference: `max_drop` (absolute), `max_rel_drop`, `min`. The
+compare each candidate with the reference: `max_drop` (absolute), `max_rel_drop`, `min`, `max_rise`. The
 samples where candidate and reference disagree most are listed for drill-down
 (`trtverify run --stage layerwise --samples worst`). Everything task-specific goes through the
 task's contract (`trtverify.tasks.base.Task`).
@@ -39,7 +39,6 @@ from trtverify.stages.e2e.classdata import (
 from trtverify.stages.e2e.models import DatasetInfo, E2ECandidate, E2EResult, ReferenceSanity
 from trtverify.tasks.base import Task, TaskMetrics
 from trtverify.tasks.batches import Batch, batches, default_workers, make_preprocess
-from trtverify.tasks.datasets import open_dataset
 from trtverify.util.errors import UsageError
 from trtverify.util.fsutil import atomic_write
 from trtverify.util.words import count, plural
@@ -456,7 +455,7 @@ def worst_feeds(loaded: LoadedSuite, positions: Sequence[int]) -> list[dict[str,
             "--samples worst reads the samples from stage e2e's dataset: configure stages.e2e in the suite"
         )
     # the dataset alone: the task would also load its post-processing hook, which nothing here runs
-    reader = open_dataset(cfg.dataset, masks=TASKS.load(cfg.task).reads_masks)
+    reader, cfg = TASKS.load(cfg.task).read(cfg)
     pre = make_preprocess(cfg.preprocess, loaded.search_path)
     name = cfg.preprocess.input
     if name is None:
