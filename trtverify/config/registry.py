@@ -217,5 +217,12 @@ TASKS: Registry[TaskEntry] = Registry(
             datasets=("masks", "npz"),
             metrics=("miou", "pixel_accuracy", "fw_iou", "mean_accuracy"),
         ),
+        TaskEntry(
+            "restoration",
+            "trtverify.tasks.restoration:RestorationTask",
+            datasets=("npz",),
+            metrics=("psnr", "ssim", "psnr_min", "ssim_min"),
+            options="trtverify.tasks.restoration:RestorationOptions",
+        ),
     ],
 )
