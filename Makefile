@@ -1,5 +1,5 @@
 # Two entry points a fresh machine needs (python3, pip and make; nothing else):
-#   make demo   install trtverify into .venv and run the nine bundled demo suites (shape_sweep fails on purpose)
+#   make demo   install trtverify into .venv and run the ten bundled demo suites (shape_sweep and restoration fail on purpose)
 #   make test   install trtverify[torch,dev,modelopt] (CPU torch and ModelOpt pinned in constraints/ci.txt), lint
 #               (ruff, import contracts) and run every test
 PYTHON ?= python3
@@ -27,6 +27,8 @@ demo: $(BIN)/python
 	$(BIN)/trtverify run suites/shapes_captured.yaml
 	@echo "shape_sweep.yaml fails on purpose (exit 1): its export is right at batch 1 only (demo/shape_sweep/README.md)"
 	$(BIN)/trtverify run suites/shape_sweep.yaml; test $$? -eq 1
+	@echo "restoration.yaml fails on purpose (exit 1): its plain FP16 conversion overflows (demo/restoration/README.md)"
+	$(BIN)/trtverify run suites/restoration.yaml; test $$? -eq 1
 
 test: $(BIN)/python
 	$(PIP) install -c constraints/ci.txt -e '.[torch,dev,modelopt]'
