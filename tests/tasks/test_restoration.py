@@ -159,3 +159,35 @@ def test_a_task_error_is_a_usage_error():
     targets, outputs = images(7, n=1)
     with pytest.raises(UsageError, match="restoration: image 0: output of shape"):
         task.update(acc, [0], {"images": [outputs[0][:8]], "sizes": [(20, 18)]}, targets)
+
+
+def _task(**options):
+    from tests.conftest import ROOT
+    from trtverify.config.stages import E2EStage
+    from trtverify.tasks.restoration import RestorationTask
+
+    cfg = E2EStage.model_validate(
+        {
+            "task": "restoration",
+            "dataset": {"npz": str(ROOT / "demo" / "restoration" / "val.npz")},
+            "gates": [{"metric": "psnr", "max_drop": 0.1}],
+            "options": options,
+        }
+    )
+    return RestorationTask.open(cfg)
+
+
+def test_postprocess_reads_nchw_and_nhwc_and_refuses_what_is_not_an_image_batch():
+    from trtverify.tasks.batches import Batch
+
+    batch = Batch([0, 1], np.zeros((2, 3, 32, 32), np.float32), [None, None], [(32, 32), (32, 32)])
+    out = np.random.default_rng(8).random((2, 3, 64, 64)).astype(np.float32)
+    nchw = _task().postprocess({"sr": out}, batch, "m")
+    nhwc = _task(output_layout="NHWC").postprocess({"sr": out.transpose(0, 2, 3, 1)}, batch, "m")
+    assert all(np.array_equal(a, b) and a.shape == (64, 64, 3) for a, b in zip(nchw["images"], nhwc["images"]))
+    with pytest.raises(UsageError, match=r"m: restoration output of shape \[2, 10\] \(float32\) is not a batch"):
+        _task().postprocess({"logits": np.zeros((2, 10), np.float32)}, batch, "m")
+    task = _task(channels="rgb")
+    acc = task.accumulator()
+    task.update(acc, [0, 1], nchw, [task.reader.label(0), task.reader.label(1)])
+    assert acc.compute().samples == 2 and acc.compute().psnr < 15  # noise against real targets, crop 2 from the sizes
