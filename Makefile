@@ -1,5 +1,5 @@
 # Two entry points a fresh machine needs (python3, pip and make; nothing else):
-#   make demo   install trtverify into .venv and run the ten bundled demo suites (depth and shape_sweep fail on purpose)
+#   make demo   install trtverify into .venv and run the bundled demo suites (shape_sweep and the new tasks' demos fail on purpose)
 #   make test   install trtverify[torch,dev,modelopt] (CPU torch and ModelOpt pinned in constraints/ci.txt), lint
 #               (ruff, import contracts) and run every test
 PYTHON ?= python3
@@ -33,6 +33,8 @@ demo: $(BIN)/python
 	$(BIN)/trtverify run suites/regression.yaml; test $$? -eq 1
 	@echo "compare.yaml fails on purpose (exit 1): its planted FP16 candidate overflows on some images (demo/compare/README.md)"
 	$(BIN)/trtverify run suites/compare.yaml; test $$? -eq 1
+	@echo "restoration.yaml fails on purpose (exit 1): its plain FP16 conversion overflows (demo/restoration/README.md)"
+	$(BIN)/trtverify run suites/restoration.yaml; test $$? -eq 1
 
 test: $(BIN)/python
 	$(PIP) install -c constraints/ci.txt -e '.[torch,dev,modelopt]'

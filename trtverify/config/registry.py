@@ -244,5 +244,12 @@ TASKS: Registry[TaskEntry] = Registry(
             options="trtverify.tasks.compare:CompareOptions",
             labels=False,
         ),
+        TaskEntry(
+            "restoration",
+            "trtverify.tasks.restoration:RestorationTask",
+            datasets=("npz",),
+            metrics=("psnr", "ssim", "psnr_min", "ssim_min"),
+            options="trtverify.tasks.restoration:RestorationOptions",
+        ),
     ],
 )
