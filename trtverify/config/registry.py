@@ -217,5 +217,25 @@ TASKS: Registry[TaskEntry] = Registry(
             datasets=("masks", "npz"),
             metrics=("miou", "pixel_accuracy", "fw_iou", "mean_accuracy"),
         ),
+        TaskEntry(
+            "keypoints",
+            "trtverify.tasks.keypoints:KeypointTask",
+            datasets=("coco",),
+            metrics=(
+                "map",
+                "ap50",
+                "ap75",
+                "ap_medium",
+                "ap_large",
+                "ar",
+                "ar50",
+                "ar75",
+                "ar_medium",
+                "ar_large",
+                "pck",
+                "mean_oks",
+            ),  # fmt: skip
+            options="trtverify.tasks.keypoints:KeypointOptions",
+        ),
     ],
 )
