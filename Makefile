@@ -27,6 +27,8 @@ demo: $(BIN)/python
 	$(BIN)/trtverify run suites/shapes_captured.yaml
 	@echo "shape_sweep.yaml fails on purpose (exit 1): its export is right at batch 1 only (demo/shape_sweep/README.md)"
 	$(BIN)/trtverify run suites/shape_sweep.yaml; test $$? -eq 1
+	@echo "keypoints.yaml fails on purpose (exit 1): its fp16_overflow candidate overflows FP16 at the heatmap peaks (demo/keypoints/README.md)"
+	$(BIN)/trtverify run suites/keypoints.yaml; test $$? -eq 1
 
 test: $(BIN)/python
 	$(PIP) install -c constraints/ci.txt -e '.[torch,dev,modelopt]'
