@@ -274,3 +274,35 @@ def test_a_broken_keypoints_file_is_a_usage_error_naming_it(tmp_path: Path, text
     with pytest.raises(UsageError, match=message) as info:
         KeypointTask.open(cfg)
     assert str(path) in str(info.value)
+
+
+def test_a_hook_gives_crop_pixels_and_a_nan_is_a_counted_miss(tmp_path: Path):
+    (tmp_path / "images").mkdir()
+    Image.fromarray(np.zeros((100, 120, 3), np.uint8)).save(tmp_path / "images" / "a.png")
+    data = {
+        "images": [{"id": 3, "file_name": "a.png"}],
+        "annotations": [
+            {"id": 1, "image_id": 3, "category_id": 1, "bbox": [40, 30, 40, 40], "keypoints": [50, 40, 2, 70, 50, 2]}
+        ],
+        "categories": [{"id": 1, "name": "person", "keypoints": ["l", "r"]}],
+    }
+    (tmp_path / "kp.json").write_text(json.dumps(data))
+    (tmp_path / "kphook.py").write_text(
+        "import numpy as np\n"
+        "def decode(outputs, image_sizes):\n"
+        "    assert image_sizes == [(50, 50)]\n"
+        "    return np.array([[[10.0, 20.0], [np.nan, 3.0]]])\n"
+    )
+    cfg = E2EStage.model_validate(
+        {
+            "task": "keypoints",
+            "dataset": {"coco": str(tmp_path / "kp.json")},
+            "postprocess": {"hook": "kphook:decode"},
+            "options": {"sigmas": [0.05, 0.05]},
+            "gates": [{"metric": "pck", "max_drop": 0.1}],
+        }
+    )
+    task = KeypointTask.open(cfg, [tmp_path])
+    kp, bad = task.postprocess({"x": np.zeros(1)}, Batch([0], np.zeros((1, 3, 8, 8)), [None], [(50, 50)]), "m")
+    assert tuple(task.reader.truth.crops[0]) == (35, 25, 50, 50) and bad == 1
+    assert kp[0].tolist() == [[45.0, 45.0, 1.0], [35 + 24.5, 25 + 24.5, 0.0]]  # the NaN: the crop's centre, score 0

@@ -49,3 +49,20 @@ def test_pck_and_oks_equal_the_demo_scripts_own_reading(tmp_path: Path, capsys, 
                       ("fp16_overflow", "trtverify_emulated_fp16_overflow")]:  # fmt: skip
         assert by[name]["pck"] == pytest.approx(shipped[key]["pck@0.2_argmax"], abs=5e-5), name
         assert by[name]["mean_oks"] == pytest.approx(shipped[key]["mean_oks_argmax"], abs=1e-3), name
+
+
+def test_worst_samples_are_fed_as_the_person_crops_the_model_saw():
+    """`--samples worst` feeds the layerwise stage the e2e samples: for this task the preprocessed crops."""
+    import numpy as np
+    from PIL import Image
+
+    from trtverify.config.loader import load_suite
+    from trtverify.stages.e2e.stage import worst_feeds
+    from trtverify.tasks.keypoints import crop, crop_box
+
+    feeds = worst_feeds(load_suite(SUITE), [2])
+    ann = json.loads((DEMO / "val" / "person_keypoints.json").read_text())["annotations"][2]
+    image = np.asarray(Image.open(DEMO / "val" / "images" / "0003.png").convert("RGB"))
+    want = np.asarray(Image.fromarray(crop(image, crop_box(ann["bbox"], 1.0, 1.25))).resize((64, 64), Image.BILINEAR))
+    assert feeds[0]["images"].shape == (1, 3, 64, 64)
+    np.testing.assert_allclose(feeds[0]["images"][0], want.transpose(2, 0, 1) / np.float32(255), atol=1e-6)

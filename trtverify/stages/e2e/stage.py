@@ -433,8 +433,11 @@ def worst_feeds(loaded: LoadedSuite, positions: Sequence[int]) -> list[dict[str,
         raise UsageError(
             "--samples worst reads the samples from stage e2e's dataset: configure stages.e2e in the suite"
         )
-    # the dataset alone: the task would also load its post-processing hook, which nothing here runs
-    reader = open_dataset(cfg.dataset, masks=TASKS.load(cfg.task).reads_masks)
+    task_class: type[Task] = TASKS.load(cfg.task)
+    if task_class.open.__func__ is not Task.open.__func__:  # type: ignore[attr-defined]
+        reader = task_class.open(cfg, loaded.search_path).reader  # its own samples (keypoints: person crops)
+    else:  # the dataset alone: the task would also load its post-processing hook, which nothing here runs
+        reader = open_dataset(cfg.dataset, masks=task_class.reads_masks)
     pre = make_preprocess(cfg.preprocess, loaded.search_path)
     name = cfg.preprocess.input
     if name is None:
