@@ -35,6 +35,8 @@ demo: $(BIN)/python
 	$(BIN)/trtverify run suites/compare.yaml; test $$? -eq 1
 	@echo "restoration.yaml fails on purpose (exit 1): its plain FP16 conversion overflows (demo/restoration/README.md)"
 	$(BIN)/trtverify run suites/restoration.yaml; test $$? -eq 1
+	@echo "keypoints.yaml fails on purpose (exit 1): its fp16_overflow candidate overflows FP16 at the heatmap peaks (demo/keypoints/README.md)"
+	$(BIN)/trtverify run suites/keypoints.yaml; test $$? -eq 1
 
 test: $(BIN)/python
 	$(PIP) install -c constraints/ci.txt -e '.[torch,dev,modelopt]'

@@ -251,5 +251,25 @@ TASKS: Registry[TaskEntry] = Registry(
             metrics=("psnr", "ssim", "psnr_min", "ssim_min"),
             options="trtverify.tasks.restoration:RestorationOptions",
         ),
+        TaskEntry(
+            "keypoints",
+            "trtverify.tasks.keypoints:KeypointTask",
+            datasets=("coco",),
+            metrics=(
+                "map",
+                "ap50",
+                "ap75",
+                "ap_medium",
+                "ap_large",
+                "ar",
+                "ar50",
+                "ar75",
+                "ar_medium",
+                "ar_large",
+                "pck",
+                "mean_oks",
+            ),  # fmt: skip
+            options="trtverify.tasks.keypoints:KeypointOptions",
+        ),
     ],
 )
