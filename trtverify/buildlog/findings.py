@@ -81,11 +81,17 @@ def _msg(r: LogRecord) -> str:
     return f"{text} [Python {m.group('cls')}{where}]"
 
 
-def _simple(kind: str, category: str, severity: str, rx: str, layer_group: str | None = None) -> Rule:
+def _simple(
+    kind: str, category: str, severity: str, rx: str, layer_group: str | None = None, needs: tuple[str, ...] = ()
+) -> Rule:
+    """A rule of one pattern; `needs`: words (lower case) of which every match holds one, checked first: a pattern
+    that scans lazily from every position costs far more than looking for a word."""
     pattern = re.compile(rx, re.I)
 
     def rule(records: list[LogRecord]) -> Iterator[Hit]:
         for r in records:
+            if needs and not any(w in r.text.lower() for w in needs):
+                continue
             m = pattern.search(r.text)
             if m:
                 name = (
@@ -114,6 +120,7 @@ rule_dla_fallback = _simple(
     # any stated reason, then the switch: `DLA supports only 8 subgraphs per DLA core. Switching to GPU for layer X`
     r"|\S[^\n]*?\.\s*Switching to GPU(?: fallback)? for (?:layer:? )?'?(?P<sw>[^\s',]+))",
     "layer",
+    needs=("dla", "switching to gpu"),
 )
 rule_dla_unsupported = _simple(
     "dla_unsupported",
@@ -123,6 +130,7 @@ rule_dla_unsupported = _simple(
     r"|DLA Layer (?P<l2>.+?) does not support"
     r"|This version of DLA does not support",
     "layer",
+    needs=("dla",),
 )
 rule_dla_unused = _simple("dla_unused", "fallback", "medium", r"no layer in the network can run on DLA")
 rule_plugin_import = _simple(
