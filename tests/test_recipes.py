@@ -189,3 +189,19 @@ def test_the_check_finds_what_does_not_exist():
     ):
         assert sum(wrong in p for p in found) >= 1, (wrong, found)
     assert len(found) == 9, found  # and nothing the right half names
+
+
+def test_the_last_task_touched_only_what_the_task_recipe_names():
+    """The diff stat the task recipe shows (keypoints' merge): each file in it is one the recipe names, or under a
+    folder it names, with the recipe's keypoints values put in."""
+    heading = next(h for h in RECIPES if h.startswith("Add a task"))
+    body = RECIPES[heading]
+    values = next(v for v in examples(body) if v["name"] == "keypoints")
+    named = {PLACEHOLDER.sub(lambda m: values[m.group(1)], s).partition("#")[0] for s in SPAN.findall(body)}
+    stat = re.search(r"```text\n(.*?)```", body, re.S)
+    assert stat, "the task recipe shows no diff stat"
+    touched = re.findall(r"^ (\S+) +\|", stat.group(1), re.M)
+    assert len(touched) >= 10
+    outside = [f for f in touched if f not in named and not any(f.startswith(d) for d in named if d.endswith("/"))]
+    assert not outside, f"the recipe does not name {outside}"
+    assert all((ROOT / f).exists() for f in touched)
