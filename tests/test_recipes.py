@@ -3,7 +3,9 @@ exists. Each recipe's `Examples:` line gives its placeholders' values (`<name>` 
 span in backticks is put through them and checked: a path (a file, a folder, `file#anchor`, `file::test`) exists, a
 `module:attribute` imports, a word or `Class.field` is an attribute, field or annotation of a module or class the recipe
 names, or a name in a registry it names (`TASKS`, `METRICS`, `BUILTIN`, ...). A span with spaces (a command, YAML) has
-its repository paths checked. In-process; the modules a recipe names are imported (no torch, no TensorRT)."""
+its repository paths checked. Also: every field of StageEntry / TaskEntry / BackendEntry and every abstract method of
+Task / Backend is named in its recipe, and every file of the keypoints diff stat the task recipe shows is one it names.
+In-process; the modules a recipe names are imported (no torch, no TensorRT)."""
 
 from __future__ import annotations
 
@@ -205,3 +207,26 @@ def test_the_last_task_touched_only_what_the_task_recipe_names():
     outside = [f for f in touched if f not in named and not any(f.startswith(d) for d in named if d.endswith("/"))]
     assert not outside, f"the recipe does not name {outside}"
     assert all((ROOT / f).exists() for f in touched)
+
+
+def test_the_recipes_name_every_field_and_abstract_method_of_what_they_fill_in():
+    """A field added to a registry entry, or an abstract method added to Task or Backend, shows up in its recipe."""
+    from trtverify.backends.base import Backend
+    from trtverify.config.registry import BackendEntry, StageEntry, TaskEntry
+    from trtverify.tasks.base import Task
+    from trtverify.util.registry import Entry
+
+    base = {f.name for f in dataclasses.fields(Entry)}
+    wanted = {
+        "Add a stage": [f"StageEntry.{f.name}" for f in dataclasses.fields(StageEntry) if f.name not in base],
+        "Add a task (e2e)": [f"TaskEntry.{f.name}" for f in dataclasses.fields(TaskEntry) if f.name not in base]
+        + [f"Task.{m}" for m in sorted(Task.__abstractmethods__)]
+        + [f"Task.{c}" for c in ("name", "metrics_type", "per_class_type", "worst_type", "reads_arrays", "read")],
+        "Add a backend": [f"BackendEntry.{f.name}" for f in dataclasses.fields(BackendEntry) if f.name not in base]
+        + [f"Backend.{m}" for m in sorted(Backend.__abstractmethods__)],
+    }
+    for heading, names in wanted.items():
+        spans = set(SPAN.findall(RECIPES[heading]))
+        missing = [n for n in names if n not in spans]
+        assert not missing, (heading, missing)
+    assert len(wanted["Add a stage"]) >= 12 and len(wanted["Add a task (e2e)"]) >= 15
