@@ -24,7 +24,9 @@ FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthChe
 SUITES = sorted((ROOT / "suites").glob("*.yaml"))
 
 
-def refused_quickly(fn, *args, limit: float = 1.0) -> TrtVerifyError:
+def refused_quickly(fn, *args, limit: float = 3.0) -> TrtVerifyError:
+    """`fn(*args)` refuses its input, and soon: a hang, or an expansion such as a billion laughs, takes minutes; the
+    refusal itself takes milliseconds, and `limit` leaves room for a machine running 16 test workers (1.13 s seen)."""
     t = time.perf_counter()
     with pytest.raises(TrtVerifyError) as info:
         fn(*args)
@@ -55,7 +57,7 @@ def _alias_bomb(levels: int = 11, width: int = 10) -> str:
         ),
     ],
 )
-def test_hostile_suite_is_refused_in_under_a_second(tmp_path: Path, text: str, message: str):
+def test_hostile_suite_is_refused_quickly(tmp_path: Path, text: str, message: str):
     path = tmp_path / "suite.yaml"
     path.write_text(text, encoding="utf-8")
     err = refused_quickly(load_suite, path)
@@ -291,7 +293,7 @@ def test_hostile_image_is_a_usage_error_naming_it(tmp_path: Path, reader: str, m
 
     p = tmp_path / "x.png"
     make(p)
-    err = refused_quickly(getattr(datasets, reader), p, limit=2.0)
+    err = refused_quickly(getattr(datasets, reader), p)
     assert err.exit_code == 2 and str(err).startswith(f"{p}: ") and message in str(err)
 
 
