@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv clean room
 
 $(BIN)/python:
 	@# Debian/Ubuntu ship venv without ensurepip unless python3-venv is installed: fall back to the system pip
@@ -45,6 +45,12 @@ test: $(BIN)/python
 	$(BIN)/lint-imports
 	@# in parallel, a worker per core (at most 4): 527 s instead of 851 s on CI's 2 cores
 	$(BIN)/python -m pytest -n auto --maxprocesses 4
+
+# one room's tests, e.g. `make room R=buildlog` (a folder of tests/: backends, buildlog, compare, config, plugins,
+# report, stages, tasks, toolout), without reinstalling: for the edit-test loop
+room: $(BIN)/python
+	@test -n "$(R)" -a -d "tests/$(R)" || { echo "make room R=NAME: NAME one of: $$(cd tests && ls -d */ | grep -v -e __pycache__ -e data -e models | tr -d / | tr '\n' ' ')"; exit 2; }
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 tests/$(R)
 
 clean:
 	rm -rf $(VENV) reports/*/ .pytest_cache
