@@ -107,9 +107,12 @@ def readme(
     samples: int,
     extra: Sequence[ConsistencyFeed] = (),
     not_possible: dict[str, str] | None = None,
+    refs: dict[str, str] | None = None,
 ) -> str:
     ref = shlex.quote(f"../{reference.name}")
-    load = " ".join(shell_dq(f"--loadInputs='{n}':trtexec/{escape_name(n)}.bin") for n in names)
+    # one flag, its specs joined by commas: trtexec reads one --loadInputs (sampleOptions.cpp getAndDelOption, then
+    # splitToStringVec(list, ',')), so a repeated flag would not load the other inputs
+    load = shell_dq("--loadInputs=" + ",".join(f"'{n}':trtexec/{escape_name(n)}.bin" for n in names))
     shapes = "--shapes=" + ",".join(f"'{n}':{'x'.join(map(str, dims[n]))}" for n in names)
     pg_shapes = _profile(names, dims, extra) if dynamic else ""
     run = f"polygraphy run {ref} --trt{pg_shapes} --load-inputs inputs.json"
@@ -118,10 +121,13 @@ def readme(
     trtexec = (
         f"trtexec --onnx={ref} {load}{' ' + shell_dq(shapes) if dynamic else ''} --exportOutput=captured/trtexec.json"
     )
+    if refs:  # trtexec's own check (TensorRT 11: --loadRefOutputs, samples/common/sampleInference.cpp), feed 0
+        check = shell_dq("--loadRefOutputs=" + ",".join(f"'{n}':{f}" for n, f in refs.items()))
+        trtexec += f" {check} --accuracyAlgorithm=cos --accuracyThreshold=1e-3"
     if samples > 1:
         trtexec += f"\n\n(trtexec runs one feed, the kit's feed 0 of {samples}: trtverify compares it on feed 0 alone)"
     # debug tensors: trtexec writes them into the folder it runs in (debugTensorWriter.cpp), so it runs in one
-    deeper = " ".join(shell_dq(f"--loadInputs='{n}':../../trtexec/{escape_name(n)}.bin") for n in names)
+    deeper = shell_dq("--loadInputs=" + ",".join(f"'{n}':../../trtexec/{escape_name(n)}.bin" for n in names))
     debug = (
         f"mkdir -p captured/debug && (cd captured/debug && trtexec --onnx={shlex.quote(f'../../../{reference.name}')} "
         f"{deeper}{' ' + shell_dq(shapes) if dynamic else ''} --markUnfusedTensorsAsDebugTensors "
@@ -229,6 +235,7 @@ def write_kit(
     for n in names:  # the first feed: trtexec runs one
         arr = np.ascontiguousarray(feeds[0][n], dtype=feeds[0][n].dtype.newbyteorder("<"))
         atomic_write(raw / f"{escape_name(n)}.bin", lambda fh, arr=arr: fh.write(arr.tobytes()))
+    refs, refs_note = _reference_outputs(reference, feeds[0], raw / "ref")
     rows, batch = _rows(feeds, ranks, declared)
     buf = io.BytesIO()
     np.savez(buf, **rows)
@@ -254,15 +261,43 @@ def write_kit(
             "polygraphy": "inputs.json",
             "npz": "inputs.npz",
             "trtexec": {n: f"trtexec/{escape_name(n)}.bin" for n in names},
+            # the reference's outputs on feed 0 (ONNX Runtime, CPU), for trtexec --loadRefOutputs
+            "trtexec_reference_outputs": refs,
         },
     }
+    if refs_note:
+        manifest["reference_outputs_not_written"] = refs_note
     atomic_write_json(out / MANIFEST, manifest)
     dims = {n: list(next(iter(shapes[n]))) for n in names}
-    text = readme(reference, names, dims, dynamic, len(feeds), extra, not_possible)
+    text = readme(reference, names, dims, dynamic, len(feeds), extra, not_possible, refs)
     atomic_write_text(out / "README.md", text.replace("KIT/", f"{out.as_posix().rstrip('/')}/"))  # as given to --out
     runner = resources.files("trtverify.data").joinpath("kitfiles", RUNNER).read_text(encoding="utf-8")
     atomic_write_text(out / RUNNER, runner)
     return manifest
+
+
+def _reference_outputs(reference: Path, feed: dict[str, np.ndarray], folder: Path) -> tuple[dict[str, str], str]:
+    """The reference's outputs on `feed` (ONNX Runtime on the CPU), one raw file per graph output as trtexec's
+    --loadRefOutputs reads it (the output's bytes, C order, little endian): {output: path in the kit}, and why none
+    were written where ONNX Runtime cannot run the model here (a plugin node without its library, ...)."""
+    try:
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(reference), providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        values = session.run(names, feed)
+    except Exception as exc:  # noqa: BLE001 - the kit is still useful without them: say why
+        return {}, f"ONNX Runtime could not run {reference.name} here ({type(exc).__name__}: {str(exc)[:200]})"
+    folder.mkdir(parents=True, exist_ok=True)
+    refs = {}
+    for name, value in zip(names, values):
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biuf":
+            continue
+        arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+        atomic_write(folder / f"{escape_name(name)}.bin", lambda fh, arr=arr: fh.write(arr.tobytes()))
+        refs[name] = f"trtexec/ref/{escape_name(name)}.bin"
+    return refs, ""
 
 
 __all__ = ["polygraphy_inputs", "readme", "write_kit"]
