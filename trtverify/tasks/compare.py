@@ -35,7 +35,7 @@ from pydantic import Field
 from trtverify.config.stages import E2EStage, Strict
 from trtverify.tasks.base import State, Task, TaskMetrics, largest_drops
 from trtverify.tasks.batches import Batch
-from trtverify.tasks.datasets import Reader
+from trtverify.tasks.datasets import Reader, nhwc, npz_array, open_npz
 from trtverify.util.errors import UsageError
 from trtverify.util.record import Record
 
@@ -43,26 +43,13 @@ PERCENTILES = (50, 95)
 
 
 def read_npz(path: Any, keys: Sequence[str]) -> dict[str, np.ndarray]:
-    """The arrays `keys` of the npz at `path`, read now (no pickle); UsageError naming the file and key."""
-    try:
-        with open(path, "rb") as fh:
-            if not fh.read(4).startswith(b"PK"):
-                raise ValueError("it is not a zip archive")
-        data = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: file not found") from None
-    except Exception as exc:  # BadZipFile, EOFError, ValueError, OSError: a damaged or foreign file
-        raise UsageError(f"{path}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
+    """The arrays `keys` of the npz at `path`, read now (no pickle), each of numbers with one row per sample;
+    UsageError naming the file and key."""
     out = {}
-    with data:
+    with open_npz(path) as data:
         for key in keys:
-            if key not in data.files:
-                raise UsageError(f"{path}: no array '{key}' (it has: {', '.join(data.files)})")
-            try:
-                arr = data[key]
-            except Exception as exc:  # a damaged member, or an object array (pickle)
-                raise UsageError(f"{path}: array '{key}' is not readable ({type(exc).__name__}: {exc})") from None
-            if arr.dtype.kind not in "biuf" or arr.ndim == 0:
+            arr = npz_array(data, key, path)
+            if arr.ndim == 0:
                 raise UsageError(f"{path}: array '{key}' must hold numbers, one row per sample, got {arr.dtype} "
                                  f"{list(arr.shape)}")  # fmt: skip
             out[key] = arr
@@ -91,15 +78,7 @@ def input_rows(cfg: E2EStage, inputs: np.ndarray, label: Any) -> tuple[Reader, E
             pre = pre.model_copy(update={"layout": "NHWC", "scale": scale})  # NHWC: the last axis, untouched
         cfg = cfg.model_copy(update={"preprocess": pre})
         return Reader(list(range(n)), lambda i: inputs[i], label, ds.class_names, info=info), cfg
-    if inputs.ndim == 3:
-        inputs = inputs[..., None]  # N,H,W -> N,H,W,1
-    elif inputs.ndim != 4:
-        raise UsageError(f"{ds.npz}: '{ds.images_key}' must be rows of features [N, F] or images [N,H,W], "
-                         f"[N,H,W,C] or [N,C,H,W], got shape {list(inputs.shape)}")  # fmt: skip
-    layout = ds.layout or ("NCHW" if inputs.shape[1] in (1, 3, 4) and inputs.shape[-1] not in (1, 3, 4) else "NHWC")
-    if layout == "NCHW":
-        inputs = inputs.transpose(0, 2, 3, 1)
-    info["layout"] = layout
+    inputs, info["layout"] = nhwc(inputs, ds, "rows of features [N, F] or images [N,H,W], [N,H,W,C] or [N,C,H,W]")
     return Reader(list(range(n)), lambda i: inputs[i], label, ds.class_names, info=info), cfg
 
 

@@ -85,7 +85,7 @@ def _read_image(path: Path) -> np.ndarray:
     return _open_image(path, "image", lambda im: np.asarray(im if im.mode == "RGB" else im.convert("RGB")))
 
 
-def _npz_array(data: Any, key: str, path: Any) -> np.ndarray:
+def npz_array(data: Any, key: str, path: Any) -> np.ndarray:
     """One array of an open .npz, read now (members load lazily); UsageError naming the file and key."""
     try:
         arr = data[key]
@@ -101,31 +101,40 @@ def _npz_array(data: Any, key: str, path: Any) -> np.ndarray:
     return arr
 
 
-def _npz(ds: Dataset, masks: bool, arrays: bool = False) -> Reader:
-    key = ds.masks_key if masks else ds.labels_key
+def open_npz(path: Any) -> Any:
+    """The .npz at `path`, opened without pickle (its arrays load when asked: `npz_array`); UsageError naming the
+    file when it is missing, damaged or not a zip archive."""
     try:
-        with open(ds.npz, "rb") as fh:  # type: ignore[arg-type]
+        with open(path, "rb") as fh:
             if not fh.read(4).startswith(b"PK"):  # np.load would take it for a pickle
                 raise ValueError("it is not a zip archive")
-        data = np.load(ds.npz, allow_pickle=False)
+        data = np.load(path, allow_pickle=False)
     except FileNotFoundError:
-        raise UsageError(f"{ds.npz}: file not found") from None
+        raise UsageError(f"{path}: file not found") from None
     except Exception as exc:  # BadZipFile, EOFError, ValueError, OSError: a damaged or foreign file
-        raise UsageError(f"{ds.npz}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
+        raise UsageError(f"{path}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
     if isinstance(data, np.ndarray):
-        raise UsageError(f"{ds.npz}: an .npy holds one array; the dataset needs an .npz with images and labels")
-    with data:
-        images = _npz_array(data, ds.images_key, ds.npz)
-        labels = _npz_array(data, key, ds.npz)
+        raise UsageError(f"{path}: an .npy holds one array; the dataset needs an .npz with images and labels")
+    return data
+
+
+def nhwc(images: np.ndarray, ds: Dataset, shapes: str = "[N,H,W], [N,H,W,C] or [N,C,H,W]") -> tuple[np.ndarray, str]:
+    """A dataset's images as [N, H, W, C] and the layout they were stored in (`ds.layout`, else guessed from the
+    channel axis); UsageError when they are not images (`shapes`: what the message says they must be)."""
     if images.ndim == 3:
         images = images[..., None]  # N,H,W -> N,H,W,1
     elif images.ndim != 4:
-        raise UsageError(
-            f"{ds.npz}: '{ds.images_key}' must be [N,H,W], [N,H,W,C] or [N,C,H,W], got shape {list(images.shape)}"
-        )
+        raise UsageError(f"{ds.npz}: '{ds.images_key}' must be {shapes}, got shape {list(images.shape)}")
     layout = ds.layout or ("NCHW" if images.shape[1] in (1, 3, 4) and images.shape[-1] not in (1, 3, 4) else "NHWC")
-    if layout == "NCHW":
-        images = images.transpose(0, 2, 3, 1)
+    return (images.transpose(0, 2, 3, 1) if layout == "NCHW" else images), layout
+
+
+def _npz(ds: Dataset, masks: bool, arrays: bool = False) -> Reader:
+    key = ds.masks_key if masks else ds.labels_key
+    with open_npz(ds.npz) as data:
+        images = npz_array(data, ds.images_key, ds.npz)
+        labels = npz_array(data, key, ds.npz)
+    images, layout = nhwc(images, ds)
     if labels.ndim == 0:
         raise UsageError(f"{ds.npz}: '{key}' is a single value; expected one label per image")
     if len(labels) != len(images):
