@@ -21,10 +21,10 @@ import onnxruntime as ort
 import pytest
 
 from tests.conftest import ROOT, main_in_process
+from tests.stages.test_layerwise_captured import REF, candidate, layerwise
 from tests.toolout.test_debugtensors import summary_text, write_npy
 from trtverify.toolout.debugtensors import safe_name
 
-REF = ROOT / "demo" / "fp16_repair" / "fashion_bn_fp32.onnx"
 PLANTED = "/features/block2/conv/Conv_output_0"
 
 
@@ -54,18 +54,6 @@ def tensors(kit: Path) -> dict[str, np.ndarray]:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feed = {"input": np.load(kit / "inputs.npz")["input"][:1]}
     return dict(zip(names, sess.run(names, feed)))
-
-
-def layerwise(args: list[str], out: Path, capsys, monkeypatch) -> tuple[int, dict, str]:  # noqa: ANN001
-    r = main_in_process(["layerwise", str(REF), *args, "--out", str(out), "-q"], capsys, monkeypatch)
-    results = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else {}
-    return r.code, results, r.out + r.err
-
-
-def candidate(results: dict) -> dict:
-    (stage,) = [s for s in results["stages"] if s["name"] == "layerwise"]
-    (cand,) = stage["candidates"]
-    return cand
 
 
 def numpy_capture(folder: Path, tensors: dict[str, np.ndarray], names: dict[str, str] | None = None) -> None:
