@@ -16,7 +16,7 @@ import numpy as np
 from trtverify.backends.base import Backend, Capabilities, Feed
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io, load_onnx
-from trtverify.toolout.captures import Capture, inputs_beside, read_capture, read_feeds
+from trtverify.toolout.captures import ONE_FEED, Capture, inputs_beside, read_capture, read_feeds
 from trtverify.toolout.debugtensors import TensorStats
 from trtverify.toolout.kit import MANIFEST, Kit, feed_digest, feeds_digest, find_kit, read_kit
 from trtverify.toolout.layermap import LAYER_INFO, onnx_names, read_layer_map
@@ -48,8 +48,7 @@ def _e2e_hint(manifest: Path, iterations: int) -> str:
 
 def _one_feed_hint(cap: Capture, kit: Kit) -> str:
     """A tool that runs one feed (trtexec, a KServe request) against a kit of several: the kit's README says how."""
-    why = {"trtexec": "trtexec runs one feed", "trtexec-debug": "trtexec runs one feed",
-           "kserve": "a KServe response answers one request"}.get(cap.kind)  # fmt: skip
+    why = ONE_FEED.get(cap.kind)
     if len(cap.iterations) != 1 or why is None:
         return ""
     return f" ({why}: make a kit of one feed, `trtverify capture {kit.reference} --samples 1`, and capture again)"
@@ -113,7 +112,7 @@ class CapturedBackend(Backend):
         cap = read_capture(self.captured, self.runner, known)
         mapped = named_by_layers(cap, self.layerinfo or kit.folder / LAYER_INFO, graph, known, self.layerinfo is None)
         first_only = ""
-        if self.iteration is None and len(cap.iterations) == 1 < len(kit.sample_digests) and _one_feed_hint(cap, kit):
+        if self.iteration is None and len(cap.iterations) == 1 < len(kit.sample_digests) and cap.kind in ONE_FEED:
             self.iteration = 0  # trtexec runs one feed, the kit's feed 0 (its trtexec/*.bin); a KServe response one
             first_only = f"; one feed captured ({cap.kind}): compared on the kit's feed 0, its other feeds not compared"
         if len(cap.iterations) not in (len(kit.sample_digests), kit.iterations()) and not first_only:

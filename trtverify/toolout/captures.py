@@ -43,6 +43,9 @@ from trtverify.util.errors import UsageError
 from trtverify.util.words import count
 
 KINDS = ("polygraphy", "npy", "trtexec", "kserve", "trtexec-debug")
+# the kinds whose tool runs one feed per capture, and why (a kit of several feeds is compared on its feed 0 alone)
+ONE_FEED = {"trtexec": "trtexec runs one feed", "trtexec-debug": "trtexec runs one feed",
+            "kserve": "a KServe response answers one request"}  # fmt: skip
 _ESCAPES = {"%": "%25", "/": "%2F", ":": "%3A"}
 # KServe v2 / Triton datatypes (BYTES, strings, is not a number tensor)
 KSERVE_DTYPES = {

@@ -35,7 +35,7 @@ from trtverify.config.models import Candidate
 from trtverify.stages.layerwise.capmodels import CapturePair, CaptureParting
 from trtverify.stages.layerwise.models import LayerwiseCandidate
 from trtverify.stages.layerwise.reference import NAME, ReferencePass
-from trtverify.toolout.captures import Capture, read_capture
+from trtverify.toolout.captures import ONE_FEED, Capture, read_capture
 from trtverify.toolout.kit import MANIFEST, Kit, find_kit, read_kit
 from trtverify.util.errors import UsageError
 from trtverify.util.words import count
@@ -213,11 +213,7 @@ def _unmarked(name: str, backend: CapturedBackend, spec: Candidate, outputs: lis
 
 def _one_feed(kind: str) -> str:
     """Why a capture of this kind holds no consistency feeds."""
-    return {
-        "trtexec": "trtexec runs one feed",
-        "trtexec-debug": "trtexec runs one feed",
-        "kserve": "a KServe response answers one request",
-    }.get(kind, "made without the consistency feeds of the kit's inputs.json")
+    return ONE_FEED.get(kind, "made without the consistency feeds of the kit's inputs.json")
 
 
 def within(
