@@ -270,10 +270,15 @@ def write_kit(
     atomic_write_json(out / MANIFEST, manifest)
     dims = {n: list(next(iter(shapes[n]))) for n in names}
     text = readme(reference, names, dims, dynamic, len(feeds), extra, not_possible, refs)
-    atomic_write_text(out / "README.md", text.replace("KIT/", f"{out.as_posix().rstrip('/')}/"))  # as given to --out
+    atomic_write_text(out / "README.md", named_kit(text, out))
     runner = resources.files("trtverify.data").joinpath("kitfiles", RUNNER).read_text(encoding="utf-8")
     atomic_write_text(out / RUNNER, runner)
     return manifest
+
+
+def named_kit(text: str, kit: Path) -> str:
+    """README text with its `KIT/` placeholder made the kit's folder as given to --out."""
+    return text.replace("KIT/", f"{kit.as_posix().rstrip('/')}/")
 
 
 def _reference_outputs(reference: Path, feed: dict[str, np.ndarray], folder: Path) -> tuple[dict[str, str], str]:
@@ -300,4 +305,4 @@ def _reference_outputs(reference: Path, feed: dict[str, np.ndarray], folder: Pat
     return refs, ""
 
 
-__all__ = ["polygraphy_inputs", "readme", "write_kit"]
+__all__ = ["named_kit", "polygraphy_inputs", "readme", "write_kit"]

@@ -27,7 +27,7 @@ import numpy as np
 
 from trtverify.config.loader import LoadedSuite
 from trtverify.config.registry import TASKS
-from trtverify.data.kit import b64_npy, shell_dq
+from trtverify.data.kit import b64_npy, named_kit, shell_dq
 from trtverify.graph.onnxinfo import TensorMeta, graph_io, load_io
 from trtverify.tasks.batches import batches, default_workers, make_preprocess
 from trtverify.toolout.captures import escape_name
@@ -241,9 +241,7 @@ def add_batches(kit: Path, loaded: LoadedSuite, reference: Path) -> dict[str, An
     section = write_batches(kit, loaded, reference)
     text = (kit / "README.md").read_text(encoding="utf-8").replace(", no validation batches for e2e.", ".")
     text = text.replace("\n## Not in this kit yet\n\nNo validation batches for e2e.\n", "")  # the kit's own README
-    text += readme(reference, section, input_meta(reference, section["input"])).replace(
-        "KIT/", f"{kit.as_posix().rstrip('/')}/"
-    )
+    text += named_kit(readme(reference, section, input_meta(reference, section["input"])), kit)
     manifest = kit / MANIFEST
     doc = json.loads(manifest.read_text(encoding="utf-8"))
     doc["e2e"] = section
