@@ -1,4 +1,4 @@
-"""Keypoint (pose) task: COCO keypoint AP by pycocotools' OKS evaluation, and PCK, for top-down models.
+"""Keypoint (pose) task: COCO keypoint AP by COCO's OKS evaluation (faster-coco-eval), and PCK, for top-down models.
 
 Definitions:
 - a sample is one person: a COCO annotation with `keypoints` [x1, y1, v1, ...] (K triplets), num_keypoints > 0,
@@ -14,7 +14,7 @@ Definitions:
   hook's non-finite coordinates is placed at the crop centre with score 0 (a miss, and counted too);
 - a `postprocess.hook` returns [B, K, 3] (x, y, score) or [B, K, 2] per sample in the crop's pixels
   (`image_sizes`: each crop's (height, width)); the task adds the crop's offset;
-- COCO keypoint AP/AR: pycocotools' COCOeval(iouType='keypoints') with `params.kpt_oks_sigmas` the suite's
+- COCO keypoint AP/AR: COCOeval(iouType='keypoints') of faster-coco-eval (= pycocotools', tested) with `params.kpt_oks_sigmas` the suite's
   `options.sigmas` (default COCO's 17 person sigmas when K == 17), over the images of the evaluated samples, with
   their ground truth the evaluated persons plus the crowd regions (persons not evaluated never count as misses).
   One prediction per person, its score the mean of its keypoint scores. The 10 numbers of COCOeval.summarize() for
@@ -186,9 +186,10 @@ def pck_hits(pred: np.ndarray, xy: np.ndarray, bbox: np.ndarray, alpha: float) -
 
 
 def coco_keypoint_stats(truth: KeypointTruth, rows: np.ndarray, pred: np.ndarray, sigmas: np.ndarray) -> list[float]:
-    """COCOeval(iouType='keypoints').stats of predictions [N, K, 3] of the persons at `rows`; NaN for -1."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
+    """COCOeval(iouType='keypoints').stats of predictions [N, K, 3] of the persons at `rows`; NaN for -1. Computed by
+    faster-coco-eval, the COCO evaluator trtverify installs (as detection's, tasks/coco.py); the tests check it
+    against pycocotools'."""
+    from faster_coco_eval import COCO, COCOeval_faster
 
     persons = [truth.persons[i] for i in rows]
     image_ids = sorted({a["image_id"] for a in persons})
@@ -212,21 +213,15 @@ def coco_keypoint_stats(truth: KeypointTruth, rows: np.ndarray, pred: np.ndarray
         }
         for n, a in enumerate(persons)
     ]
-    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress
-        gt = COCO()
-        gt.dataset = {
-            "images": [{"id": i} for i in image_ids],
-            "annotations": anns,
-            "categories": [{"id": truth.category, "name": "person"}],
-        }
-        gt.createIndex()
-        ev = COCOeval(gt, gt.loadRes(results), "keypoints")
+    with contextlib.redirect_stdout(io.StringIO()):  # the evaluator prints its progress and summary
+        gt = COCO({"images": [{"id": i} for i in image_ids], "annotations": anns,
+                   "categories": [{"id": truth.category, "name": "person"}]})  # fmt: skip
+        ev = COCOeval_faster(gt, gt.loadRes(results), "keypoints", kpt_oks_sigmas=np.asarray(sigmas, np.float64))
         ev.params.imgIds = image_ids
-        ev.params.kpt_oks_sigmas = np.asarray(sigmas, np.float64)
         ev.evaluate()
         ev.accumulate()
         ev.summarize()
-    return [float(s) if s > -1 else math.nan for s in ev.stats]
+    return [float(s) if s > -1 else math.nan for s in ev.stats[:10]]
 
 
 class KeypointRow(ClassRow):
