@@ -14,9 +14,10 @@ Definitions:
   hook's non-finite coordinates is placed at the crop centre with score 0 (a miss, and counted too);
 - a `postprocess.hook` returns [B, K, 3] (x, y, score) or [B, K, 2] per sample in the crop's pixels
   (`image_sizes`: each crop's (height, width)); the task adds the crop's offset;
-- COCO keypoint AP/AR: COCOeval(iouType='keypoints') of faster-coco-eval (= pycocotools', tested) with `params.kpt_oks_sigmas` the suite's
-  `options.sigmas` (default COCO's 17 person sigmas when K == 17), over the images of the evaluated samples, with
-  their ground truth the evaluated persons plus the crowd regions (persons not evaluated never count as misses).
+- COCO keypoint AP/AR: COCOeval(iouType='keypoints') of faster-coco-eval (= pycocotools', tested) with
+  `params.kpt_oks_sigmas` the suite's `options.sigmas` (default COCO's 17 person sigmas when K == 17), over the
+  images of the evaluated samples, with their ground truth the evaluated persons plus the crowd regions (persons
+  not evaluated never count as misses).
   One prediction per person, its score the mean of its keypoint scores. The 10 numbers of COCOeval.summarize() for
   keypoints: map (AP@[.5:.95], maxDets 20), ap50, ap75, ap_medium, ap_large, ar, ar50, ar75, ar_medium, ar_large;
   NaN where COCO writes -1 (no ground truth of that area);
