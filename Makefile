@@ -46,10 +46,10 @@ test: $(BIN)/python
 	@# in parallel, a worker per core (at most 4): 527 s instead of 851 s on CI's 2 cores
 	$(BIN)/python -m pytest -n auto --maxprocesses 4
 
-# one room's tests, e.g. `make room R=buildlog` (a folder of tests/: backends, buildlog, compare, config, plugins,
-# report, stages, tasks, toolout), without reinstalling: for the edit-test loop
+# one room's tests, e.g. `make room R=buildlog` or `make room R=stages/layerwise` (a folder of tests/, mirroring
+# trtverify's packages; a folder holding others runs them all), without reinstalling: for the edit-test loop
 room: $(BIN)/python
-	@test -n "$(R)" -a -d "tests/$(R)" || { echo "make room R=NAME: NAME one of: $$(cd tests && ls -d */ | grep -v -e __pycache__ -e data -e models | tr -d / | tr '\n' ' ')"; exit 2; }
+	@test -n "$(R)" -a -d "tests/$(R)" || { echo "make room R=NAME: NAME one of: $$(cd tests && find . -name 'test_*.py' -printf '%h\n' | sed 's|^\./||' | sort -u | tr '\n' ' ')"; exit 2; }
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 tests/$(R)
 
 clean:

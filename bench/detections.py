@@ -1,7 +1,8 @@
 """The measured defaults of the layerwise detection checks (docs/stages/layerwise.md#detections).
 
 The shapes demo's CenterNet (demo/shapes: FP32 reference, FP16 and INT8 Q/DQ candidates) with a decode, ONNX's own
-NonMaxSuppression and a top-K gather appended (tests/stages/detector_graphs.py), ending in [B, K, 6] and in the
+NonMaxSuppression and a top-K gather appended (tests/stages/detection/detector_graphs.py), ending in [B, K, 6] and in
+the
 four-output layout; each candidate run as the layerwise stage runs it (FP16 emulated as a GPU rounds it) on the 200
 validation images, one image a sample; then the same detections matched box to box (trtverify/compare/detections.py),
 for the correct candidates and for planted faults: boxes of one head scaled (a wrong weight scale in the `wh` head's
@@ -26,7 +27,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.stages.detector_graphs import append, planted  # noqa: E402
+from tests.stages.detection.detector_graphs import append, planted  # noqa: E402
 from trtverify.backends.base import candidate_backend  # noqa: E402
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
 from trtverify.compare.detections import DetectionStats  # noqa: E402

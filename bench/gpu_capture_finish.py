@@ -268,7 +268,7 @@ def markdown(r: dict[str, Any]) -> str:
             else "**Reading.** First divergence or root cause DIFFER"
         )
         + ". The GPU overflows on more values of that tensor than the emulation (see the non-finite column); the "
-        "interpreter in torch's CPU float16 gives the emulation's count (tests/test_demo_captured.py), so the "
+        "interpreter in torch's CPU float16 gives the emulation's count (tests/demos/test_captured.py), so the "
         "difference is the GPU's FP16 kernel (its cause was not examined).",
         "",
         "### The bundled demo capture (demo/shapes_captured)",

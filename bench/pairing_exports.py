@@ -1,7 +1,7 @@
 """Paired fractions and verdicts of `trtverify layerwise` across exporters: the table of
 docs/stages/layerwise.md#pairing-two-exports-of-one-model.
 
-Three architectures (tests/stages/test_pairing_exports.py: a ResNet-style CNN, a pre-norm GELU transformer
+Three architectures (tests/stages/layerwise/test_pairing_exports.py: a ResNet-style CNN, a pre-norm GELU transformer
 encoder, a two-scale detector head), each exported from one torch module by TorchScript (opset 17) and by
 dynamo; the reference is one export, the candidate the other export converted to FP16
 (`convert_float_to_float16`, keep_io_types) or INT8 (`quantize_static`, defaults); plus issue 36's own
@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.stages.test_pairing_exports import (  # noqa: E402
+from tests.stages.layerwise.test_pairing_exports import (  # noqa: E402
     SHAPES,
     Encoder,
     build,

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.benchinfo import machine  # noqa: E402
-from tests.stages.test_layerwise_real_tools import LayerNormNet, export  # noqa: E402
+from tests.stages.layerwise.test_layerwise_real_tools import LayerNormNet, export  # noqa: E402
 from trtverify.config.checks import Check  # noqa: E402
 from trtverify.lint.linter import node_precisions  # noqa: E402
 from trtverify.repair.evaluate import Reference, evaluate  # noqa: E402

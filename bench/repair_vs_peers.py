@@ -41,7 +41,7 @@ import onnxruntime as ort
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.stages.test_layerwise_real_tools import ConvReluNet, LayerNormNet, export  # noqa: E402
+from tests.stages.layerwise.test_layerwise_real_tools import ConvReluNet, LayerNormNet, export  # noqa: E402
 from trtverify.config.checks import Check  # noqa: E402
 from trtverify.repair.evaluate import Reference, evaluate  # noqa: E402
 from trtverify.repair.search import search  # noqa: E402

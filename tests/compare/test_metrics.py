@@ -257,7 +257,7 @@ F32_MIN = float(np.finfo(np.float32).min)
 
 
 def test_a_saturated_mask_fill_is_equal_by_meaning_and_left_out_of_the_metrics():
-    """Attention scores plus a mask's fill (tests/stages/test_layerwise_masks.py has the real BERT): -inf in a
+    """Attention scores plus a mask's fill (tests/stages/layerwise/test_layerwise_masks.py has the real BERT): -inf in a
     TorchScript export, finfo(float32).min in a dynamo one, -65504 (plus a score, rounded: -65472) in FP16."""
     scores = np.array([0.5, -1.25, 2.0, 0.75], np.float32)
     ref = np.concatenate([scores, np.full(4, -np.inf, np.float32)])

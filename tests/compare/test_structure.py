@@ -1,6 +1,6 @@
 """Structural pairing's rules on small graphs written with onnx.helper, where each rule can be seen alone: weights
 equal up to the precision they are stored in, Q/DQ pairs that clamp (a folded Relu) or pass a value on, and the
-ambiguities that must leave tensors unpaired. The real exports are in tests/stages/test_pairing_exports.py."""
+ambiguities that must leave tensors unpaired. The real exports are in tests/stages/layerwise/test_pairing_exports.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The issue's cases on the shapes detector exported as TensorRT users export it (demo/plugins): ending in
 EfficientNMS_TRT (built-in reference), and with a user's plugin mid-graph. Every stage that runs ONNX models runs
 around the plugins: layerwise compares every convolution and the NMS outputs, e2e reads the plugin's four outputs
-(its mAP equal to pycocotools' on plainly decoded detections of the raw head: tests/stages/test_e2e_detection_layouts.py
+(its mAP equal to pycocotools' on plainly decoded detections of the raw head:
+tests/stages/detection/test_e2e_detection_layouts.py
 checks that figure), framework compares PyTorch's detections with the export's."""
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ import onnx
 import pytest
 
 from tests.conftest import ROOT, run_cli
-from tests.stages.test_e2e_detection_layouts import NMS, RAW, plain_nms, pycocotools_map, raw_heads, val, write_suite
+from tests.stages.detection.test_e2e_detection_layouts import (
+    NMS,
+    RAW,
+    plain_nms,
+    pycocotools_map,
+    raw_heads,
+    val,
+    write_suite,
+)
 
 PLUGINS = ROOT / "demo" / "plugins"
 __all__ = ["raw_heads", "val"]  # fixtures, imported to be used here

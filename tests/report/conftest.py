@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.conftest import ROOT, run_cli
-from tests.stages.test_layerwise import CNN_INPUTS, DEMO, plant, run_layerwise, suite_text, to_fp16
+from tests.stages.layerwise.test_layerwise import CNN_INPUTS, DEMO, plant, run_layerwise, suite_text, to_fp16
 
 # names an attacker (or an unlucky exporter) could give nodes and tensors
 HOSTILE_IMG = '<img src=x onerror="window.__pwned=1">'

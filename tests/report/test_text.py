@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import ROOT, run_cli, write_suite
-from tests.stages.test_layerwise import CNN_INPUTS, plant, rename_outputs, suite_text
+from tests.stages.layerwise.test_layerwise import CNN_INPUTS, plant, rename_outputs, suite_text
 from trtverify.compare.checks import failed_check, limit_check
 from trtverify.report.text import fail_line
 

@@ -1,6 +1,7 @@
 """The run record (run.json) the kit's runner script leaves beside its .npy folders: read with the folder, shown in the
 capture's description, and every malformed record refused with a UsageError naming the file. Records are written here
-as trtverify/data/kitfiles/run_engine.py writes them (tests/stages/test_layerwise_runner.py runs the script itself)."""
+as trtverify/data/kitfiles/run_engine.py writes them (tests/stages/layerwise/test_layerwise_runner.py runs the script
+itself)."""
 
 from __future__ import annotations
 

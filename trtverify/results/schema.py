@@ -1,5 +1,5 @@
 """The JSON Schema of results.json, generated from the typed models (the committed file is this
-output; `tests/test_results_schema.py` keeps them in step: `trtverify schema --results > FILE`)."""
+output; `tests/results/test_schema.py` keeps them in step: `trtverify schema --results > FILE`)."""
 
 from __future__ import annotations
 

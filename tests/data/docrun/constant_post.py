@@ -1,5 +1,5 @@
 """docs/stages/e2e.md, "Reference sanity": a post-processing hook that makes every model, the reference
-included, predict class 3 (Dress) for every image (as tests/stages/test_e2e_sanity.py does)."""
+included, predict class 3 (Dress) for every image (as tests/stages/e2e/test_e2e_sanity.py does)."""
 
 import numpy as np
 

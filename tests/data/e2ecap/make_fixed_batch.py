@@ -1,6 +1,6 @@
 """Make fashion_cnn_b4.onnx: the Fashion-MNIST demo CNN (demo/fashion_mnist, its trained weights) exported with
 torch.onnx.export's defaults at a dummy batch of 4, so its batch axis is fixed at 4 (what the exporter does unless
-dynamic axes are asked for): the fixed-batch model of tests/stages/test_e2e_captured.py, whose last validation batch
+dynamic axes are asked for): the fixed-batch model of tests/stages/e2e/test_e2e_captured.py, whose last validation batch
 the capture kit pads.
 
 Run from the repository root: /work/main/.venv/bin/python tests/data/e2ecap/make_fixed_batch.py
