@@ -55,16 +55,16 @@ def test_bad_suite_is_located_in_process(path: Path):
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
-def test_bad_suites_from_the_command_line(command: str, tmp_path: Path):
-    # one subprocess per command over all files keeps this fast; each must give exit 2, located, no traceback
-    for path in CASES:
-        args = [command, path.name] + (["--out", str(tmp_path / path.stem)] if command == "run" else [])
-        r = run_cli(*args, cwd=BAD)
-        assert r.code == 2, (path.name, r.code, r.err)
-        assert "Traceback" not in r.err + r.out, (path.name, r.err)
-        for line, dotted, part in expectations(path):
-            assert _located(path.name, line, dotted, part).search(r.err), (path.name, r.err)
-        assert not (tmp_path / path.stem / "results.json").exists(), "no work may start on an invalid suite"
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.name)
+def test_bad_suites_from_the_command_line(command: str, path: Path, tmp_path: Path):
+    # a process per file and command (a case each, so parallel workers share them): exit 2, located, no traceback
+    args = [command, path.name] + (["--out", str(tmp_path / path.stem)] if command == "run" else [])
+    r = run_cli(*args, cwd=BAD)
+    assert r.code == 2, (path.name, r.code, r.err)
+    assert "Traceback" not in r.err + r.out, (path.name, r.err)
+    for line, dotted, part in expectations(path):
+        assert _located(path.name, line, dotted, part).search(r.err), (path.name, r.err)
+    assert not (tmp_path / path.stem / "results.json").exists(), "no work may start on an invalid suite"
 
 
 def test_all_problems_are_reported_at_once():
