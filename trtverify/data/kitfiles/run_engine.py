@@ -1,18 +1,11 @@
 #!/usr/bin/env python3
 """Run a TensorRT engine on a trtverify capture kit's inputs and save every output it gives, for targets without
-Polygraphy or trtexec (a Jetson, a bare GPU box). Written into the kit by `trtverify capture`.
+Polygraphy or trtexec (a Jetson, a bare GPU box). Written into the kit by `trtverify capture`; the kit's README.md
+has the commands, trtverify's docs/captured.md the details.
 
-Needs only `tensorrt` (8.6 to 11) and `numpy`, on Python 3.8 or newer. Device memory comes from the CUDA runtime
-library (libcudart.so, which every TensorRT install has) through ctypes, as Polygraphy does: no cuda-python, no
-pycuda.
-
-    python3 run_engine.py --engine model.engine              # an engine built elsewhere
-    python3 run_engine.py --onnx ../model.onnx --mark-all    # build here, every tensor an output
-
-Writes OUT/0/NAME.npy, OUT/1/NAME.npy, ... (a folder per feed of the kit; '%', '/' and ':' in a name are written
-%25, %2F, %3A) and OUT/run.json (TensorRT version, GPU, engine, the digest of the inputs fed). Compare with
-`trtverify layerwise MODEL.onnx --captured OUT`, the kit folder around OUT. Exit codes: 0 done, 2 bad arguments or
-kit, 3 tensorrt or libcudart missing, 4 TensorRT or CUDA failed.
+Needs only `tensorrt` (8.6 to 11) and `numpy`, on Python 3.8+; device memory comes from libcudart.so through ctypes.
+Writes OUT/I/NAME.npy per feed I ('%', '/' and ':' in NAME as %25, %2F, %3A) and OUT/run.json. Exit codes: 0 done,
+2 bad arguments or kit, 3 tensorrt or libcudart missing, 4 TensorRT or CUDA failed.
 """
 
 import argparse
@@ -33,6 +26,15 @@ RUNNER_FORMAT = 1
 ESCAPES = {"%": "%25", "/": "%2F", ":": "%3A"}
 H2D, D2H = 1, 2  # cudaMemcpyKind
 CC_MAJOR, CC_MINOR = 75, 76  # cudaDevAttrComputeCapabilityMajor / Minor
+PRECISIONS = ("fp16", "bf16", "int8")  # BuilderFlag members up to TensorRT 10; 11 has none
+CONVERT = "convert the model, e.g. with ModelOpt AutoCast, and build without the flag"  # what to do on 11
+ONNX_FLAGS = {  # the switches that go with --onnx (as --save-engine does), and their help
+    "--mark-all": "every tensor a network output (layerwise)",
+    "--fp16": "BuilderFlag.FP16 (TensorRT 10 and older)",
+    "--bf16": "BuilderFlag.BF16 (TensorRT 9 and 10)",
+    "--int8": "BuilderFlag.INT8, for a Q/DQ model (up to 10)",
+    "--strongly-typed": "a strongly typed network (TensorRT 10; always so in 11)",
+}
 
 
 class Failed(Exception):
@@ -45,13 +47,7 @@ def count(n, word):
     return "{} {}{}".format(n, word, "" if n == 1 else "s")
 
 
-def escape_name(name):
-    return "".join(ESCAPES.get(ch, ch) for ch in name)
-
-
-# -- the kit's inputs and their digest (as trtverify computes it: toolout/kit.py) -----------------------------------
-
-
+# -- the kit's inputs and their digests (as trtverify computes them: toolout/kit.py) -------------------------------
 def feed_digest(feed):
     h = hashlib.sha256()
     for name in sorted(feed):
@@ -61,13 +57,9 @@ def feed_digest(feed):
     return h.hexdigest()
 
 
-def feeds_digest(digests):
-    return hashlib.sha256("\n".join(digests).encode()).hexdigest()
-
-
 def read_kit(kit):
-    """The kit's feeds (a list of {input name: array}) as its manifest.json describes them; each feed's digest must be
-    the one the manifest records."""
+    """({input name: shape}, the kit's feeds: a list of {input name: array}) as its manifest.json describes them; each
+    feed's digest must be the one the manifest records."""
     path = os.path.join(kit, "manifest.json")
     try:
         with open(path) as fh:
@@ -76,10 +68,8 @@ def read_kit(kit):
         digests = [str(d) for d in manifest["sample_digests"]]
         files = manifest["files"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise Failed(
-            2,
-            f"{path}: not a readable trtverify kit manifest ({exc}); run this script in the kit's folder or give --kit",
-        ) from None
+        why = f"not a readable trtverify kit manifest ({exc}); run this script in the kit's folder or give --kit"
+        raise Failed(2, f"{path}: {why}") from None
     samples = len(digests)
     npz = os.path.join(kit, str(files.get("npz", "inputs.npz")))
     feeds = [{} for _ in range(samples)]
@@ -94,9 +84,8 @@ def read_kit(kit):
                 elif shape and arr.shape == (samples * shape[0],) + shape[1:]:  # concatenated along the batch axis
                     parts = [arr[i * shape[0] : (i + 1) * shape[0]] for i in range(samples)]
                 else:
-                    raise Failed(
-                        2, f"{npz}: '{name}' has shape {list(arr.shape)}, not {samples} feeds of {list(shape)}"
-                    )
+                    why = f"'{name}' has shape {list(arr.shape)}, not {samples} feeds of {list(shape)}"
+                    raise Failed(2, f"{npz}: {why}")
                 for i, part in enumerate(parts):
                     feeds[i][name] = np.ascontiguousarray(part, dtype=dtype)
     else:  # trtexec's raw files: the first feed only
@@ -111,24 +100,17 @@ def read_kit(kit):
             if arr.size != int(np.prod(shape)):
                 raise Failed(2, f"{f}: {arr.size} values, input '{name}' is {list(shape)}")
             feeds[0][name] = arr.reshape(shape).astype(dtype)
-    got = [feed_digest(f) for f in feeds]
-    if got != digests:
-        k = [i for i, (a, b) in enumerate(zip(got, digests)) if a != b][0]
-        raise Failed(
-            2,
-            f"{kit}: feed {k} does not have the digest the manifest records ({got[k][:12]} != {digests[k][:12]}): "
-            "the kit was changed; make it again with `trtverify capture`",
-        )
-    return manifest, feeds
+    for k, (got, want) in enumerate(zip([feed_digest(f) for f in feeds], digests)):
+        if got != want:
+            why = f"feed {k} does not have the digest the manifest records ({got[:12]} != {want[:12]})"
+            raise Failed(2, f"{kit}: {why}: the kit was changed; make it again with `trtverify capture`")
+    return {name: shape for name, shape, _ in inputs}, feeds
 
 
 # -- the CUDA runtime, through ctypes --------------------------------------------------------------------------------
-
-
 def find_cudart():
     """libcudart.so where Polygraphy looks (LD_LIBRARY_PATH, the CUDA toolkit, the system) and where pip puts it beside
-    TensorRT's wheels (site-packages/nvidia/cuda_runtime/lib, nvidia/cu13/lib); the newest version in the first
-    folder that has one."""
+    TensorRT's wheels (nvidia/cuda_runtime/lib, nvidia/cu13/lib): the newest one in the first folder that has one."""
     dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
     dirs += ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/aarch64-linux/lib", "/usr/lib/x86_64-linux-gnu",
              "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/lib"]  # fmt: skip
@@ -154,105 +136,74 @@ def load_cudart(spec):
 
 
 class Cuda:
-    """The few CUDA runtime calls the run needs, with their C signatures."""
+    """The few CUDA runtime calls the run needs, bound with their C signatures; `call` checks the status they return."""
 
-    SIGNATURES = {
-        "cudaMalloc": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t],
-        "cudaFree": [ctypes.c_void_p],
-        "cudaMemcpy": [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int],
-        "cudaStreamCreate": [ctypes.POINTER(ctypes.c_void_p)],
-        "cudaStreamSynchronize": [ctypes.c_void_p],
-        "cudaStreamDestroy": [ctypes.c_void_p],
-        "cudaSetDevice": [ctypes.c_int],
-        "cudaDeviceGetAttribute": [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int],
-        "cudaRuntimeGetVersion": [ctypes.POINTER(ctypes.c_int)],
-        "cudaDriverGetVersion": [ctypes.POINTER(ctypes.c_int)],
+    VOIDP, INT, SIZE = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+    SIGNATURES = {  # name: (argtypes, restype)
+        "cudaMalloc": ([ctypes.POINTER(VOIDP), SIZE], INT),
+        "cudaFree": ([VOIDP], INT),
+        "cudaMemcpy": ([VOIDP, VOIDP, SIZE, INT], INT),
+        "cudaStreamCreate": ([ctypes.POINTER(VOIDP)], INT),
+        "cudaStreamSynchronize": ([VOIDP], INT),
+        "cudaStreamDestroy": ([VOIDP], INT),
+        "cudaSetDevice": ([INT], INT),
+        "cudaDeviceGetAttribute": ([ctypes.POINTER(INT), INT, INT], INT),
+        "cudaRuntimeGetVersion": ([ctypes.POINTER(INT)], INT),
+        "cudaDriverGetVersion": ([ctypes.POINTER(INT)], INT),
+        "cudaGetErrorString": ([INT], ctypes.c_char_p),
+        "cudaGetDeviceProperties_v2": ([VOIDP, INT], INT),  # CUDA 12 and later
+        "cudaGetDeviceProperties": ([VOIDP, INT], INT),
     }
+    OPTIONAL = ("cudaGetErrorString", "cudaGetDeviceProperties_v2", "cudaGetDeviceProperties")  # may be missing
 
     def __init__(self, lib):
-        self.lib = lib
-        for name, argtypes in self.SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes = argtypes
-            fn.restype = ctypes.c_int
+        self.lib, self.fn = lib, {}  # fn: the functions bound, by name
+        for name, (argtypes, restype) in self.SIGNATURES.items():
+            fn = getattr(lib, name, None) if name in self.OPTIONAL else getattr(lib, name)
+            if fn is not None:
+                fn.argtypes, fn.restype = argtypes, restype
+                self.fn[name] = fn
 
-    def check(self, status, what):
+    def call(self, name, *args, what=None):
+        status = self.fn[name](*args)
         if status != 0:
-            name = getattr(self.lib, "cudaGetErrorString", None)
-            if name is not None:
-                name.argtypes, name.restype = [ctypes.c_int], ctypes.c_char_p
-                text = (name(status) or b"").decode("utf-8", "replace")
-            raise Failed(4, f"CUDA error {status} in {what}" + (f": {text}" if name is not None else ""))
+            text = self.fn.get("cudaGetErrorString")
+            why = "" if text is None else ": " + (text(status) or b"").decode("utf-8", "replace")
+            raise Failed(4, f"CUDA error {status} in {what or name}{why}")
+
+    def get(self, name, ctype, *args):
+        """The value a call writes through its first argument (a pointer)."""
+        value = ctype()
+        self.call(name, ctypes.byref(value), *args)
+        return value.value
 
     def malloc(self, nbytes):
-        ptr = ctypes.c_void_p()
-        self.check(self.lib.cudaMalloc(ctypes.byref(ptr), max(int(nbytes), 1)), "cudaMalloc")
-        return ptr.value
+        return self.get("cudaMalloc", ctypes.c_void_p, max(int(nbytes), 1))
 
     def free(self, ptr):
-        self.check(self.lib.cudaFree(ptr), "cudaFree")
+        self.call("cudaFree", ptr)
 
     def to_device(self, ptr, arr):
-        self.check(self.lib.cudaMemcpy(ptr, arr.ctypes.data, arr.nbytes, H2D), "cudaMemcpy to the device")
+        self.call("cudaMemcpy", ptr, arr.ctypes.data, arr.nbytes, H2D, what="cudaMemcpy to the device")
 
     def to_host(self, arr, ptr):
-        self.check(self.lib.cudaMemcpy(arr.ctypes.data, ptr, arr.nbytes, D2H), "cudaMemcpy to the host")
-
-    def stream(self):
-        s = ctypes.c_void_p()
-        self.check(self.lib.cudaStreamCreate(ctypes.byref(s)), "cudaStreamCreate")
-        return s.value or 0
-
-    def synchronize(self, stream):
-        self.check(self.lib.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
-
-    def destroy(self, stream):
-        self.check(self.lib.cudaStreamDestroy(stream), "cudaStreamDestroy")
-
-    def _int(self, what, *args):
-        v = ctypes.c_int()
-        self.check(getattr(self.lib, what)(ctypes.byref(v), *args), what)
-        return v.value
+        self.call("cudaMemcpy", arr.ctypes.data, ptr, arr.nbytes, D2H, what="cudaMemcpy to the host")
 
     def describe(self, device):
         """GPU name, compute capability, CUDA runtime and driver versions."""
-        self.check(self.lib.cudaSetDevice(device), "cudaSetDevice")
-        major = self._int("cudaDeviceGetAttribute", CC_MAJOR, device)
-        minor = self._int("cudaDeviceGetAttribute", CC_MINOR, device)
+        self.call("cudaSetDevice", device)
+        cc = [self.get("cudaDeviceGetAttribute", ctypes.c_int, attr, device) for attr in (CC_MAJOR, CC_MINOR)]
         props = ctypes.create_string_buffer(8192)  # cudaDeviceProp (about 1 KB) begins with char name[256]
-        getter = None
-        for symbol in ("cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"):
-            getter = getattr(self.lib, symbol, None)
-            if getter is not None:
-                break
+        getter = self.fn.get("cudaGetDeviceProperties_v2", self.fn.get("cudaGetDeviceProperties"))
         name = "unknown"
-        if getter is not None:
-            getter.argtypes = [ctypes.c_void_p, ctypes.c_int]
-            getter.restype = ctypes.c_int
         if getter is not None and getter(ctypes.addressof(props), device) == 0:
             name = props.raw[:256].split(b"\0")[0].decode("utf-8", "replace")
-
-        def version(v):
-            return f"{v // 1000}.{(v % 1000) // 10}"
-
-        return {
-            "gpu": name,
-            "compute_capability": f"{major}.{minor}",
-            "cuda_runtime": version(self._int("cudaRuntimeGetVersion")),
-            "cuda_driver": version(self._int("cudaDriverGetVersion")),
-        }
+        versions = [self.get(f, ctypes.c_int) for f in ("cudaRuntimeGetVersion", "cudaDriverGetVersion")]
+        runtime, driver = [f"{v // 1000}.{(v % 1000) // 10}" for v in versions]
+        return {"gpu": name, "compute_capability": "{}.{}".format(*cc), "cuda_runtime": runtime, "cuda_driver": driver}
 
 
-# -- TensorRT ----------------------------------------------------------------------------------------------------------
-
-
-def trt_major(trt):
-    try:
-        return int(str(trt.__version__).split(".")[0])
-    except ValueError:
-        return 0
-
-
+# -- TensorRT (8.6, 10 and 11 differ: a name missing from an enum is a version without it) -----------------------------
 def mark_all(trt, network):
     """Every layer's outputs marked as network outputs, but for shape and constant layers and loop bodies (which
     cannot be outputs), as Polygraphy's `--trt-outputs mark all` does. Returns the number marked."""
@@ -278,11 +229,11 @@ def mark_all(trt, network):
 
 def build(trt, logger, args, shapes):
     """A serialized engine built from args.onnx; `shapes`: the kit's input shapes (the profile of a dynamic input)."""
-    major = trt_major(trt)
     builder = trt.Builder(logger)
     flags = 0
+    major = str(trt.__version__).split(".")[0]
     explicit = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
-    if explicit is not None and major < 10:  # needed by the ONNX parser before TensorRT 10, ignored after
+    if explicit is not None and (int(major) if major.isdigit() else 0) < 10:  # the ONNX parser needs it before 10
         flags |= 1 << int(explicit)
     if args.strongly_typed:
         typed = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
@@ -296,26 +247,17 @@ def build(trt, logger, args, shapes):
         raise Failed(4, "{}: TensorRT's ONNX parser failed: {}".format(args.onnx, "; ".join(errors) or "no message"))
     marked = mark_all(trt, network) if args.mark_all else 0
     config = builder.create_builder_config()
-    precisions = []
-    for flag in ("fp16", "bf16", "int8"):
-        if getattr(args, flag):
-            member = getattr(trt.BuilderFlag, flag.upper(), None)
-            if member is None:
-                raise Failed(
-                    2,
-                    f"--{flag}: TensorRT {trt.__version__} has no {flag.upper()} builder flag: its networks are "
-                    "strongly typed, the precision is the ONNX model's (convert the model, e.g. with ModelOpt "
-                    "AutoCast, and build without the flag)",
-                )
-            if args.strongly_typed:
-                raise Failed(2, f"--{flag} and --strongly-typed: a strongly typed network takes no precision flags")
-            config.set_flag(member)
-            precisions.append(flag)
-    dynamic = []
-    for i in range(network.num_inputs):
-        t = network.get_input(i)
-        if any(int(d) < 0 for d in t.shape):
-            dynamic.append(t.name)
+    precisions = [flag for flag in PRECISIONS if getattr(args, flag)]
+    for flag in precisions:
+        member = getattr(trt.BuilderFlag, flag.upper(), None)
+        if member is None:
+            why = f"TensorRT {trt.__version__} has no {flag.upper()} builder flag: its networks are strongly typed"
+            raise Failed(2, f"--{flag}: {why}, the precision is the ONNX model's ({CONVERT})")
+        if args.strongly_typed:
+            raise Failed(2, f"--{flag} and --strongly-typed: a strongly typed network takes no precision flags")
+        config.set_flag(member)
+    inputs = [network.get_input(i) for i in range(network.num_inputs)]
+    dynamic = [t.name for t in inputs if any(int(d) < 0 for d in t.shape)]
     if dynamic:
         profile = builder.create_optimization_profile()
         for name in dynamic:
@@ -331,8 +273,7 @@ def build(trt, logger, args, shapes):
 
 def host_dtype(trt, dtype):
     """(numpy dtype of the raw bytes, how they become a numpy array) for a TensorRT type; None when numpy has none."""
-    bf16 = getattr(trt.DataType, "BF16", None)
-    if bf16 is not None and dtype == bf16:
+    if dtype == getattr(trt.DataType, "BF16", None):  # TensorRT 9 and later
         return np.dtype(np.uint16), "bf16"
     try:
         return np.dtype(trt.nptype(dtype)), None
@@ -352,12 +293,11 @@ def make_allocator(trt, cuda):
 
         def reallocate_output(self, tensor_name, memory, size, alignment):
             ptr, have = self.buffers.get(tensor_name, (None, 0))
-            if ptr is not None and have >= size:
-                return ptr
-            if ptr is not None:
-                cuda.free(ptr)
-            ptr = cuda.malloc(size)
-            self.buffers[tensor_name] = (ptr, max(int(size), 1))
+            if ptr is None or have < size:
+                if ptr is not None:
+                    cuda.free(ptr)
+                ptr = cuda.malloc(size)
+                self.buffers[tensor_name] = (ptr, max(int(size), 1))
             return ptr
 
         def reallocate_output_async(self, tensor_name, memory, size, alignment, stream):  # TensorRT 10 and later
@@ -366,24 +306,18 @@ def make_allocator(trt, cuda):
         def notify_shape(self, tensor_name, shape):
             self.shapes[tensor_name] = tuple(int(d) for d in shape)
 
-        def free(self):
-            for ptr, _ in self.buffers.values():
-                cuda.free(ptr)
-            self.buffers = {}
-
     return OutputAllocator()
 
 
 def run(trt, cuda, engine, feeds):
-    """Each feed through the engine; returns (a list of {name: array} per feed, {name: why} of outputs not saved,
-    notes)."""
+    """Each feed through the engine: ([{name: array} per feed], {name: why} of the outputs not saved, notes)."""
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
     outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
     missing = [n for n in inputs if n not in feeds[0]]
     if missing:
         raise Failed(2, f"the engine's inputs {missing} are not in the kit (it has {sorted(feeds[0])})")
-    skipped, notes = {}, []
+    skipped, notes = {}, {}  # notes: a dict for their order without repeats
     linear = getattr(trt.TensorFormat, "LINEAR", None)
     for n in names:
         if linear is not None and engine.get_tensor_format(n) != linear:
@@ -400,7 +334,7 @@ def run(trt, cuda, engine, feeds):
     for n in outputs:
         if n not in skipped and not context.set_output_allocator(n, allocator):
             raise Failed(4, f"output '{n}': set_output_allocator failed")
-    stream = cuda.stream()
+    stream = cuda.get("cudaStreamCreate", ctypes.c_void_p) or 0
     results, held = [], []
     try:
         for k, feed in enumerate(feeds):
@@ -408,48 +342,44 @@ def run(trt, cuda, engine, feeds):
                 want, _ = host_dtype(trt, engine.get_tensor_dtype(n))
                 arr = feed[n]
                 if want is not None and arr.dtype != want:
-                    note = f"input '{n}' cast from {arr.dtype} to the engine's {want}"
-                    if note not in notes:
-                        notes.append(note)
+                    notes[f"input '{n}' cast from {arr.dtype} to the engine's {want}"] = None
                     arr = arr.astype(want)
                 arr = np.ascontiguousarray(arr)
                 if not context.set_input_shape(n, arr.shape):
                     raise Failed(2, f"input '{n}': the engine does not take shape {list(arr.shape)} (its profile)")
-                ptr = cuda.malloc(arr.nbytes)
-                held.append(ptr)
-                cuda.to_device(ptr, arr)
-                if not context.set_tensor_address(n, ptr):
+                held.append(cuda.malloc(arr.nbytes))
+                cuda.to_device(held[-1], arr)
+                if not context.set_tensor_address(n, held[-1]):
                     raise Failed(4, f"input '{n}': set_tensor_address failed")
             if not context.execute_async_v3(stream):
                 raise Failed(4, f"feed {k}: execute_async_v3 failed (TensorRT's log above says why)")
-            cuda.synchronize(stream)
+            cuda.call("cudaStreamSynchronize", stream)
             got = {}
             for n in outputs:
                 if n in skipped:
                     continue
-                raw, convert = host_dtype(trt, engine.get_tensor_dtype(n))
-                if raw is None:
-                    skipped[n] = f"type {engine.get_tensor_dtype(n)} has no numpy type"
-                    continue
+                dtype = engine.get_tensor_dtype(n)
+                raw, convert = host_dtype(trt, dtype)
                 shape = allocator.shapes.get(n)
-                if shape is None or n not in allocator.buffers:
+                if raw is None:
+                    skipped[n] = f"type {dtype} has no numpy type"
+                elif shape is None or n not in allocator.buffers:
                     skipped[n] = "TensorRT gave no buffer or shape for it"
-                    continue
-                arr = np.empty(shape, dtype=raw)
-                if arr.nbytes:
-                    cuda.to_host(arr, allocator.buffers[n][0])
-                if convert == "bf16":  # numpy has no bfloat16: its values exactly, as float32
-                    arr = (arr.astype(np.uint32) << 16).view(np.float32)
-                got[n] = arr
+                else:
+                    arr = np.empty(shape, dtype=raw)
+                    if arr.nbytes:
+                        cuda.to_host(arr, allocator.buffers[n][0])
+                    if convert == "bf16":  # numpy has no bfloat16: its values exactly, as float32
+                        arr = (arr.astype(np.uint32) << 16).view(np.float32)
+                    got[n] = arr
             results.append(got)
             while held:
                 cuda.free(held.pop())
-    finally:
-        for ptr in held:
+    finally:  # the inputs' device buffers left by a failure, then the outputs'
+        for ptr in held + [ptr for ptr, _ in allocator.buffers.values()]:
             cuda.free(ptr)
-        allocator.free()
-        cuda.destroy(stream)
-    return results, skipped, notes
+        cuda.call("cudaStreamDestroy", stream)
+    return results, skipped, list(notes)
 
 
 def sha256_file(path):
@@ -464,18 +394,16 @@ def save(out, results, record):
     """The outputs as OUT/I/NAME.npy and OUT/run.json, written beside OUT first and moved in place at the end."""
     if os.path.exists(out) and os.listdir(out):
         raise Failed(2, f"{out}: exists and is not empty; give another --out or remove it")
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        os.makedirs(parent)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     tmp = os.path.abspath(out) + ".partial"
     if os.path.exists(tmp):
         shutil.rmtree(tmp)
     os.makedirs(tmp)
     for i, tensors in enumerate(results):
-        folder = os.path.join(tmp, str(i))
-        os.makedirs(folder)
+        os.makedirs(os.path.join(tmp, str(i)))
         for name, arr in tensors.items():
-            np.save(os.path.join(folder, escape_name(name) + ".npy"), arr, allow_pickle=False)
+            escaped = "".join(ESCAPES.get(ch, ch) for ch in name)
+            np.save(os.path.join(tmp, str(i), escaped + ".npy"), arr, allow_pickle=False)
     with open(os.path.join(tmp, "run.json"), "w") as fh:
         json.dump(record, fh, indent=1)
     if os.path.exists(out):
@@ -484,29 +412,20 @@ def save(out, results, record):
 
 
 def parse_args(argv):
-    here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--engine", help="a serialized TensorRT engine (.engine, .plan) built for this GPU")
     src.add_argument("--onnx", help="the ONNX model to build the engine from, here")
-    p.add_argument("--mark-all", action="store_true", help="with --onnx: every tensor a network output (layerwise)")
-    p.add_argument("--fp16", action="store_true", help="with --onnx: BuilderFlag.FP16 (TensorRT 10 and older)")
-    p.add_argument("--bf16", action="store_true", help="with --onnx: BuilderFlag.BF16 (TensorRT 9 and 10)")
-    p.add_argument("--int8", action="store_true", help="with --onnx: BuilderFlag.INT8, for a Q/DQ model (up to 10)")
-    p.add_argument(
-        "--strongly-typed",
-        action="store_true",
-        help="with --onnx: a strongly typed network (TensorRT 10; always so in 11)",
-    )
+    for flag, text in ONNX_FLAGS.items():
+        p.add_argument(flag, action="store_true", help="with --onnx: " + text)
     p.add_argument("--save-engine", help="with --onnx: also write the engine built to this file")
+    here = os.path.dirname(os.path.abspath(__file__))
     p.add_argument("--kit", default=here, help="the kit's folder (default: this script's folder)")
     p.add_argument("--out", help="the output folder (default: KIT/captured/runner)")
     p.add_argument("--device", type=int, default=0, help="the CUDA device (default: 0)")
     p.add_argument("--cudart", help="the CUDA runtime library (default: libcudart.so, found as Polygraphy finds it)")
     args = p.parse_args(argv)
-    if args.engine and (
-        args.mark_all or args.fp16 or args.bf16 or args.int8 or args.strongly_typed or args.save_engine
-    ):
+    if args.engine and (args.save_engine or any(getattr(args, f[2:].replace("-", "_")) for f in ONNX_FLAGS)):
         p.error("--mark-all, --fp16, --bf16, --int8, --strongly-typed and --save-engine go with --onnx")
     return args
 
@@ -518,73 +437,51 @@ def main(argv=None):
             import tensorrt as trt
         except ImportError as exc:
             raise Failed(3, f"cannot import tensorrt ({exc}): install TensorRT's Python package") from None
-        manifest, feeds = read_kit(args.kit)
+        shapes, feeds = read_kit(args.kit)
         out = args.out or os.path.join(args.kit, "captured", "runner")
         cuda = Cuda(load_cudart(args.cudart))
         where = cuda.describe(args.device)
         logger = trt.Logger(trt.Logger.WARNING)
         if hasattr(trt, "init_libnvinfer_plugins"):
             trt.init_libnvinfer_plugins(logger, "")
+        if not os.path.isfile(args.onnx or args.engine):
+            raise Failed(2, f"{args.onnx or args.engine}: no such file")
         built = None
         if args.onnx:
-            if not os.path.isfile(args.onnx):
-                raise Failed(2, f"{args.onnx}: no such file")
-            shapes = {i["name"]: tuple(i["shape"]) for i in manifest["inputs"]}
             plan, built = build(trt, logger, args, shapes)
             if args.save_engine:
                 with open(args.save_engine, "wb") as fh:
                     fh.write(plan)
-            engine_path = args.save_engine
         else:
-            if not os.path.isfile(args.engine):
-                raise Failed(2, f"{args.engine}: no such file")
             with open(args.engine, "rb") as fh:
                 plan = fh.read()
-            engine_path = args.engine
+        engine_path = args.save_engine if args.onnx else args.engine
         runtime = trt.Runtime(logger)  # kept while the engine lives
         engine = runtime.deserialize_cuda_engine(plan)
         if engine is None:
-            raise Failed(
-                4,
-                "TensorRT could not load the engine (built by another TensorRT version or for another "
-                "GPU? its log above says why)",
-            )
+            why = "built by another TensorRT version or for another GPU? its log above says why"
+            raise Failed(4, f"TensorRT could not load the engine ({why})")
         results, skipped, notes = run(trt, cuda, engine, feeds)
-        record = {
-            "trtverify_runner": RUNNER_FORMAT,
-            "tensorrt": str(trt.__version__),
+        record = {  # what ran, what it fed and gave back, where it ran (the GPU facts of `where` last)
+            "trtverify_runner": RUNNER_FORMAT, "tensorrt": str(trt.__version__),
             "engine": os.path.abspath(engine_path) if engine_path else None,
             "engine_sha256": hashlib.sha256(plan).hexdigest(),
             "built_from": os.path.abspath(args.onnx) if args.onnx else None,
-            "onnx_sha256": sha256_file(args.onnx) if args.onnx else None,
-            "build": built,
+            "onnx_sha256": sha256_file(args.onnx) if args.onnx else None, "build": built,
             "kit": os.path.abspath(args.kit),
-            "kit_digest": feeds_digest([feed_digest(f) for f in feeds]),
-            "feeds": len(feeds),
-            "tensors": len(results[0]) if results else 0,
-            "skipped": skipped,
-            "notes": notes,
-            "python": platform.python_version(),
-            "host": platform.node(),
-            "platform": platform.platform(),
-            "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
-        record.update(where)
+            "kit_digest": hashlib.sha256("\n".join(feed_digest(f) for f in feeds).encode()).hexdigest(),
+            "feeds": len(feeds), "tensors": len(results[0]) if results else 0, "skipped": skipped, "notes": notes,
+            "python": platform.python_version(), "host": platform.node(), "platform": platform.platform(),
+            "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **where,
+        }  # fmt: skip
         save(out, results, record)
     except Failed as exc:
         sys.stderr.write(f"run_engine.py: {exc}\n")
         return exc.code
-    sys.stdout.write(
-        "{}: {}, {} each, TensorRT {} on {} (sm {}){}\n".format(
-            out,
-            count(len(results), "feed"),
-            count(record["tensors"], "tensor"),
-            record["tensorrt"],
-            record["gpu"],
-            record["compute_capability"],
-            "; not saved: {}".format(", ".join(sorted(skipped))) if skipped else "",
-        )
-    )
+    what = "{}, {} each".format(count(len(results), "feed"), count(record["tensors"], "tensor"))
+    on = "TensorRT {} on {} (sm {})".format(record["tensorrt"], record["gpu"], record["compute_capability"])
+    not_saved = "; not saved: " + ", ".join(sorted(skipped)) if skipped else ""
+    sys.stdout.write(f"{out}: {what}, {on}{not_saved}\n")
     return 0
 
 
