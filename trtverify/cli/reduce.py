@@ -47,27 +47,41 @@ def reduce(
     import sys
 
     if source.suffix in (".yaml", ".yml"):
-        results = _run_layerwise(source, quiet)
+        results, out_dir = _run_layerwise(source, candidate, out_dir, quiet)
     else:
         results = source / "results.json" if source.is_dir() else source
     sys.exit(reduce_results(results, candidate, out_dir, samples, max_fraction, quiet))
 
 
-def _run_layerwise(suite: Path, quiet: bool) -> Path:
+def _run_layerwise(suite: Path, candidate: str | None, out_dir: Path | None, quiet: bool) -> tuple[Path, Path]:
+    """The suite's layerwise stage (with --candidate: on that candidate alone, whether or not the suite's stage
+    lists it) into BUNDLE/run/; (its results.json, the bundle's folder)."""
+    import dataclasses
+
     from trtverify.cli.run import run_and_record, suite_out
     from trtverify.config.loader import load_suite
+    from trtverify.config.stages import LayerwiseStage
     from trtverify.runner import RunOptions
-    from trtverify.util.fsutil import folder_lock
+    from trtverify.util.fsutil import folder_lock, writable_folder
 
     loaded = load_suite(suite)
-    if loaded.suite.stages.layerwise is None:
-        raise UsageError(f"{suite}: has no stage layerwise: reduce starts from its first divergence")
-    out = suite_out(loaded)
-    with folder_lock(out):
+    stages = loaded.suite.stages
+    if candidate is not None:
+        if candidate not in loaded.suite.models.candidates:
+            names = ", ".join(loaded.suite.models.candidates) or "none"
+            raise UsageError(f"{suite}: no candidate '{candidate}' in models.candidates (it has: {names})")
+        stage = (stages.layerwise or LayerwiseStage()).model_copy(update={"candidates": [candidate]})
+        stages = stages.model_copy(update={"layerwise": stage})
+        loaded = dataclasses.replace(loaded, suite=loaded.suite.model_copy(update={"stages": stages}))
+    elif stages.layerwise is None:
+        raise UsageError(f"{suite}: has no stage layerwise: give --candidate to run it on that candidate")
+    out = out_dir or suite_out(loaded) / f"reduce-{candidate or 'layerwise'}"
+    run = writable_folder(out / "run")
+    with folder_lock(run):
         if not quiet:
-            click.echo(f"reduce: running stage layerwise of {suite} into {out}", err=True)
-        run_and_record(loaded, out, RunOptions(stages=("layerwise",)))
-    return out / "results.json"
+            click.echo(f"reduce: stage layerwise of {suite} into {run}", err=True)
+        run_and_record(loaded, run, RunOptions(stages=("layerwise",)))
+    return run / "results.json", out
 
 
 def reduce_results(
@@ -87,7 +101,9 @@ def reduce_results(
 
     t0 = time.perf_counter()
     loaded, record, ref, cand, feeds, checks_for, options = _inputs(results, candidate, samples)
-    out = writable_folder(out_dir or results.parent / f"reduce-{record.name}")
+    out = out_dir or results.parent / f"reduce-{record.name}"
+    made = not out.exists()
+    out = writable_folder(out)  # before any work: exit 2 where it cannot be written
 
     def progress(line: str) -> None:
         if not quiet:
@@ -97,6 +113,8 @@ def reduce_results(
         r = reduce(ref, cand, record, feeds, checks_for, options, max_fraction, progress)
     except Refused as exc:
         click.echo(f"REFUSED reduce {record.name}: {exc}")
+        if made and not any(out.iterdir()):  # no bundle: no empty folder left as if there were one
+            out.rmdir()
         return exit_refused
     s = write_bundle(r, out, record.name, (ref.name, cand.name))
     m = s["metrics"]
@@ -121,6 +139,8 @@ def reduce_each(results: Path, quiet: bool) -> None:
     stage = next((s for s in load_results(results).stages if s.name == "layerwise" and s.candidates), None)
     for c in stage.candidates if stage is not None else []:
         if c.first_divergence is None:
+            if not c.passed:
+                click.echo(f"not reduced {c.name}: no tensor diverged (what failed is not a tensor's checks)")
             continue
         try:
             reduce_results(results, c.name, None, quiet=quiet)

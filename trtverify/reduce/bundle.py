@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from trtverify.data.kit import polygraphy_inputs, polygraphy_outputs, raw_files, shell_dq
-from trtverify.reduce.cut import has_external_files, write_model
+from trtverify.reduce.cut import has_external_files, size, write_model
 from trtverify.reduce.search import Reduction
 from trtverify.util.environment import environment
 from trtverify.util.fsutil import atomic_write, atomic_write_json, atomic_write_text
@@ -144,7 +144,7 @@ def write_bundle(r: Reduction, out: Path, name: str, model_names: tuple[str, str
         "trials": [
             {
                 "level": t.level,
-                "nodes": len(t.cut.nodes),
+                "nodes": size(r.reference.info, t.cut.nodes),
                 "inputs": len(t.cut.inputs),
                 "result": t.why_not or ("fails" if t.fails else "passes"),
             }
