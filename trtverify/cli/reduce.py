@@ -154,7 +154,7 @@ def _inputs(results: Path, candidate: str | None, samples: int | None) -> tuple[
     from trtverify.data.inputs import build_samples
     from trtverify.results.io import load_results
     from trtverify.stages.layerwise.reference import as_written
-    from trtverify.stages.layerwise.stage import _checks_for
+    from trtverify.stages.layerwise.stage import checks_of
 
     res = load_results(results)
     stage = next((s for s in res.stages if s.name == "layerwise" and s.candidates), None)
@@ -191,6 +191,6 @@ def _inputs(results: Path, candidate: str | None, samples: int | None) -> tuple[
 
         cfg = LayerwiseStage()
     feeds = build_samples(loaded)[: min(record.samples, samples or record.samples)]
-    checks_for, _ = _checks_for(cfg, record.name, record.precision)
+    checks_for, _ = checks_of(cfg, record.name, record.precision)
     options = as_written(loaded.suite.backends).onnxruntime
     return loaded, record, Path(loaded.suite.models.reference), Path(spec.path), feeds, checks_for, options
