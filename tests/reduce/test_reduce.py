@@ -31,15 +31,30 @@ def _images(path: Path, rows: int = 4) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def fp16_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    """`layerwise --reduce` on the FP16 repair demo (4 test images), once for the tests below: (exit code, OUT)."""
+    from trtverify.cli.main import cli
+
+    tmp = tmp_path_factory.mktemp("fp16")
+    argv = ["layerwise", str(REF), str(FP16), "--inputs", str(_images(tmp / "x.npz")), "--out", str(tmp / "lw"),
+            "--reduce", "-q"]  # fmt: skip
+    try:
+        cli.main(args=argv, prog_name="trtverify", standalone_mode=False)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, tmp / "lw"
+
+
 @pytest.fixture
 def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     return lambda *argv: main_in_process([str(a) for a in argv], capsys, monkeypatch)
 
 
-def test_fp16_demo_reduces_to_the_batchnorm_and_the_bundle_fails_on_its_own(run, tmp_path: Path) -> None:
-    out = tmp_path / "lw"
-    res = run("layerwise", REF, FP16, "--inputs", _images(tmp_path / "x.npz"), "--out", out, "--reduce")
-    assert res.code == 1, res.out + res.err  # the layerwise run fails: the bundle is written beside it
+def test_fp16_demo_reduces_to_the_batchnorm_and_the_bundle_fails_on_its_own(fp16_run, run, tmp_path: Path) -> None:
+    code, out = fp16_run
+    assert code == 1  # the layerwise run fails: the bundle is written beside it
     bundle = out / "reduce-fashion_bn_fp16"
     s = json.loads((bundle / "reduce.json").read_text())
     assert s["target"] == BN_OUT and s["root_node"] == BN
@@ -81,7 +96,12 @@ def test_fp16_demo_reduces_to_the_batchnorm_and_the_bundle_fails_on_its_own(run,
     assert first["first_divergence"]["tensor"] == BN_OUT
     assert first["root_causes"][0]["node"] == BN
 
-    # the real Polygraphy, ONNX Runtime runner: the candidate fails the comparison, the reference passes
+
+def test_polygraphy_runs_the_bundles_commands(fp16_run) -> None:
+    """The real Polygraphy (its ONNX Runtime runner, CPU) on the bundle's command lines as written: the candidate's
+    subgraph fails the comparison with the reference's outputs, the reference's passes against them."""
+    bundle = fp16_run[1] / "reduce-fashion_bn_fp16"
+    commands = (bundle / "COMMANDS.sh").read_text()
     if shutil.which("polygraphy", path=str(Path(sys.executable).parent)) is None:
         pytest.skip("polygraphy is not installed: its commands are not run")
     lines = [ln for ln in commands.splitlines() if ln.startswith("polygraphy run") and "--onnxrt" in ln]
@@ -185,3 +205,26 @@ def test_bad_inputs_are_usage_errors(run, tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text("[1, 2]")
     res = run("reduce", tmp_path / "other.json")
     assert res.code == 2 and "not a trtverify results.json" in res.err
+
+
+@pytest.mark.slow
+def test_torchvision_ssdlite_int8_made_by_quantize_static_defaults(run, tmp_path: Path) -> None:
+    """A model made by users' tools, not shaped: torchvision's SSDlite export and ONNX Runtime's quantize_static with
+    its defaults (tests/reduce/data/make_int8.py). Its first divergence is a backbone Conv far from the root cause;
+    the cut runs from the image to it, a fifteenth of the model, and fails on its own."""
+    tv = ROOT / "tests" / "data" / "torchvision"
+    out = tmp_path / "lw"
+    res = run("layerwise", tv / "ssdlite.onnx", Path(__file__).parent / "data" / "ssdlite_int8.onnx",
+              "--inputs", tv / "inputs.npz", "--out", out, "--reduce", "-q")  # fmt: skip
+    assert res.code == 1, res.out + res.err
+    bundle = out / "reduce-ssdlite_int8"
+    s = json.loads((bundle / "reduce.json").read_text())
+    results = json.loads((out / "results.json").read_text())["stages"][0]["candidates"][0]
+    assert s["target"] == results["first_divergence"]["tensor"]
+    assert s["reference_nodes"]["model"] == 1442 and s["reference_nodes"]["subgraph"] * 10 <= 1442, s
+    assert s["failed"] and s["metrics"]["cosine"] < 0.97
+    cand = onnx.load(bundle / "candidate.onnx")
+    assert sum(n.op_type == "QuantizeLinear" for n in cand.graph.node) > 10  # its Q/DQ kept
+    again = run("layerwise", bundle / "reference.onnx", bundle / "candidate.onnx", "--inputs", bundle / "inputs.npz",
+                "--out", tmp_path / "again", "-q")  # fmt: skip
+    assert again.code == 1, again.out
