@@ -228,3 +228,24 @@ def test_torchvision_ssdlite_int8_made_by_quantize_static_defaults(run, tmp_path
     again = run("layerwise", bundle / "reference.onnx", bundle / "candidate.onnx", "--inputs", bundle / "inputs.npz",
                 "--out", tmp_path / "again", "-q")  # fmt: skip
     assert again.code == 1, again.out
+
+
+def test_a_plugin_node_is_cut_and_run_by_its_reference(run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plugin demo's FP16 candidate with its own plugin's `stride` attribute changed (4 -> 5: every box 25 % off):
+    the plugin is root cause and first divergence; both cuts hold it, each run by the demo's numpy reference."""
+    plugins = ROOT / "demo" / "plugins"
+    model = onnx.load(plugins / "shapes_plugin_nms_fp16.onnx")
+    decode = next(n for n in model.graph.node if n.op_type == "ShapesBoxDecode")
+    next(a for a in decode.attribute if a.name == "stride").i = 5
+    onnx.save(model, tmp_path / "stride5.onnx")
+    monkeypatch.chdir(plugins)  # where the hook `shapes_plugins:decode` imports from
+    out = tmp_path / "lw"
+    res = run("layerwise", plugins / "shapes_plugin_nms.onnx", tmp_path / "stride5.onnx",
+              "--plugin", "ShapesBoxDecode=shapes_plugins:decode", "--out", out, "--reduce", "-q")  # fmt: skip
+    assert res.code == 1, res.out + res.err
+    bundle = out / "reduce-stride5"
+    s = json.loads((bundle / "reduce.json").read_text())
+    assert s["target"] == "/ShapesBoxDecode_output_0" and s["reference_nodes"]["subgraph"] == 1
+    assert s["metrics"]["rel_l2"] == pytest.approx(0.25, abs=0.01)
+    assert [n.op_type for n in onnx.load(bundle / "reference.onnx").graph.node] == ["ShapesBoxDecode"]
+    assert "plugin node (ShapesBoxDecode '/ShapesBoxDecode')" in (bundle / "COMMANDS.sh").read_text()

@@ -64,6 +64,18 @@ def _ops(model: Any) -> str:
     return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in c.most_common())
 
 
+def plugin_note(r: Reduction) -> str:
+    """Where a subgraph holds nodes ONNX Runtime lacks (TensorRT plugins), what its commands need; '' otherwise."""
+    from trtverify.plugins.onnxops import label, plugin_nodes
+
+    nodes = list(dict.fromkeys(label(n) for m in (r.ref_model, r.cand_model) for n in plugin_nodes(m)))
+    if not nodes:
+        return ""
+    return (f"# The subgraphs hold {count(len(nodes), 'plugin node')} ({', '.join(nodes)}): "
+            "Polygraphy's ONNX Runtime runner cannot run them;\n# build with TensorRT and the plugin's library "
+            "(polygraphy --plugins LIB, trtexec --staticPlugins=LIB).\n")  # fmt: skip
+
+
 def commands(r: Reduction, refs: dict[str, str], inputs: dict[str, str], atol: float, rtol: float) -> str:
     target = r.trial.cut.target
     cos = next((c.threshold for c in r.checks if c.metric == "cosine"), None)
@@ -74,7 +86,7 @@ def commands(r: Reduction, refs: dict[str, str], inputs: dict[str, str], atol: f
     checks = " ".join(shlex.quote(f"--check={c.key}{c.op}{c.threshold:g}") for c in r.checks)
     return f"""# Reproduce the divergence of '{target}' (written by trtverify reduce; run in this folder).
 # Expected: the candidate FAILS the comparison with the reference's outputs, the reference PASSES against itself.
-
+{plugin_note(r)}
 # Polygraphy, ONNX Runtime on the CPU (no GPU needed): candidate fails, reference passes
 polygraphy run {CANDIDATE} --onnxrt {pg}
 polygraphy run {REFERENCE} --onnxrt {pg}
