@@ -249,3 +249,22 @@ def test_a_plugin_node_is_cut_and_run_by_its_reference(run, tmp_path: Path, monk
     assert s["metrics"]["rel_l2"] == pytest.approx(0.25, abs=0.01)
     assert [n.op_type for n in onnx.load(bundle / "reference.onnx").graph.node] == ["ShapesBoxDecode"]
     assert "plugin node (ShapesBoxDecode '/ShapesBoxDecode')" in (bundle / "COMMANDS.sh").read_text()
+
+
+def test_bf16_candidate_is_cut_with_its_casts(run, tmp_path: Path) -> None:
+    """ModelOpt AutoCast's BF16 of the demo (correct: it passes BF16's defaults) under a check tighter than its
+    rounding: the first Conv fails, cut with the candidate's own BF16 input cast; emulated as a GPU rounds BF16."""
+    out = tmp_path / "lw"
+    res = run("layerwise", REF, ROOT / "demo" / "modelopt" / "fashion_bn_autocast_bf16.onnx", "--inputs",
+              _images(tmp_path / "x.npz", 2), "--check", "rel_l2<=0.003", "--out", out, "--reduce", "-q")  # fmt: skip
+    assert res.code == 1, res.out + res.err
+    bundle = out / "reduce-fashion_bn_autocast_bf16"
+    s = json.loads((bundle / "reduce.json").read_text())
+    assert s["target"] == "/features/block1/conv/Conv_output_0" and s["failed"] == ["rel_l2 <= 0.003"]
+    cand = onnx.load(bundle / "candidate.onnx")
+    casts = [a.i for n in cand.graph.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"]
+    assert casts == [onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT]  # in: the model's own cast; out: the cut's
+    assert "computes in BF16" in (bundle / "COMMANDS.sh").read_text()
+    again = run("layerwise", bundle / "reference.onnx", bundle / "candidate.onnx", "--inputs", bundle / "inputs.npz",
+                "--check", "rel_l2<=0.003", "--out", tmp_path / "again", "-q")  # fmt: skip
+    assert again.code == 1

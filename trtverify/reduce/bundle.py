@@ -65,13 +65,20 @@ def _ops(model: Any) -> str:
 
 
 def plugin_note(r: Reduction) -> str:
-    """Where a subgraph holds nodes ONNX Runtime lacks (TensorRT plugins), what its commands need; '' otherwise."""
+    """Where a subgraph computes in BF16 or holds nodes ONNX Runtime lacks (TensorRT plugins), what its commands
+    need; '' otherwise."""
+    from trtverify.graph.onnxemulate import BF16, holds
     from trtverify.plugins.onnxops import label, plugin_nodes
 
+    note = ""
+    if holds(r.cand_model, frozenset({BF16})):
+        note = ("# The candidate computes in BF16, which ONNX Runtime's CPU has almost no kernels for: its --onnxrt "
+                "line fails to load there\n# (trtverify emulates BF16 as a GPU rounds it); run it with --trt or on a "
+                "GPU provider.\n")  # fmt: skip
     nodes = list(dict.fromkeys(label(n) for m in (r.ref_model, r.cand_model) for n in plugin_nodes(m)))
     if not nodes:
-        return ""
-    return (f"# The subgraphs hold {count(len(nodes), 'plugin node')} ({', '.join(nodes)}): "
+        return note
+    return note + (f"# The subgraphs hold {count(len(nodes), 'plugin node')} ({', '.join(nodes)}): "
             "Polygraphy's ONNX Runtime runner cannot run them;\n# build with TensorRT and the plugin's library "
             "(polygraphy --plugins LIB, trtexec --staticPlugins=LIB).\n")  # fmt: skip
 

@@ -50,6 +50,7 @@ class Trial:
     metrics: list[dict[str, float]] = field(default_factory=list)  # per sample
     failed: list[list[str]] = field(default_factory=list)  # per sample: the checks it fails
     ref_drift: float = 0.0  # the cut reference's output against the whole reference's, largest |difference|
+    ran: Any = None  # what _outputs gave (the feeds, both cuts' outputs, the models): the bundle writes it
 
     @property
     def fails(self) -> bool:
@@ -163,6 +164,9 @@ def reduce(
             if isinstance(matched, str):
                 t.why_not = matched
             else:
+                # the levels the search may try next (up to 2k + 1) are captured in the same run of the reference
+                ahead = {n for j in range(k, levels.end(2 * k + 1) + 1) for n in levels.at(j).inputs}
+                captured.get(sorted(ahead | set(cut.inputs) | {cut.target}))
                 _run(t, ref, cand, captured, checks_for(matched.target), options, ref_types, cand_types)
             if progress is not None:
                 verdict = t.why_not or ("fails" if t.fails else "passes")
@@ -191,8 +195,7 @@ def reduce(
             "smaller cut fed the reference's values passes): the error accumulates over the graph, and no "
             "subgraph shows it; report the whole model with the layerwise results instead"
         )
-    return _reduction(t, list(tried.values()), ref, cand, captured, checks_for, options, record, ref_types,
-                      cand_types)  # fmt: skip
+    return _reduction(t, list(tried.values()), ref, cand, checks_for, record)
 
 
 class _Levels:
@@ -291,7 +294,8 @@ def _run(
     t: Trial, ref: LightModel, cand: LightModel, captured: Captured, checks: Sequence[Check],
     options: OnnxRuntimeOptions, ref_types: dict[str, int], cand_types: dict[str, int]
 ) -> None:  # fmt: skip
-    feeds, ref_outs, cand_outs, _ = _outputs(t, ref, cand, captured, options, ref_types, cand_types)
+    t.ran = _outputs(t, ref, cand, captured, options, ref_types, cand_types)
+    feeds, ref_outs, cand_outs, _ = t.ran
     extra = extras_for(checks)
     for feed, a, b in zip(feeds, ref_outs, cand_outs):
         t.ref_drift = max(t.ref_drift, float(np.max(np.abs(a.astype(np.float64) - feed[t.cut.target]))) if a.size
@@ -313,13 +317,11 @@ def _run(
 
 
 def _reduction(
-    t: Trial, trials: list[Trial], ref: LightModel, cand: LightModel, captured: Captured,
-    checks_for: Callable[[str], Sequence[Check]], options: OnnxRuntimeOptions, record: LayerwiseCandidate,
-    ref_types: dict[str, int], cand_types: dict[str, int]
+    t: Trial, trials: list[Trial], ref: LightModel, cand: LightModel,
+    checks_for: Callable[[str], Sequence[Check]], record: LayerwiseCandidate
 ) -> Reduction:  # fmt: skip
     assert t.matched is not None
-    feeds, ref_outs, cand_outs, (ref_model, cand_model) = _outputs(t, ref, cand, captured, options, ref_types,
-                                                                   cand_types)  # fmt: skip
+    feeds, ref_outs, cand_outs, (ref_model, cand_model) = t.ran
     worst = t.worst()
     row = next((r for r in record.rows if r.tensor == t.cut.target), None)
     rc = record.root_causes[0] if record.root_causes else None
