@@ -151,6 +151,7 @@ def write_bundle(r: Reduction, out: Path, name: str, model_names: tuple[str, str
         "failing_samples": sum(1 for f in r.trial.failed if f),
         "metrics": m,
         "failed": r.trial.failed[r.sample],
+        "reference_cut_drift": r.trial.ref_drift,
         "whole_model_metrics": r.full_metrics,
         "checks": [f"{c.key} {c.op} {c.threshold:g}" for c in r.checks],
         "polygraphy_tolerances": {"atol": atol, "rtol": rtol},
@@ -212,7 +213,7 @@ when cut; this one the most).
 
 **On its own** the candidate's subgraph gives rel_l2 {_fmt(m.get("rel_l2"))}, cosine {_fmt(m.get("cosine"))},
 max |diff| {_fmt(m.get("max_abs"))} (fails {", ".join(s["failed"])}); the reference's subgraph gives the whole
-reference's values.
+reference's values (largest difference {_fmt(s["reference_cut_drift"])}).
 
 **Reproduce** (files in this folder):
 
