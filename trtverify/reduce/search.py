@@ -190,10 +190,11 @@ def reduce(
     only_inputs = all(i in ref.info.inputs for i in t.cut.inputs)
     held = size(ref.info, t.cut.nodes)
     if only_inputs and held > max_fraction * total:
+        smaller = "every smaller cut fed the reference's values passes" if found else "from the root cause on"
         raise Refused(
-            f"'{first.target}' fails only when the graph runs from its inputs ({held} of {total} nodes; every "
-            "smaller cut fed the reference's values passes): the error accumulates over the graph, and no "
-            "subgraph shows it; report the whole model with the layerwise results instead"
+            f"'{first.target}' fails only when the graph runs from its inputs ({held} of {total} nodes; {smaller}): "
+            "the error accumulates over the graph, and no subgraph shows it; report the whole model with the "
+            "layerwise results instead"
         )
     return _reduction(t, list(tried.values()), ref, cand, checks_for, record)
 
