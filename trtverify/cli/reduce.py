@@ -31,7 +31,8 @@ from trtverify.util.words import count
     "--out",
     "out_dir",
     type=click.Path(path_type=Path, file_okay=False),
-    help="The bundle's folder [default: reduce-<candidate> beside results.json].",
+    help="The bundle's folder [default: reduce-<candidate> beside results.json; for a suite, "
+    "reports/<suite name>/reduce-<candidate>].",
 )
 @QUIET
 def reduce(
@@ -39,10 +40,10 @@ def reduce(
 ) -> None:
     """Cut the smallest subgraph that still shows a layerwise divergence, and write a bug-report bundle.
 
-    SOURCE is a layerwise run's results.json (or its folder), or a suite: its layerwise stage runs first (into
-    reports/<suite name>/). The bundle holds both subgraphs, inputs, reference outputs, the trtexec and Polygraphy
-    commands that reproduce the divergence, the versions and REPORT.md. Exit 0: bundle written; 1: no subgraph
-    smaller than the model fails (the reason is printed); 2: bad input.
+    SOURCE is a layerwise run's results.json (or its folder), or a suite: its layerwise stage runs first (with
+    --candidate, on that candidate alone), into BUNDLE/run/. The bundle holds both subgraphs, inputs, reference
+    outputs, the trtexec and Polygraphy commands that reproduce the divergence, the versions and REPORT.md. Exit 0:
+    bundle written; 1: no subgraph smaller than the model fails (the reason is printed); 2: bad input.
     """
     import sys
 
