@@ -109,18 +109,6 @@ def _walk(info: GraphIndex, start: list[int], step: Any) -> set[int]:
     return seen
 
 
-def levels(info: GraphIndex, first: Cut, values: set[str]) -> list[Cut]:
-    """`first`, then each cut grown by the producers of the previous one's fed intermediate tensors, until only
-    graph inputs are fed (the target's whole upstream graph)."""
-    out = [first]
-    while True:
-        cut = out[-1]
-        grow = {info.producers[t].index for t in cut.inputs if t in info.producers}
-        if not grow:
-            return out
-        out.append(close(info, set(cut.nodes) | grow, values, cut.target))
-
-
 def match(cand: GraphIndex, cut: Cut, pairs: Mapping[str, str], outside: set[str]) -> Matched | str:
     """The candidate's nodes that compute the image of `cut.target` from the images of the cut's inputs, walking
     back through what the candidate alone has (Q/DQ, casts, constants); or why there are none. `outside`: the
