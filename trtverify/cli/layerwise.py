@@ -98,6 +98,13 @@ from trtverify.cli.options import PLUGIN, QUIET, OnnxFile, Several, plugin_map, 
     type=click.Path(path_type=Path, file_okay=False),
     help="Output folder [default: reports/layerwise-<reference name>].",
 )
+@click.option(
+    "--reduce",
+    "reduce_to",
+    is_flag=True,
+    help="Where a candidate diverges: cut the smallest subgraph that still fails and write a bug-report bundle into "
+    "OUT/reduce-<candidate> (docs/reduce.md).",
+)
 @PLUGIN
 @QUIET
 def layerwise(
@@ -118,6 +125,7 @@ def layerwise(
     memory_budget: float | None,
     root_causes: int | None,
     out_dir: Path | None,
+    reduce_to: bool,
     plugins: tuple[str, ...],
     quiet: bool,
 ) -> None:
@@ -170,4 +178,12 @@ def layerwise(
         layer_info=layer_info,
         unmarked=[_unmarked(u) for u in unmarked],
     )
-    execute(load_suite(path), out, RunOptions(stages=("layerwise",)), quiet=quiet)
+    try:
+        execute(load_suite(path), out, RunOptions(stages=("layerwise",)), quiet=quiet)
+    except SystemExit as done:
+        if not reduce_to or done.code != 1:
+            raise
+        from trtverify.cli.reduce import reduce_each
+
+        reduce_each(out / "results.json", quiet)
+        raise

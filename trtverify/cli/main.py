@@ -449,6 +449,7 @@ def _register() -> None:
     from trtverify.cli.engine import engine
     from trtverify.cli.init import init
     from trtverify.cli.layerwise import layerwise
+    from trtverify.cli.reduce import reduce
     from trtverify.cli.repair import convert, repair
     from trtverify.cli.validate import validate
 
@@ -460,6 +461,7 @@ def _register() -> None:
     cli.add_command(convert)
     cli.add_command(engine)
     cli.add_command(capture)
+    cli.add_command(reduce)
 
 
 _register()

@@ -45,6 +45,27 @@ def polygraphy_inputs(feeds: Sequence[dict[str, np.ndarray]], path: Path) -> Non
     atomic_write_text(path, json.dumps(doc))
 
 
+def polygraphy_outputs(iterations: Sequence[dict[str, np.ndarray]], path: Path, runner: str) -> None:
+    """Polygraphy's RunResults JSON (`--save-outputs`, read by `--load-outputs`): one runner, an IterationResult of
+    `iterations`' arrays each, arrays as in `polygraphy_inputs`."""
+    its = [{"outputs": {n: {"array": b64_npy(a), "polygraphy_class": "ndarray"} for n, a in it.items()},
+            "runtime": 0.0, "runner_name": runner, "polygraphy_class": "IterationResult"}
+           for it in iterations]  # fmt: skip
+    atomic_write_text(path, json.dumps({"lst": [[runner, its]], "polygraphy_class": "RunResults"}))
+
+
+def raw_files(folder: Path, arrays: dict[str, np.ndarray], under: str) -> dict[str, str]:
+    """One raw file per array as trtexec's --loadInputs and --loadRefOutputs read them (its bytes, C order, little
+    endian), named by `escape_name`: {name: its path, `under` + the file's name}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, value in arrays.items():
+        arr = np.ascontiguousarray(value, dtype=np.asarray(value).dtype.newbyteorder("<"))
+        atomic_write(folder / f"{escape_name(name)}.bin", lambda fh, arr=arr: fh.write(arr.tobytes()))
+        out[name] = f"{under}{escape_name(name)}.bin"
+    return out
+
+
 def _rows(
     feeds: Sequence[dict[str, np.ndarray]],
     ranks: dict[str, int | None],
@@ -231,10 +252,7 @@ def write_kit(
     out.mkdir(parents=True, exist_ok=True)
     polygraphy_inputs([*feeds, *(c.feed for c in extra)], out / "inputs.json")
     raw = out / "trtexec"
-    raw.mkdir(exist_ok=True)
-    for n in names:  # the first feed: trtexec runs one
-        arr = np.ascontiguousarray(feeds[0][n], dtype=feeds[0][n].dtype.newbyteorder("<"))
-        atomic_write(raw / f"{escape_name(n)}.bin", lambda fh, arr=arr: fh.write(arr.tobytes()))
+    raw_files(raw, {n: feeds[0][n] for n in names}, "trtexec/")  # the first feed: trtexec runs one
     refs, refs_note = _reference_outputs(reference, feeds[0], raw / "ref")
     rows, batch = _rows(feeds, ranks, declared)
     buf = io.BytesIO()
@@ -293,16 +311,8 @@ def _reference_outputs(reference: Path, feed: dict[str, np.ndarray], folder: Pat
         values = session.run(names, feed)
     except Exception as exc:  # noqa: BLE001 - the kit is still useful without them: say why
         return {}, f"ONNX Runtime could not run {reference.name} here ({type(exc).__name__}: {str(exc)[:200]})"
-    folder.mkdir(parents=True, exist_ok=True)
-    refs = {}
-    for name, value in zip(names, values):
-        arr = np.asarray(value)
-        if arr.dtype.kind not in "biuf":
-            continue
-        arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
-        atomic_write(folder / f"{escape_name(name)}.bin", lambda fh, arr=arr: fh.write(arr.tobytes()))
-        refs[name] = f"trtexec/ref/{escape_name(name)}.bin"
-    return refs, ""
+    numbers = {n: np.asarray(v) for n, v in zip(names, values) if np.asarray(v).dtype.kind in "biuf"}
+    return raw_files(folder, numbers, "trtexec/ref/"), ""
 
 
-__all__ = ["named_kit", "polygraphy_inputs", "readme", "write_kit"]
+__all__ = ["named_kit", "polygraphy_inputs", "polygraphy_outputs", "raw_files", "readme", "write_kit"]

@@ -78,7 +78,7 @@ def loosest(precision: str) -> str:
     return max(precision.split("+"), key=LOOSEST_LAST.index)
 
 
-def _checks_for(cfg: LayerwiseStage, candidate: str, precision: str) -> tuple[Callable[[str], Sequence[Check]], str]:
+def checks_of(cfg: LayerwiseStage, candidate: str, precision: str) -> tuple[Callable[[str], Sequence[Check]], str]:
     """The checks of each tensor, and where the candidate's checks come from."""
     if candidate in cfg.candidate_checks:
         base, source = cfg.candidate_checks[candidate], "stages.layerwise.candidate_checks"
@@ -341,7 +341,7 @@ def _candidate(
         paired, paired_check = coverage(name, ref, structure, cand_names, resolved, cfg, failed)
         timings[f"{name}.pairing_s"] = time.perf_counter() - t0
         precision = candidate_precision(spec, suite.backends, source)
-        checks_for, checks_source = _checks_for(cfg, name, precision)
+        checks_for, checks_source = checks_of(cfg, name, precision)
         dets = detections.plan(ref, pairing.pairs, cfg.detections)
         series, observed, chunks = _compare(ctx, backend, name, ref, samples, pairing, checks_for, timings, dets)
         ranges = quant_ranges.report(ref, structure, pairing.pairs, samples) if onnx_graph else []
@@ -470,7 +470,7 @@ def run(ctx: StageContext) -> LayerwiseResult:
             else:
                 notes.append(f"backends.tensorrt.calibration_cache {cache}: not there after the candidates ran, "
                              "so no range of it was judged")  # fmt: skip
-    pairs = consistency.between(candidates, suite.models.candidates, lambda n, p: _checks_for(cfg, n, p)[0], ref)
+    pairs = consistency.between(candidates, suite.models.candidates, lambda n, p: checks_of(cfg, n, p)[0], ref)
     if broken and not candidates:  # nothing compared: the stage's error
         raise BackendError("; ".join(f"{n}: {exc}" if len(broken) > 1 else str(exc) for n, exc in broken))
     for n, exc in broken:

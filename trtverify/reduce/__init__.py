@@ -1,0 +1,1 @@
+"""`trtverify reduce`: the smallest subgraph that still shows a layerwise divergence, and its bug-report bundle."""
