@@ -209,6 +209,7 @@
   View.prototype.drawNode = function (layer, n, p) {
     var v = this, err = v.m.itemErr(n, v.metric), rank = v.m.rank[n.i];
     var g = el("g", { "class": ["gv-node"].concat(v.marks(n)).join(" "), transform: "translate(" + (p.x - W / 2) + "," + (p.y - H / 2) + ")", "data-pos": n.i, "data-topo": n.topo, tabindex: "0" }, layer);
+    if (rank) g.setAttribute("data-rank", rank);
     var stroke = n.i === v.m.d.first ? "#5b1fb0" : rank ? "#b45f00" : n.flags & F.FAIL ? "#b42318" : "#8a93a6";
     var rect = el("rect", { width: W, height: H, rx: 5, fill: n.flags & F.INDEX ? "url(#" + v.box.id + "-hatch)" : fill(err), stroke: stroke,
       "stroke-width": rank || n.i === v.m.d.first ? 3 : n.flags & F.FAIL ? 1.8 : 1 }, g);
