@@ -5,6 +5,7 @@ leading to its row. Also, without a browser: what the graph costs results.json a
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from tests.report.test_browser import ARTIFACTS, browser, console_errors, open_r
 from tests.stages.test_layerwise import plant, suite_text, to_fp16
 from trtverify.cli.run import run_and_record
 from trtverify.config.loader import load_suite
+from trtverify.report import graphview
 from trtverify.report.html import render
 from trtverify.runner import RunOptions
 from trtverify.util.fsutil import to_json
@@ -69,6 +71,24 @@ def test_dagre_is_inlined_only_into_reports_with_a_graph(failing_run: Path):
     assert "Chris Pettitt" in with_graph and 'class="graph-view"' in with_graph
     assert "Chris Pettitt" not in without and 'class="graph-view"' not in without and "dagre" not in without
     assert len(with_graph) - len(without) < 90_000  # dagre 49 KB, the view's script and this graph's data
+
+
+def test_vendored_dagre_is_the_recorded_build_inlined_with_its_licence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    readme = (graphview.DAGRE_JS.parent / "README.md").read_text(encoding="utf-8")
+    digest = hashlib.sha256(graphview.DAGRE_JS.read_bytes()).hexdigest()
+    assert f"`dagre.min.js` | `{digest}`" in readme
+    graphview.graph_js.cache_clear()
+    js = graphview.graph_js()
+    assert js.startswith("/*! dagre (@dagrejs/dagre 3.1.3") and "Permission is hereby granted" in js
+    assert "sourceMappingURL" not in js and "LEGAL.txt" not in js and "var dagre=" in js
+    bad = tmp_path / "graphview.js"
+    bad.write_text('var s = "</script>";')
+    monkeypatch.setattr(graphview, "GRAPH_JS", bad)
+    graphview.graph_js.cache_clear()
+    with pytest.raises(RuntimeError, match="cannot be inlined"):
+        graphview.graph_js()
+    monkeypatch.undo()
+    graphview.graph_js.cache_clear()
 
 
 def test_the_view_script_has_nothing_jinja_or_html_would_read():
