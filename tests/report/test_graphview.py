@@ -187,6 +187,15 @@ def test_demo_detector_graph_in_chromium(browser: Any, detector_run: Path):  # n
     # 37 nodes: all of them drawn in the default view; the whole graph folds them by name (stage1, ...)
     assert got["near"]["nodes"] == len(cand["graph"]["topo"]) == 37
     assert got["whole"]["groups"] > 0 and got["whole"]["items"] < 37
+    # the INT8 candidate: its own root cause in view, INT8 and FP32 badges
+    _show(browser, "lw-graph-0-1")
+    int8 = _state(browser, "lw-graph-0-1")
+    assert int8["ms"] < LIMIT_MS and _in_view(int8), int8
+    badges = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#lw-graph-0-1 .gv-badge')).map(t => t.textContent)"
+    )
+    assert {"I8", "32"} <= set(badges)
+    browser.save_screenshot(str(ARTIFACTS / "graphview_detector_int8.png"))
 
 
 @pytest.mark.browser

@@ -182,7 +182,12 @@
     var layer = { clusters: el("g", {}, vp), edges: el("g", { "class": "gv-edges" }, vp), nodes: el("g", {}, vp) };
     shown.clusters.forEach(function (c) { v.drawCluster(layer.clusters, c, g.node(c.id)); });
     shown.edges.forEach(function (e) {
-      var pts = g.edge(e[0].id, e[1].id).points, d = "M" + pts.map(function (p) { return p.x.toFixed(1) + "," + p.y.toFixed(1); }).join("L");
+      // across one rank dagre's middle point (and so its ends) can swing far aside: a curve from bottom to top instead
+      var pts = g.edge(e[0].id, e[1].id).points, u = g.node(e[0].id), w = g.node(e[1].id);
+      var a = pts.length <= 3 ? { x: u.x, y: u.y + H / 2 } : pts[0], b = pts.length <= 3 ? { x: w.x, y: w.y - H / 2 } : pts[pts.length - 1];
+      var my = ((a.y + b.y) / 2).toFixed(1);
+      var d = pts.length <= 3 ? "M" + a.x.toFixed(1) + "," + a.y.toFixed(1) + "C" + a.x.toFixed(1) + "," + my + " " + b.x.toFixed(1) + "," + my + " " + b.x.toFixed(1) + "," + b.y.toFixed(1)
+        : "M" + pts.map(function (p) { return p.x.toFixed(1) + "," + p.y.toFixed(1); }).join("L");
       el("path", { d: d, "class": "gv-edge", "marker-end": "url(#" + v.box.id + "-arrow)" }, layer.edges);
     });
     v.at = {};
