@@ -72,7 +72,7 @@
       var size = Math.ceil(g.kids.length / GROUP_MAX), runs = [];
       for (var s = 0; s < g.kids.length; s += size) {
         var kids = g.kids.slice(s, s + size), run = { key: g.key + "#" + s, id: "g" + g.key + "#" + s, isGroup: true, isRun: true, kids: kids, members: [], parent: g,
-          label: short(kids[0]) + " … " + short(kids[kids.length - 1]) };
+          label: clip(short(kids[0]), 12) + " … " + clip(short(kids[kids.length - 1]), 12) };
         kids.forEach(function (k) { k.parent = run; });
         runs.push(run);
         m.fold(run);
@@ -113,6 +113,8 @@
   // ---- one view of one candidate's graph
   function View(box) {
     var v = this;
+    box.getBoundingClientRect();  // the page's first layout (a long tensor table's) is not the graph's time
+    var t0 = performance.now();
     v.box = box;
     v.m = new Model(JSON.parse(document.getElementById(box.dataset.src).textContent));
     v.svg = box.querySelector("svg.graph-svg");
@@ -124,6 +126,7 @@
     v.t = { s: 1, x: 0, y: 0 };
     v.wire();
     v.render(v.m.seeds[0]);
+    box.dataset.initMs = (performance.now() - t0).toFixed(1);  // reading the data, grouping, the first drawing
   }
   // nodes within HOPS edges of each seed, the nearest first, at most NEAR_MAX around each
   View.prototype.near = function () {
