@@ -255,7 +255,9 @@
         el("rect", { width: 32, height: 12, rx: 6 }, hg);
         text(hg, 16, 9.5, "gv-more-t", "+" + h[0].length + " " + h[2]);
         el("title", {}, hg).textContent = "show " + h[0].length + " more " + (h[2] === "▲" ? "inputs" : "readers");
-        hg.addEventListener("click", function (ev) { ev.stopPropagation(); h[0].forEach(function (u) { v.focus[u] = true; }); v.render(n.i); });
+        var more = function (ev) { ev.stopPropagation(); h[0].forEach(function (u) { v.focus[u] = true; }); v.render(n.i); };
+        hg.addEventListener("click", more);
+        hg.addEventListener("keydown", function (ev) { if (ev.key === "Enter") more(ev); });
       });
     }
   };
@@ -270,7 +272,9 @@
     text(g, 7, 32, "gv-name" + (dark ? " gv-dark" : ""), it.members.length + " nodes · worst " + (err[0] === 2 ? "non-finite" : fmt(err[1])));
     el("title", {}, g).textContent = (it.isRun ? it.parent.key || "graph" : it.key) + ": " + it.members.length + " nodes" +
       (hasRoot ? ", root cause #1" : "") + (hasFirst ? ", first divergence" : "") + "\nclick: unfold";
-    g.addEventListener("click", function () { v.expanded[it.key] = true; v.render(m.first(it)); });
+    var unfold = function () { v.expanded[it.key] = true; v.render(m.first(it)); };
+    g.addEventListener("click", unfold);
+    g.addEventListener("keydown", function (ev) { if (ev.key === "Enter") unfold(); });
   };
   // an unfolded group: a box round its items, its title at the top, left and right in turn by depth (nested boxes'
   // tops are only a few pixels apart)
