@@ -223,7 +223,6 @@
       "stroke-width": rank || n.i === v.m.d.first ? 3 : n.flags & F.FAIL ? 1.8 : 1 }, g);
     if (n.flags & F.PLUGIN) rect.setAttribute("stroke-dasharray", "5 3");
     var dark = err[0] === 2 || (err[0] === 1 && err[1] >= EDGES[EDGES.length - 1]);
-    text(g, 7, 16, "gv-op" + (dark ? " gv-dark" : ""), n.op + (n.flags & F.PLUGIN ? " (plugin)" : ""));
     text(g, 7, 32, "gv-name" + (dark ? " gv-dark" : ""), clip(n.name, 27));
     var bx = W - 4;
     if (n.prec) {
@@ -233,6 +232,8 @@
       text(g, bx + 11, 14, "gv-badge", label);
     }
     if (n.flags & F.KEPT) { bx -= 34; el("rect", { x: bx, y: 4, width: 32, height: 13, rx: 3, fill: "#1f7a4d" }, g); text(g, bx + 16, 14, "gv-badge", "keep"); }
+    var op = n.op + (n.flags & F.PLUGIN ? " (plugin)" : ""), room = Math.floor((bx - 10) / 6.6);  // 11px bold
+    text(g, 7, 16, "gv-op" + (dark ? " gv-dark" : ""), op.length > room ? op.slice(0, room - 1) + "…" : op);
     if (rank) { el("rect", { x: -2, y: -12, width: 30, height: 13, rx: 3, fill: "#b45f00" }, g); text(g, 13, -2, "gv-badge", "#" + rank); }
     if (n.i === v.m.d.first) { el("rect", { x: 30, y: -12, width: 64, height: 13, rx: 3, fill: "#5b1fb0" }, g); text(g, 62, -2, "gv-badge", "first div."); }
     var e = v.m.err(n, "acc"), l = v.m.err(n, "local"), tip = [n.name, n.op + " · #" + n.topo + (n.prec ? " · " + n.prec : "")];
