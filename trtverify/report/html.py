@@ -18,6 +18,7 @@ from markupsafe import Markup
 from trtverify.compare.checks import nonfinite_words
 from trtverify.config.registry import STAGES
 from trtverify.report.format import breakable, fmt, fmt_metric, margin, num, pow10, sort_value
+from trtverify.report.graphview import graph_data, graph_js
 from trtverify.report.kinds import with_layers
 from trtverify.report.links import Link, build_links, engine_layer_id, layer_id, perf_links, row_id
 from trtverify.report.text import cause_text, divergence_text, high_lint, latency_text
@@ -179,6 +180,7 @@ def _layerwise_view(
         "marks": marks,
         "layers": [to_layers.get(rid, []) for rid in ids],
         "any_layers": any(rid in to_layers for rid in ids),
+        "graph": graph_data(cand, row_id(ci, 0, si)[:-1]),  # row ids end in the topological index
     }
 
 
@@ -320,6 +322,7 @@ def render(results: Results) -> str:
         row_id=row_id,
         high_lint=high_lint(results),
         chart_js=Markup(chart_js()),
+        graph_js=Markup(graph_js()) if any(v["graph"] for v in layerwise.values()) else "",
         # each stage's own templates, by name (its registry entry's `partial` and `causes`)
         partials={e.name: e.partial for e in STAGES.entries() if e.partial is not None},
         causes={e.name: e.causes for e in STAGES.entries() if e.causes is not None},

@@ -12,6 +12,7 @@ from trtverify.stages.base import StageResult
 from trtverify.stages.baseline import VsBaseline
 from trtverify.stages.layerwise.capmodels import CapturePair
 from trtverify.stages.layerwise.detmodels import DetectionRow
+from trtverify.stages.layerwise.graphmodels import NodeGraph
 from trtverify.util.record import Record, optional
 
 
@@ -257,6 +258,7 @@ class LayerwiseCandidate(Record):
         "its worst tensor's rel_l2 against the stored baseline's (max_increase_vs_baseline; after --update-baseline: "
         "what was written)"
     )
+    graph: NodeGraph | None = optional("the reference's dataflow graph with this candidate's errors, types and marks")
     passed: bool
 
 

@@ -38,7 +38,7 @@ from trtverify.graph.onnxinfo import load_onnx
 from trtverify.lint.findings import LintFinding
 from trtverify.lint.linter import LOOSEST_LAST, lint_candidate, node_precisions, precision_label, precision_parts
 from trtverify.stages.base import StageContext, status_of
-from trtverify.stages.layerwise import capnotes, consistency, detections, drift, selection, statrows
+from trtverify.stages.layerwise import capnotes, consistency, detections, drift, nodegraph, selection, statrows
 from trtverify.stages.layerwise import plugins as around_plugins
 from trtverify.stages.layerwise import ranges as quant_ranges
 from trtverify.stages.layerwise.localize import Evidence, root_causes
@@ -104,19 +104,9 @@ def _lint_checks(name: str, fail_on: Sequence[str], findings: list[LintFinding])
         first = fs[0]
         because = "; TensorRT is why" if LINT_KINDS.get(kind) else ""
         detail = {"kind": kind, "severity": first.severity, "first_node": first.node, "message": first.message}
-        out.append(
-            limit_check(
-                f"{name}: lint {kind} ({first.severity}{because}) at {first.node or first.tensor}",
-                NAME,
-                "lint_findings",
-                len(fs),
-                0,
-                "<=",
-                candidate=name,
-                tensor=first.tensor,
-                detail=detail,
-            )
-        )
+        what = f"{name}: lint {kind} ({first.severity}{because}) at {first.node or first.tensor}"
+        where = {"candidate": name, "tensor": first.tensor, "detail": detail}
+        out.append(limit_check(what, NAME, "lint_findings", len(fs), 0, "<=", **where))
     for sel in fail_on:
         if sel not in hit:
             out.append(limit_check(f"{name}: lint {sel}", NAME, "lint_findings", 0, 0, "<=", candidate=name))
@@ -366,7 +356,8 @@ def _candidate(
         method, causes, not_isolated = root_causes(
             ctx, cfg.root_cause_method, backend, spec, ev, workdir, timings, name
         )
-        causes = [rc.model_copy(update={"rank": i + 1}) for i, rc in enumerate(causes)][: cfg.root_causes]
+        ranked = [rc.model_copy(update={"rank": i + 1}) for i, rc in enumerate(causes)]
+        causes = ranked[: cfg.root_causes]  # every node's own error stays on the graph (nodegraph)
         more, consistent = consistency.within(name, backend, spec, loosest(precision), ref, len(samples))
         checks += more  # a capture against itself (its consistency feeds) and against its outputs-only capture
         if last:  # no candidate needs the reference's values any more: the lint runs without them in memory
@@ -384,7 +375,8 @@ def _candidate(
         )
         checks += _lint_checks(name, cfg.lint.fail_on, lint)
     reason = "not in the candidate graph" if onnx_graph else backend.unexposed
-    mix = Counter(node_precisions(source if source is not None else Path(spec.path)).values()) if onnx_graph else None
+    per_node = node_precisions(source if source is not None else Path(spec.path)) if onnx_graph else None
+    mix = Counter(per_node.values()) if per_node else None
     result = LayerwiseCandidate(
         name=name,
         backend=spec.backend,
@@ -412,6 +404,7 @@ def _candidate(
         ranges=ranges or None,
         lint=lint,
         consistency=consistent or None,
+        graph=nodegraph.build(ref.graph, rows, ranked, per_node),
         passed=all(ch.passed for ch in checks),
     )
     return result, checks
