@@ -15,7 +15,7 @@ from tests.conftest import ROOT, write_suite
 from tests.report import bigmodel
 from tests.report.conftest import HOSTILE, load, typed
 from tests.report.test_browser import ARTIFACTS, browser, console_errors, open_report  # noqa: F401 - the fixture
-from tests.stages.test_layerwise import plant, suite_text, to_fp16
+from tests.stages.layerwise.test_layerwise import plant, suite_text, to_fp16
 from trtverify.cli.run import run_and_record
 from trtverify.config.loader import load_suite
 from trtverify.report import graphview

@@ -12,7 +12,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.conftest import ROOT
-from tests.stages.test_layerwise import CNN_INPUTS, DEMO, plant, run_layerwise, suite_text, to_fp16
+from tests.stages.layerwise.test_layerwise import CNN_INPUTS, DEMO, plant, run_layerwise, suite_text, to_fp16
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.stages.layerwise.nodegraph import build
 
