@@ -10,7 +10,8 @@ Each trial is one evaluation of the lowered model with one keep-list:
 
 The output error is the worst rel_l2 over the model's outputs, on the search's rows; non-finite counts as infinite
 (a trial that makes the output finite again removes all of it, one that keeps it non-finite none). A row's score is
-the larger share (a node that needs a partner to fix the output still shows, lowered alone, what it breaks); rows
+the larger share, at most 1 (a node that needs a partner to fix the output still shows, lowered alone, what it
+breaks; lowered alone, a node can cause more error than the whole lowered model, whose later rounding hides it); rows
 whose keeping alone passes the target come first. The suspects are repair's seeds, then the nodes the lowered model
 shows non-finite or reading an overflowing cast, then the nodes adding the most error (layerwise's amplification
 ranking: output rel_l2 minus the inputs' largest), at most `suspects` of them; the op types are those of the lowered
@@ -60,7 +61,7 @@ class Trial(Record):
     lowered_alone_passes: bool | None = optional("the target passes with it alone lowered")
     share_kept: float | None = optional("share of the lowered model's output error keeping it alone removes")
     share_lowered: float | None = optional("share of the lowered model's output error lowering it alone causes")
-    score: float = Field(description="the larger share (0 where neither was tried)")
+    score: float = Field(description="the larger share, at most 1 (0 where neither was tried)")
     rank: int = 0
 
 
@@ -198,7 +199,7 @@ def table(
             err = output_error(ev, ref.outputs)
             shares.append(_share_caused(base, err))
             row.update(lowered_alone=_finite(err), lowered_alone_passes=ev.passed, share_lowered=shares[-1])
-        return Trial(**row, score=max(shares, default=0.0))
+        return Trial(**row, score=min(1.0, max(shares, default=0.0)))
 
     chosen, not_tried = suspects(ref, before, seeds, order, bound)
     stopped: str | None = None

@@ -16,7 +16,7 @@ def _err(value: float | None, passes: bool | None) -> str:
 
 
 def _share(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0%}"
+    return "-" if value is None else f"{0.0 if abs(value) < 0.005 else value:.0%}"
 
 
 def _row(r: Trial, width: int) -> str:
@@ -50,7 +50,7 @@ def sensitivity_lines(s: Sensitivity) -> list[str]:
         out.append(f"            {tool}: {path}")
     if s.not_tried:
         first = "; ".join(f"{k}: {v}" for k, v in list(s.not_tried.items())[:3])
-        out.append(f"            not tried: {count(len(s.not_tried), 'suspect')} ({first})")
+        out.append(f"            not tried: {count(len(s.not_tried), 'entry')} ({first})")
     out.append(
         f"            {s.untried_lowered} of the {count(s.lowered, 'lowered node')} not in the table (no added error, "
         "or beyond the bound)"
