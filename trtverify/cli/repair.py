@@ -190,6 +190,7 @@ def repair(
             f"--precision {precision}: trtverify lowers to fp16 and int8 itself; pass the {precision} model ModelOpt "
             "made as --candidate, or --tool modelopt (docs/making-candidates.md)"
         )
+    table = {"suspects": sensitivity_suspects, "max_trials": sensitivity_trials, "seconds": sensitivity_seconds}
     path = repair_suite(
         out,
         reference,
@@ -205,8 +206,7 @@ def repair(
         holdout=holdout,
         plugins=plugin_map(plugins),
         method="auto" if tool == "modelopt" else method,
-        sensitivity={"suspects": sensitivity_suspects, "max_trials": sensitivity_trials,
-                     "seconds": sensitivity_seconds} if sensitivity else None,  # fmt: skip
+        sensitivity=table if sensitivity else None,
     )
     execute(load_suite(path), out, RunOptions(stages=("repair",)), quiet=quiet)
 

@@ -52,7 +52,8 @@ def repair(
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-ref-") as tmp:
         rec, made = _repair(reference, precision, samples, checks, out, tensors, calibration, candidate,
-                            max_evaluations, progress, extra, target, holdout, t0, Path(tmp), onnxruntime, method)  # fmt: skip
+                            max_evaluations, progress, extra, target, holdout, t0, Path(tmp), onnxruntime,
+                            method)  # fmt: skip
         if sensitivity is None:
             return rec
         ref, result = made

@@ -78,7 +78,9 @@ class Sensitivity(Record):
     exclude_passes: bool | None = Field(description="the target passes with the exclusion list kept (null: not run)")
     exclude_why: str
     not_tried: dict[str, str] = omitted(dict, "suspects and op types not tried, and why")
-    untried_lowered: int = Field(description="lowered nodes that were not suspects (no added error, or beyond the bound)")
+    untried_lowered: int = Field(
+        description="lowered nodes that were not suspects (no added error, or beyond the bound)"
+    )
     lowered: int = Field(description="lowered nodes (those keeping can change)")
     trials: int = Field(description="evaluations made")
     seconds: float
@@ -149,7 +151,9 @@ def suspects(
     for a, node in added:
         found.setdefault(node, f"adds rel_l2 {a:.3g}")
     chosen = dict(list(found.items())[:bound])
-    beyond = {n: f"beyond the bound of {count(bound, 'suspect')} ({why})" for n, why in found.items() if n not in chosen}
+    beyond = {
+        n: f"beyond the bound of {count(bound, 'suspect')} ({why})" for n, why in found.items() if n not in chosen
+    }
     return chosen, beyond
 
 
@@ -278,8 +282,10 @@ def _exclusion(
     else:
         why = f"keeping all {count(len(scored), 'node')} with a score does not pass"
     floor = [r.name for r in nodes if r.score >= SCORE_FLOOR]
-    return floor, False if why.startswith("keeping") else None, (
-        f"no prefix passed ({why}): the nodes accounting for at least {SCORE_FLOOR:.0%} of the error, not verified"
+    return (
+        floor,
+        False if why.startswith("keeping") else None,
+        (f"no prefix passed ({why}): the nodes accounting for at least {SCORE_FLOOR:.0%} of the error, not verified"),
     )
 
 

@@ -49,7 +49,9 @@ class RepairResult(StageResult):
     calibration: dict[str, object] | None = optional(
         "int8 made here: how it was calibrated (method, calibration_rows; auto: chosen_by, held_out_rows, figures)"
     )
-    sensitivity: Sensitivity | None = optional("the sensitivity table and its exclusion lists (stages.repair.sensitivity)")
+    sensitivity: Sensitivity | None = optional(
+        "the sensitivity table and its exclusion lists (stages.repair.sensitivity)"
+    )
 
 
 def _calibration(loaded: LoadedSuite, path: Path) -> list[dict[str, np.ndarray]]:

@@ -35,9 +35,8 @@ def sensitivity_lines(s: Sensitivity) -> list[str]:
     shown = s.nodes[:SHOWN]
     width = max((len(r.name) for r in shown), default=4)
     if shown:
-        out.append(
-            f"            {'rank':>4}  {'node':<{width}}  {'kept alone':<18}{'lowered alone':<18}{'kept':>6} {'alone':>6}"
-        )
+        head = f"{'kept alone':<18}{'lowered alone':<18}{'kept':>6} {'alone':>6}"
+        out.append(f"            {'rank':>4}  {'node':<{width}}  {head}")
         out += [_row(r, width) for r in shown]
     if len(s.nodes) > SHOWN:
         out.append(f"            ... {count(len(s.nodes) - SHOWN, 'more row')} in results.json and the report")

@@ -1,0 +1,110 @@
+"""The sensitivity table (repair/sensitivity.py) on the repair demos, with real ONNX Runtime and the demos' real
+files: its top holds repair's keep-list, its rows say what keeping and lowering each node alone does, its bounds
+hold, and the exclusion lists it writes parse as each tool reads them (ModelOpt's own pattern matcher, trtexec's
+documented --layerPrecisions grammar, trtverify's candidate recipe)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from trtverify.config.models import Candidate
+from trtverify.config.stages import Sensitivity as Options
+from trtverify.config.stages import precision_checks
+from trtverify.convert.fp16 import to_fp16
+from trtverify.repair.record import RepairRecord
+from trtverify.repair.run import repair
+
+REFERENCE = ROOT / "demo" / "fp16_repair" / "fashion_bn_fp32.onnx"  # a BatchNorm variance of 1e8 breaks FP16
+MODELOPT_INT8 = ROOT / "demo" / "modelopt" / "fashion_bn_int8.onnx"  # ModelOpt's INT8, its FP16 rest clamps it
+IMAGES = ROOT / "demo" / "fashion_mnist" / "data" / "test_subset.npz"
+
+
+def rows(n: int, batch: int) -> list[dict[str, np.ndarray]]:
+    with np.load(IMAGES, allow_pickle=False) as data:
+        images = data["images"][: n * batch].astype(np.float32) / 255.0
+    return [{"input": images[i * batch : (i + 1) * batch]} for i in range(n)]
+
+
+def run(tmp_path: Path, precision: str, candidate: Path | None = None, **opts) -> RepairRecord:
+    checks = precision_checks(precision)
+    return repair(REFERENCE, precision, rows(2, 8), checks, tmp_path / "out", candidate=candidate,
+                  sensitivity=Options(**opts))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fp16(tmp_path_factory: pytest.TempPathFactory) -> RepairRecord:
+    return run(tmp_path_factory.mktemp("fp16"), "fp16")
+
+
+def test_top_of_the_table_holds_repairs_keep_list_fp16(fp16: RepairRecord):
+    sens = fp16.sensitivity
+    assert sens is not None and fp16.passed and fp16.keep == ["/features/post_bn/BatchNormalization"]
+    top = [r.name for r in sens.nodes[: len(fp16.keep)]]
+    assert top == fp16.keep
+    first = sens.nodes[0]
+    # kept alone it passes and removes nearly all the error; lowered alone (all else FP32) it fails on its own
+    assert first.kept_alone_passes and first.share_kept > 0.99
+    assert first.lowered_alone_passes is False and first.share_lowered > 0.9
+    assert sens.baseline is not None and sens.baseline > 1  # the FP16 model's logits are wrong (rel_l2 ~2.7)
+    # no other node accounts for a tenth of it: each passes lowered alone
+    assert all(r.lowered_alone_passes and r.score < 0.1 for r in sens.nodes[1:])
+    assert sens.exclude == fp16.keep and sens.exclude_passes
+    assert [r.name for r in sens.op_types][0] == "BatchNormalization"
+    assert sens.trials <= 40 and sens.untried_lowered == sens.lowered - len(sens.nodes)
+
+
+def test_exclusion_lists_parse_as_each_tool_reads_them(fp16: RepairRecord):
+    from modelopt.onnx.quantization.graph_utils import expand_node_names_from_patterns
+
+    sens = fp16.sensitivity
+    assert sens is not None
+    model = onnx.load(str(REFERENCE))
+    names = {n.name for n in model.graph.node}
+    assert set(sens.exclude) <= names
+    files = {k: Path(v) for k, v in sens.files.items()}
+    # ModelOpt: one pattern a line, matched by ModelOpt's own function (re.match) to exactly the listed nodes
+    patterns = files["modelopt"].read_text().split()
+    assert sorted(expand_node_names_from_patterns(model.graph, patterns)) == sorted(sens.exclude)
+    # trtexec: --layerPrecisions=spec, spec ::= layerName":"precision[","spec] (trtexec --help); trtexec splits at
+    # commas, then each entry at its last colon, and TensorRT's ONNX parser names layers after the ONNX nodes
+    flags = files["trtexec"].read_text().split()
+    spec = next(f for f in flags if f.startswith("--layerPrecisions="))
+    assert re.fullmatch(r"--layerPrecisions=[^,]+:(fp32|fp16|bf16|int32|int8)(,[^,]+:(fp32|fp16|bf16|int32|int8))*",
+                        spec)  # fmt: skip
+    parsed = [entry.rsplit(":", 1) for entry in spec.split("=", 1)[1].split(",")]
+    assert [n for n, _ in parsed] == sens.exclude and {p for _, p in parsed} == {"fp32"}
+    assert "--precisionConstraints=obey" in flags
+    # trtverify: a suite candidate recipe takes the keep-list, and the FP16 lowering keeps those nodes
+    keep = yaml.safe_load(files["trtverify"].read_text())["keep"]
+    assert keep == sens.exclude
+    Candidate.model_validate({"from": "reference", "precision": "fp16", "keep": keep})
+    made = to_fp16(model, keep)
+    bn = next(n for n in made.graph.node if n.name == keep[0])
+    assert not any(i.endswith("__fp16") for i in bn.input)
+
+
+def test_modelopt_int8_candidate(tmp_path: Path):
+    rec = run(tmp_path, "int8", MODELOPT_INT8, op_types=False)
+    sens = rec.sensitivity
+    assert sens is not None and rec.passed
+    assert [r.name for r in sens.nodes[: len(rec.keep)]] == rec.keep == ["/features/post_bn/BatchNormalization"]
+    assert sens.nodes[0].kept_alone_passes and sens.exclude == rec.keep and not sens.op_types
+
+
+def test_bounds_say_what_was_not_tried(tmp_path: Path):
+    rec = run(tmp_path, "fp16", suspects=3, max_trials=3)
+    sens = rec.sensitivity
+    assert sens is not None and sens.trials == 3
+    # 3 suspects: the first has both trials, the second only kept alone, the third none; the rest are beyond the bound
+    assert len(sens.nodes) == 2 and sens.nodes[0].name == rec.keep[0]
+    assert sens.nodes[1].kept_alone_passes is False and sens.nodes[1].lowered_alone_passes is None
+    ran_out = [k for k, v in sens.not_tried.items() if "3 trials ran out" in v]
+    beyond = [k for k, v in sens.not_tried.items() if v.startswith("beyond the bound of 3 suspects")]
+    assert ran_out and beyond and sens.stopped and "3 trials" in sens.stopped
