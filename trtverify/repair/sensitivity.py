@@ -8,14 +8,16 @@ Each trial is one evaluation of the lowered model with one keep-list:
 - *lowered alone*: the node (or op type) lowered, every other lowered node kept in FP32; the share of the lowered
   model's output error it causes on its own is `share_lowered`.
 
-The output error is the worst rel_l2 over the model's outputs, on the search's rows; non-finite counts as infinite
+The output error is the worst rel_l2 over the model's float outputs (a detector's: the tensors flowing into its NMS,
+as `--method auto` judges them: calibrate.judged_tensors), on the search's rows; non-finite counts as infinite
 (a trial that makes the output finite again removes all of it, one that keeps it non-finite none). A row's score is
 the larger share, at most 1 (a node that needs a partner to fix the output still shows, lowered alone, what it
-breaks; lowered alone, a node can cause more error than the whole lowered model, whose later rounding hides it); rows
-whose keeping alone passes the target come first. The suspects are repair's seeds, then the nodes the lowered model
-shows non-finite or reading an overflowing cast, then the nodes adding the most error (layerwise's amplification
-ranking: output rel_l2 minus the inputs' largest), at most `suspects` of them; the op types are those of the lowered
-nodes, the most added error first. `max_trials` and `seconds` bound the work; what was not tried is listed, with why.
+breaks; lowered alone, a node can cause more error than the whole lowered model, whose later rounding hides it);
+rows whose keeping alone passes the target come first. The suspects are the first node the lowered model shows
+non-finite, the nodes reading an overflowing cast, then repair's seeds and the nodes adding the most error
+(layerwise's amplification ranking: output rel_l2 minus the inputs' largest) in turn, at most `suspects` of them;
+the op types are those of the lowered nodes, the most added error first. `max_trials` and `seconds` bound the work;
+what was not tried is listed, with why.
 
 The exclusion list is the shortest prefix of the node ranking (rows with a score) whose keeping passes the target,
 each prefix evaluated in turn within the same bounds; where none passed, the rows scoring at least SCORE_FLOOR,
@@ -38,6 +40,7 @@ import numpy as np
 from pydantic import Field
 
 from trtverify.config.checks import Check
+from trtverify.repair.calibrate import judged_tensors
 from trtverify.repair.evaluate import Evaluation, Reference, evaluate
 from trtverify.repair.search import Lowering, Progress, added_errors
 from trtverify.util.fsutil import atomic_write_text
@@ -136,20 +139,23 @@ def suspects(
     """(suspect node -> why, in trial order; nodes beyond the bound -> why not tried)."""
     allowed = set(lowerable)
     found: dict[str, str] = {}
-    for node, why in seeds.items():
-        if node in allowed:
-            found.setdefault(node, f"repair seed: {why}")
-    for t in before.nonfinite:
+    for t in before.nonfinite[:1]:  # the first (topological order): the others follow from it, or show later
         node = ref.graph.producers[t].node
         if node in allowed:
-            found.setdefault(node, f"output {t} non-finite")
+            found.setdefault(node, f"first non-finite output: {t}")
     for cast, readers in before.overflows.items():
         for node in readers:
             if node in allowed:
                 found.setdefault(node, f"reads {cast}, a cast to FP16 that overflows")
+    # then repair's seeds and the nodes adding the most error, in turn: many seeds (a backbone's flushed weights)
+    # must not crowd out the nodes where the error grows, nor the other way round
+    seeded = [(n, f"repair seed: {why}") for n, why in seeds.items() if n in allowed]
     added = sorted(((a, n) for n, a in added_errors(ref, before).items() if n in allowed and a > 0), reverse=True)
-    for a, node in added:
-        found.setdefault(node, f"adds rel_l2 {a:.3g}")
+    adding = [(n, f"adds rel_l2 {a:.3g}") for a, n in added]
+    for i in range(max(len(seeded), len(adding))):
+        for source in (seeded, adding):
+            if i < len(source):
+                found.setdefault(*source[i])
     chosen = dict(list(found.items())[:bound])
     beyond = {
         n: f"beyond the bound of {count(bound, 'suspect')} ({why})" for n, why in found.items() if n not in chosen
@@ -176,7 +182,8 @@ def table(
     """The sensitivity table of `lowering`'s model (see the module docstring). `before`: its evaluation with
     nothing kept (repair's first); `lowerable`: its lowered nodes, in topological order."""
     budget = Budget(max_trials, seconds, time.monotonic())
-    base = output_error(before, ref.outputs)
+    judged, judged_why = judged_tensors(ref)
+    base = output_error(before, judged)
     ops = _op_types(lowering)
     order = list(lowerable)
 
@@ -184,7 +191,7 @@ def table(
         budget.used += 1
         graph, _ = lowering.runnable(keep)
         ev = evaluate(ref, graph, samples, checks, tensors, tuple(keep))
-        err = output_error(ev, ref.outputs)
+        err = output_error(ev, judged)
         progress(f"sensitivity trial {budget.used}: {what}: output rel_l2 {err:.4g}{', passes' if ev.passed else ''}")
         return ev
 
@@ -194,13 +201,13 @@ def table(
         shares = []
         if budget.left() is None:
             ev = run(members, f"{name} kept alone")
-            err = output_error(ev, ref.outputs)
+            err = output_error(ev, judged)
             shares.append(_share_removed(base, err))
             row.update(kept_alone=_finite(err), kept_alone_passes=ev.passed, share_kept=shares[-1])
         if budget.left() is None:
             rest = [n for n in order if n not in set(members)]
             ev = run(rest, f"{name} lowered alone")
-            err = output_error(ev, ref.outputs)
+            err = output_error(ev, judged)
             shares.append(_share_caused(base, err))
             row.update(lowered_alone=_finite(err), lowered_alone_passes=ev.passed, share_lowered=shares[-1])
         return Trial(**row, score=min(1.0, max(shares, default=0.0)))
@@ -234,7 +241,7 @@ def table(
     exclude, passes, why = _exclusion(nodes, budget, run)
     return Sensitivity(
         precision=lowering.precision,
-        error="worst rel_l2 over the model outputs on the searched rows",
+        error=f"worst rel_l2 over {judged_why} on the searched rows",
         baseline=_finite(base),
         baseline_passes=before.passed,
         nodes=nodes,
