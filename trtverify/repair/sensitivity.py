@@ -283,16 +283,24 @@ def _exclusion(
         return [nodes[0].name], True, "the top node kept alone passes"
     for k in range(2, len(scored) + 1):
         if (why := budget.left()) is not None:
-            break
+            floor = [r.name for r in nodes if r.score >= SCORE_FLOOR]
+            return (
+                floor,
+                None,
+                (
+                    f"no prefix passed before {why}: the nodes accounting for at least {SCORE_FLOOR:.0%} of the error, "
+                    "not verified"
+                ),
+            )
         if run(scored[:k], f"the top {k} kept").passed:
             return scored[:k], True, f"the top {k} nodes kept together pass; fewer do not"
-    else:
-        why = f"keeping all {count(len(scored), 'node')} with a score does not pass"
-    floor = [r.name for r in nodes if r.score >= SCORE_FLOOR]
     return (
-        floor,
-        False if why.startswith("keeping") else None,
-        (f"no prefix passed ({why}): the nodes accounting for at least {SCORE_FLOOR:.0%} of the error, not verified"),
+        scored,
+        False,
+        (
+            f"even all {count(len(scored), 'node')} with a score kept together fail: the error is spread beyond the "
+            "suspects (raise the bound, or see the op types)"
+        ),
     )
 
 
