@@ -16,7 +16,8 @@ breaks; lowered alone, a node can cause more error than the whole lowered model,
 rows whose keeping alone passes the target come first. The suspects are the first node the lowered model shows
 non-finite, the nodes reading an overflowing cast, then repair's seeds and the nodes adding the most error
 (layerwise's amplification ranking: output rel_l2 minus the inputs' largest) in turn, at most `suspects` of them;
-the op types are those of the lowered nodes, the most added error first. `max_trials` and `seconds` bound the work;
+the op types are those of the lowered nodes, the most added error first (every one: a Q/DQ'd Add can hold the
+error without adding any by that measure). `max_trials` and `seconds` bound the work;
 what was not tried is listed, with why.
 
 The exclusion list is the shortest prefix of the node ranking (rows with a score) whose keeping passes the target,
@@ -229,16 +230,16 @@ def table(
         total_of = {t: sum(max(added.get(n, 0.0), 0.0) for n in members) for t, members in by_type.items()}
         for t in sorted(by_type, key=lambda t: -total_of[t]):
             total = total_of[t]
-            if total <= 0 and not set(by_type[t]) & set(chosen):
-                not_tried[f"op type {t}"] = "no node of it adds error, and none is a suspect"
-                continue
             if (why := budget.left()) is not None:
                 not_tried[f"op type {t}"] = stopped = why
                 continue
             types.append(trial("op_type", t, by_type[t], f"{count(len(by_type[t]), 'lowered node')}, adding "
                                f"rel_l2 {total:.3g} in all"))  # fmt: skip
     nodes, types = _ranked(nodes), _ranked(types)
-    exclude, passes, why = _exclusion(nodes, budget, run)
+    if before.passed:
+        exclude, passes, why = [], True, "the lowered model passes with nothing kept"
+    else:
+        exclude, passes, why = _exclusion(nodes, budget, run)
     return Sensitivity(
         precision=lowering.precision,
         error=f"worst rel_l2 over {judged_why} on the searched rows",
