@@ -108,3 +108,26 @@ def test_bounds_say_what_was_not_tried(tmp_path: Path):
     ran_out = [k for k, v in sens.not_tried.items() if "3 trials ran out" in v]
     beyond = [k for k, v in sens.not_tried.items() if v.startswith("beyond the bound of 3 suspects")]
     assert ran_out and beyond and sens.stopped and "3 trials" in sens.stopped
+
+
+def test_command_line_writes_the_table_to_results_terminal_and_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    import json
+
+    from tests.conftest import main_in_process
+
+    np.savez(tmp_path / "rows.npz", input=np.concatenate([r["input"] for r in rows(2, 4)]))
+    out = tmp_path / "out"
+    argv = ["repair", str(REFERENCE), "--precision", "fp16", "--inputs", str(tmp_path / "rows.npz"), "--sensitivity",
+            "--sensitivity-trials", "6", "--out", str(out)]  # fmt: skip
+    res = main_in_process(argv, capsys, monkeypatch)
+    assert res.code == 0, res.err
+    stage = next(s for s in json.loads((out / "results.json").read_text())["stages"] if s["name"] == "repair")
+    sens = stage["sensitivity"]
+    assert sens["trials"] == 6 and sens["nodes"][0]["name"] == stage["keep"][0] and "sensitivity_s" in stage["timings"]
+    assert re.search(r"1\s+/features/post_bn/BatchNormalization\s+\S+ passes", res.out)
+    assert "exclusion list (passes: the top node kept alone passes): /features/post_bn/BatchNormalization" in res.out
+    html = (out / "report.html").read_text()
+    assert "Sensitivity: which nodes account for the output error" in html
+    assert "modelopt_nodes_to_exclude.txt" in html and "repair seed: constant_saturated" in html
