@@ -17,7 +17,8 @@ rows whose keeping alone passes the target come first. The suspects are the firs
 non-finite, the nodes reading an overflowing cast, then repair's seeds and the nodes adding the most error
 (layerwise's amplification ranking: output rel_l2 minus the inputs' largest) in turn, at most `suspects` of them;
 the op types are those of the lowered nodes, the most added error first (every one: a Q/DQ'd Add can hold the
-error without adding any by that measure). `max_trials` and `seconds` bound the work;
+error without adding any by that measure; one whose only node is in the table takes that node's trials).
+`max_trials` and `seconds` (checked before each trial) bound the work;
 what was not tried is listed, with why.
 
 The exclusion list is the shortest prefix of the node ranking (rows with a score) whose keeping passes the target,
@@ -230,6 +231,11 @@ def table(
         total_of = {t: sum(max(added.get(n, 0.0), 0.0) for n in members) for t, members in by_type.items()}
         for t in sorted(by_type, key=lambda t: -total_of[t]):
             total = total_of[t]
+            same = next((r for r in nodes if [r.name] == by_type[t]), None)
+            if same is not None:  # its one node is in the table already: the same two trials
+                why = f"1 lowered node, adding rel_l2 {total:.3g} (the node's trials)"
+                types.append(same.model_copy(update={"kind": "op_type", "name": t, "why": why}))
+                continue
             if (why := budget.left()) is not None:
                 not_tried[f"op type {t}"] = stopped = why
                 continue
