@@ -131,3 +131,23 @@ def test_command_line_writes_the_table_to_results_terminal_and_report(
     html = (out / "report.html").read_text()
     assert "Sensitivity: which nodes account for the output error" in html
     assert "modelopt_nodes_to_exclude.txt" in html and "repair seed: constant_saturated" in html
+
+
+def test_hugging_face_bert_int8_error_sits_in_the_adds(tmp_path: Path):
+    """A model made as users make theirs (transformers' BertModel exported by torch.onnx.export's defaults,
+    tests/data/bert_mask/README.md), lowered to INT8 here: it passes with nothing kept, so the exclusion list is
+    empty; the table still says where its error is: the Adds reading quantized values (lowered alone they cause
+    nearly all of it), not the MatMuls."""
+    ref = ROOT / "tests" / "data" / "bert_mask" / "bert_dynamo.onnx"
+    with np.load(ROOT / "tests" / "data" / "bert_mask" / "inputs.npz", allow_pickle=False) as data:
+        feeds = [{k: data[k][i : i + 1] for k in data.files} for i in range(len(data["input_ids"]))]
+    rec = repair(ref, "int8", feeds, precision_checks("int8"), tmp_path / "out", method="minmax",
+                 sensitivity=Options(suspects=3))  # fmt: skip
+    sens = rec.sensitivity
+    assert sens is not None and rec.passed and rec.keep == [] and sens.baseline_passes
+    assert sens.exclude == [] and sens.exclude_passes is True
+    types = {r.name: r for r in sens.op_types}
+    assert set(types) == {"Add", "MatMul"} and sens.op_types[0].name == "Add"
+    assert types["Add"].share_lowered > 0.8 and types["MatMul"].score < 0.2
+    assert all(r.kept_alone_passes for r in sens.nodes) and len(sens.nodes) == 3  # each passes kept alone
+    assert Path(sens.files["modelopt"]).read_text() == "" and "keep: []" in Path(sens.files["trtverify"]).read_text()
