@@ -60,18 +60,27 @@ def test_top_of_the_table_holds_repairs_keep_list_fp16(fp16: RepairRecord):
     assert sens.trials <= 40 and sens.untried_lowered == sens.lowered - len(sens.nodes)
 
 
-def test_exclusion_lists_parse_as_each_tool_reads_them(fp16: RepairRecord):
-    from modelopt.onnx.quantization.graph_utils import expand_node_names_from_patterns
+@pytest.mark.modelopt
+def test_modelopt_patterns_select_exactly_the_exclusion_list(fp16: RepairRecord):
+    """One pattern a line, matched by ModelOpt's own function (re.match, for quantization's and AutoCast's
+    nodes_to_exclude) to exactly the listed nodes, no node whose name merely starts the same."""
+    graph_utils = pytest.importorskip("modelopt.onnx.quantization.graph_utils", reason="pip install -e '.[modelopt]'")
+    sens = fp16.sensitivity
+    assert sens is not None and sens.exclude
+    model = onnx.load(str(REFERENCE))
+    patterns = Path(sens.files["modelopt"]).read_text().split()
+    assert sorted(graph_utils.expand_node_names_from_patterns(model.graph, patterns)) == sorted(sens.exclude)
+    model.graph.node[0].name = sens.exclude[0] + "_1"  # a name the unanchored pattern would match too
+    assert sorted(graph_utils.expand_node_names_from_patterns(model.graph, patterns)) == sorted(sens.exclude)
 
+
+def test_exclusion_lists_parse_as_each_tool_reads_them(fp16: RepairRecord):
     sens = fp16.sensitivity
     assert sens is not None
     model = onnx.load(str(REFERENCE))
     names = {n.name for n in model.graph.node}
     assert set(sens.exclude) <= names
     files = {k: Path(v) for k, v in sens.files.items()}
-    # ModelOpt: one pattern a line, matched by ModelOpt's own function (re.match) to exactly the listed nodes
-    patterns = files["modelopt"].read_text().split()
-    assert sorted(expand_node_names_from_patterns(model.graph, patterns)) == sorted(sens.exclude)
     # trtexec: --layerPrecisions=spec, spec ::= layerName":"precision[","spec] (trtexec --help); trtexec splits at
     # commas, then each entry at its last colon, and TensorRT's ONNX parser names layers after the ONNX nodes
     flags = files["trtexec"].read_text().split()
