@@ -160,3 +160,31 @@ def test_hugging_face_bert_int8_error_sits_in_the_adds(tmp_path: Path):
     assert types["Add"].share_lowered > 0.8 and types["MatMul"].score < 0.2
     assert all(r.kept_alone_passes for r in sens.nodes) and len(sens.nodes) == 3  # each passes kept alone
     assert Path(sens.files["modelopt"]).read_text() == "" and "keep: []" in Path(sens.files["trtverify"]).read_text()
+
+
+def test_suspects_from_a_layerwise_run_come_first_and_a_bad_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    import json
+
+    from tests.conftest import main_in_process
+
+    np.savez(tmp_path / "rows.npz", input=np.concatenate([r["input"] for r in rows(2, 4)]))
+    common = [str(REFERENCE), "--inputs", str(tmp_path / "rows.npz")]
+    lw = main_in_process(["layerwise", *common, str(MODELOPT_INT8), "--out", str(tmp_path / "lw")], capsys, monkeypatch)
+    assert lw.code == 1  # ModelOpt's INT8 of this model fails: its FP16 rest clamps the BatchNorm's variance
+    repair_argv = ["repair", *common, "--precision", "int8", "--candidate", str(MODELOPT_INT8), "--sensitivity",
+                   "--sensitivity-suspects", "3", "--sensitivity-trials", "6"]  # fmt: skip
+    res = main_in_process([*repair_argv, "--suspects-from", str(tmp_path / "lw" / "results.json"), "--out",
+                           str(tmp_path / "out")], capsys, monkeypatch)  # fmt: skip
+    assert res.code == 0, res.err
+    stage = next(
+        s for s in json.loads((tmp_path / "out" / "results.json").read_text())["stages"] if s["name"] == "repair"
+    )
+    whys = [r["why"] for r in stage["sensitivity"]["nodes"]]
+    assert whys[0].startswith("layerwise: first divergence of fashion_bn_int8")
+    assert all(w.startswith("layerwise: root cause #") for w in whys[1:]) and len(whys) == 3
+    (tmp_path / "bad.json").write_text('{"stages": [{"name": "repair"}]}')
+    bad = main_in_process([*repair_argv, "--suspects-from", str(tmp_path / "bad.json"), "--out",
+                           str(tmp_path / "out2")], capsys, monkeypatch)  # fmt: skip
+    assert bad.code == 2 and "bad.json: no layerwise stage" in bad.err

@@ -119,6 +119,12 @@ LOWERED = ["fp16", "bf16", "int8", "fp8", "int4"]
               help="--sensitivity: at most N evaluations.")  # fmt: skip
 @click.option("--sensitivity-seconds", type=click.FloatRange(min=0, min_open=True), default=300, show_default=True,
               metavar="S", help="--sensitivity: stop trying after S seconds.")  # fmt: skip
+@click.option(
+    "--suspects-from",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    metavar="RESULTS.json",
+    help="--sensitivity: try first the first divergence and root causes of this layerwise run's results.json.",
+)
 @PLUGIN
 @QUIET
 def repair(
@@ -140,6 +146,7 @@ def repair(
     sensitivity_suspects: int,
     sensitivity_trials: int,
     sensitivity_seconds: float,
+    suspects_from: Path | None,
     plugins: tuple[str, ...],
     quiet: bool,
 ) -> None:
@@ -190,7 +197,15 @@ def repair(
             f"--precision {precision}: trtverify lowers to fp16 and int8 itself; pass the {precision} model ModelOpt "
             "made as --candidate, or --tool modelopt (docs/making-candidates.md)"
         )
-    table = {"suspects": sensitivity_suspects, "max_trials": sensitivity_trials, "seconds": sensitivity_seconds}
+    table: dict[str, Any] = {"suspects": sensitivity_suspects, "max_trials": sensitivity_trials,
+                             "seconds": sensitivity_seconds}  # fmt: skip
+    if suspects_from is not None:
+        if not sensitivity:
+            raise UsageError("--suspects-from goes with --sensitivity (it names the table's first suspects)")
+        from trtverify.repair.sensitivity import layerwise_suspects
+
+        layerwise_suspects(suspects_from)  # a file that is not a layerwise run's results: exit 2 before anything runs
+        table["suspects_from"] = str(suspects_from.resolve())
     path = repair_suite(
         out,
         reference,

@@ -140,6 +140,11 @@ class Sensitivity(Strict):
     max_trials: int = Field(default=40, ge=1, description="bound on the evaluations of the table")
     seconds: float = Field(default=300.0, gt=0, description="bound on the table's time, in seconds")
     op_types: bool = Field(default=True, description="also each lowered op type, all its nodes at once")
+    suspects_from: Annotated[FilePath, AfterValidator(suffix(".json"))] | None = Field(
+        default=None,
+        description="the results.json of a layerwise run of this candidate: its first divergence and root causes are "
+        "tried first",
+    )
 
 
 class RepairStage(Strict):

@@ -16,7 +16,7 @@ from trtverify.lint.linter import precision_label, precision_parts
 from trtverify.repair.evaluate import Reference, evaluate
 from trtverify.repair.record import RepairRecord, checked, cost, exports, record, with_latency
 from trtverify.repair.search import Lowering, Progress, Search, search
-from trtverify.repair.sensitivity import Sensitivity, table, write
+from trtverify.repair.sensitivity import Sensitivity, layerwise_suspects, table, write
 from trtverify.util.fsutil import atomic_write_text, to_json
 from trtverify.util.words import count
 
@@ -91,6 +91,7 @@ def _table(
     assert result.before is not None
     sens = table(ref, lowering, lowerable, samples, checks, tensors, result.before, result.seeds,
                  bound=opts.suspects, max_trials=opts.max_trials, seconds=opts.seconds, op_types=opts.op_types,
+                 layerwise=layerwise_suspects(opts.suspects_from) if opts.suspects_from else None,
                  progress=progress)  # fmt: skip
     op_types = {n.name: n.op_type for n in lowering.reference.graph.node}
     listed = exports(sens.exclude, Path(), precision, op_types)

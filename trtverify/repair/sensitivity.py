@@ -9,17 +9,17 @@ Each trial is one evaluation of the lowered model with one keep-list:
   model's output error it causes on its own is `share_lowered`.
 
 The output error is the worst rel_l2 over the model's float outputs (a detector's: the tensors flowing into its NMS,
-as `--method auto` judges them: calibrate.judged_tensors), on the search's rows; non-finite counts as infinite
-(a trial that makes the output finite again removes all of it, one that keeps it non-finite none). A row's score is
-the larger share, at most 1 (a node that needs a partner to fix the output still shows, lowered alone, what it
-breaks; lowered alone, a node can cause more error than the whole lowered model, whose later rounding hides it);
-rows whose keeping alone passes the target come first. The suspects are the first node the lowered model shows
-non-finite, the nodes reading an overflowing cast, then repair's seeds and the nodes adding the most error
-(layerwise's amplification ranking: output rel_l2 minus the inputs' largest) in turn, at most `suspects` of them;
-the op types are those of the lowered nodes, the most added error first (every one: a Q/DQ'd Add can hold the
-error without adding any by that measure; one whose only node is in the table takes that node's trials).
-`max_trials` and `seconds` (checked before each trial) bound the work;
-what was not tried is listed, with why.
+as `--method auto` judges them: calibrate.judged_tensors), on the search's rows; non-finite counts as infinite (a
+trial that makes the output finite again removes all of it, one that keeps it non-finite none). A row's score is the
+larger share, at most 1 (a node that needs a partner to fix the output still shows, lowered alone, what it breaks;
+lowered alone, a node can cause more error than the whole lowered model, whose later rounding hides it); rows whose
+keeping alone passes the target come first. The suspects are a layerwise run's first divergence and root causes
+where its results.json is given, the first node the lowered model shows non-finite, the nodes reading an overflowing
+cast, then repair's seeds and the nodes adding the most error (layerwise's amplification ranking: output rel_l2
+minus the inputs' largest) in turn, at most `suspects` of them; the op types are those of the lowered nodes, the
+most added error first (every one: a Q/DQ'd Add can hold the error without adding any by that measure; one whose
+only node is in the table takes that node's trials). `max_trials` and `seconds` (checked before each trial) bound
+the work; what was not tried is listed, with why.
 
 The exclusion list is the shortest prefix of the node ranking (rows with a score) whose keeping passes the target,
 each prefix evaluated in turn within the same bounds; where none passed, the rows scoring at least SCORE_FLOOR,
@@ -45,6 +45,7 @@ from trtverify.config.checks import Check
 from trtverify.repair.calibrate import judged_tensors
 from trtverify.repair.evaluate import Evaluation, Reference, evaluate
 from trtverify.repair.search import Lowering, Progress, added_errors
+from trtverify.util.errors import UsageError
 from trtverify.util.fsutil import atomic_write_text
 from trtverify.util.record import Record, omitted, optional
 from trtverify.util.words import count
@@ -135,12 +136,46 @@ def _finite(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def suspects(
-    ref: Reference, before: Evaluation, seeds: dict[str, str], lowerable: Sequence[str], bound: int
-) -> tuple[dict[str, str], dict[str, str]]:
-    """(suspect node -> why, in trial order; nodes beyond the bound -> why not tried)."""
-    allowed = set(lowerable)
+def layerwise_suspects(path: Path) -> dict[str, str]:
+    """The suspects a layerwise run found (its results.json): each candidate's first divergence and root causes,
+    in their rank; node -> why."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        stages = [s for s in doc["stages"] if s.get("name") == "layerwise"]
+        candidates = [c for s in stages for c in s.get("candidates") or []]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(
+            f"{path}: not a trtverify results.json ({exc}); give the results.json of a layerwise run"
+        ) from exc
+    if not candidates:
+        raise UsageError(f"{path}: no layerwise stage with a candidate in it; run `trtverify layerwise` first")
     found: dict[str, str] = {}
+    for c in candidates:
+        first = c.get("first_divergence") or {}
+        if first.get("node"):
+            found.setdefault(first["node"], f"layerwise: first divergence of {c.get('name')} ({first.get('tensor')})")
+        method = c.get("root_cause_method", "")
+        for rc in c.get("root_causes") or []:
+            if rc.get("node"):
+                found.setdefault(rc["node"], f"layerwise: root cause #{rc.get('rank')} of {c.get('name')} ({method} "
+                                 f"{rc.get('score', float('nan')):.3g})")  # fmt: skip
+    return found
+
+
+def suspects(
+    ref: Reference,
+    before: Evaluation,
+    seeds: dict[str, str],
+    lowerable: Sequence[str],
+    bound: int,
+    layerwise: dict[str, str] | None = None,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(suspect node -> why, in trial order; nodes beyond the bound -> why not tried). `layerwise`: a layerwise
+    run's suspects (layerwise_suspects), tried first."""
+    allowed = set(lowerable)
+    found: dict[str, str] = {n: why for n, why in (layerwise or {}).items() if n in allowed}
     for t in before.nonfinite[:1]:  # the first (topological order): the others follow from it, or show later
         node = ref.graph.producers[t].node
         if node in allowed:
@@ -179,6 +214,7 @@ def table(
     max_trials: int = 40,
     seconds: float = 300.0,
     op_types: bool = True,
+    layerwise: dict[str, str] | None = None,
     progress: Progress = lambda _: None,
 ) -> Sensitivity:
     """The sensitivity table of `lowering`'s model (see the module docstring). `before`: its evaluation with
@@ -214,7 +250,7 @@ def table(
             row.update(lowered_alone=_finite(err), lowered_alone_passes=ev.passed, share_lowered=shares[-1])
         return Trial(**row, score=min(1.0, max(shares, default=0.0)))
 
-    chosen, not_tried = suspects(ref, before, seeds, order, bound)
+    chosen, not_tried = suspects(ref, before, seeds, order, bound, layerwise)
     stopped: str | None = None
     nodes: list[Trial] = []
     for node, why in chosen.items():
