@@ -108,15 +108,16 @@ def test_modelopt_int8_candidate(tmp_path: Path):
 
 
 def test_bounds_say_what_was_not_tried(tmp_path: Path):
-    rec = run(tmp_path, "fp16", suspects=3, max_trials=3)
+    rec = run(tmp_path, "fp16", suspects=3, max_trials=4)
     sens = rec.sensitivity
-    assert sens is not None and sens.trials == 3
-    # 3 suspects: the first has both trials, the second only kept alone, the third none; the rest are beyond the bound
+    assert sens is not None and sens.trials == 4 and sens.floor < 1e-3  # FP16 made here: all kept is FP32
+    # the floor, then 3 suspects: the first has both trials, the second only kept alone, the third none; the rest are
+    # beyond the bound
     assert len(sens.nodes) == 2 and sens.nodes[0].name == rec.keep[0]
     assert sens.nodes[1].kept_alone_passes is False and sens.nodes[1].lowered_alone_passes is None
-    ran_out = [k for k, v in sens.not_tried.items() if "3 trials ran out" in v]
+    ran_out = [k for k, v in sens.not_tried.items() if "4 trials ran out" in v]
     beyond = [k for k, v in sens.not_tried.items() if v.startswith("beyond the bound of 3 suspects")]
-    assert ran_out and beyond and sens.stopped and "3 trials" in sens.stopped
+    assert ran_out and beyond and sens.stopped and "4 trials" in sens.stopped
 
 
 def test_command_line_writes_the_table_to_results_terminal_and_report(

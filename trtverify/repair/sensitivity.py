@@ -8,10 +8,13 @@ Each trial is one evaluation of the lowered model with one keep-list:
 - *lowered alone*: the node (or op type) lowered, every other lowered node kept in FP32; the share of the lowered
   model's output error it causes on its own is `share_lowered`.
 
+Both shares are of the error above the floor, the error with every lowered node kept (one trial first): a
+candidate's parts keeping cannot undo (AutoCast's BF16 casts of the graph inputs) are nobody's share.
+
 The output error is the worst rel_l2 over the model's float outputs (a detector's: the tensors flowing into its NMS,
 as `--method auto` judges them: calibrate.judged_tensors), on the search's rows; non-finite counts as infinite (a
 trial that makes the output finite again removes all of it, one that keeps it non-finite none). A row's score is the
-larger share, at most 1 (a node that needs a partner to fix the output still shows, lowered alone, what it breaks;
+larger share, in [0, 1] (a node that needs a partner to fix the output still shows, lowered alone, what it breaks;
 lowered alone, a node can cause more error than the whole lowered model, whose later rounding hides it); rows whose
 keeping alone passes the target come first. The suspects are a layerwise run's first divergence and root causes
 where its results.json is given, the first node the lowered model shows non-finite, the nodes reading an overflowing
@@ -67,7 +70,7 @@ class Trial(Record):
     lowered_alone_passes: bool | None = optional("the target passes with it alone lowered")
     share_kept: float | None = optional("share of the lowered model's output error keeping it alone removes")
     share_lowered: float | None = optional("share of the lowered model's output error lowering it alone causes")
-    score: float = Field(description="the larger share, at most 1 (0 where neither was tried)")
+    score: float = Field(description="the larger share, between 0 and 1 (0 where neither was tried)")
     rank: int = 0
 
 
@@ -78,6 +81,10 @@ class Sensitivity(Record):
     error: str = Field(description="what the output error is")
     baseline: float | None = Field(description="output error of the lowered model, nothing kept (null: non-finite)")
     baseline_passes: bool
+    floor: float = Field(
+        description="output error with every lowered node kept: what keeping cannot remove (the shares are of the "
+        "error above it; 0 where it is non-finite)"
+    )
     nodes: list[Trial] = Field(description="the suspect nodes, ranked")
     op_types: list[Trial] = Field(description="the lowered op types, ranked")
     exclude: list[str] = Field(description="the exclusion list: ONNX node names to keep in FP32")
@@ -118,18 +125,22 @@ def output_error(ev: Evaluation, outputs: Sequence[str]) -> float:
     return max(values, default=math.inf)
 
 
-def _share_removed(base: float, err: float) -> float:
+def _share_removed(base: float, floor: float, err: float) -> float:
+    """The part of the lowered model's error above the floor (every lowered node kept) that a trial no longer has."""
     if math.isinf(base):
         return 0.0 if math.isinf(err) else 1.0
-    return 1.0 if base <= 0 else (base - err) / base
+    span = base - floor
+    return 0.0 if span <= 0 else (base - err) / span
 
 
-def _share_caused(base: float, err: float) -> float:
+def _share_caused(base: float, floor: float, err: float) -> float:
+    """The part of the lowered model's error above the floor that a trial has on its own."""
     if math.isinf(err):
         return 1.0
     if math.isinf(base):
         return 0.0
-    return 0.0 if base <= 0 else err / base
+    span = base - floor
+    return 0.0 if span <= 0 else (err - floor) / span
 
 
 def _finite(v: float | None) -> float | None:
@@ -240,16 +251,20 @@ def table(
         if budget.left() is None:
             ev = run(members, f"{name} kept alone")
             err = output_error(ev, judged)
-            shares.append(_share_removed(base, err))
+            shares.append(_share_removed(base, floor, err))
             row.update(kept_alone=_finite(err), kept_alone_passes=ev.passed, share_kept=shares[-1])
         if budget.left() is None:
             rest = [n for n in order if n not in set(members)]
             ev = run(rest, f"{name} lowered alone")
             err = output_error(ev, judged)
-            shares.append(_share_caused(base, err))
+            shares.append(_share_caused(base, floor, err))
             row.update(lowered_alone=_finite(err), lowered_alone_passes=ev.passed, share_lowered=shares[-1])
-        return Trial(**row, score=min(1.0, max(shares, default=0.0)))
+        return Trial(**row, score=min(1.0, max(0.0, *shares)))
 
+    # the floor: what keeping every lowered node leaves (a candidate's parts keeping cannot undo, e.g. AutoCast's
+    # BF16 casts of the inputs); the shares are of the error above it
+    floor = output_error(run(order, "every lowered node kept (the floor)"), judged) if order else 0.0
+    floor = floor if math.isfinite(floor) else 0.0
     chosen, not_tried = suspects(ref, before, seeds, order, bound, layerwise)
     stopped: str | None = None
     nodes: list[Trial] = []
@@ -286,6 +301,7 @@ def table(
         precision=lowering.precision,
         error=f"worst rel_l2 over {judged_why} on the searched rows",
         baseline=_finite(base),
+        floor=floor,
         baseline_passes=before.passed,
         nodes=nodes,
         op_types=types,

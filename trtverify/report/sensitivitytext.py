@@ -29,8 +29,8 @@ def _row(r: Trial, width: int) -> str:
 def sensitivity_lines(s: Sensitivity) -> list[str]:
     base = "non-finite" if s.baseline is None else f"{s.baseline:.4g}"
     out = [
-        f"          sensitivity ({s.precision}; {s.error}: {base} with nothing kept; {count(s.trials, 'trial')}, "
-        f"{s.seconds:.1f} s):"
+        f"          sensitivity ({s.precision}; {s.error}: {base} with nothing kept, {s.floor:.4g} with every lowered "
+        f"node kept; {count(s.trials, 'trial')}, {s.seconds:.1f} s):"
     ]
     shown = s.nodes[:SHOWN]
     width = max((len(r.name) for r in shown), default=4)
