@@ -189,3 +189,11 @@ def test_suspects_from_a_layerwise_run_come_first_and_a_bad_file_is_a_usage_erro
     bad = main_in_process([*repair_argv, "--suspects-from", str(tmp_path / "bad.json"), "--out",
                            str(tmp_path / "out2")], capsys, monkeypatch)  # fmt: skip
     assert bad.code == 2 and "bad.json: no layerwise stage" in bad.err
+
+
+def test_names_no_tool_can_take_are_said():
+    from trtverify.repair.sensitivity import unaddressable
+
+    names = {"/a/Conv", "/b/Add,1"}
+    out = unaddressable(["/a/Conv", "Conv_3", "/b/Add,1"], names)
+    assert set(out) == {"Conv_3", "/b/Add,1"} and "unnamed" in out["Conv_3"] and "comma" in out["/b/Add,1"]

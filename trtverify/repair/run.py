@@ -16,7 +16,7 @@ from trtverify.lint.linter import precision_label, precision_parts
 from trtverify.repair.evaluate import Reference, evaluate
 from trtverify.repair.record import RepairRecord, checked, cost, exports, record, with_latency
 from trtverify.repair.search import Lowering, Progress, Search, search
-from trtverify.repair.sensitivity import Sensitivity, layerwise_suspects, table, write
+from trtverify.repair.sensitivity import Sensitivity, layerwise_suspects, table, unaddressable, write
 from trtverify.util.fsutil import atomic_write_text, to_json
 from trtverify.util.words import count
 
@@ -95,6 +95,7 @@ def _table(
                  progress=progress)  # fmt: skip
     op_types = {n.name: n.op_type for n in lowering.reference.graph.node}
     listed = exports(sens.exclude, Path(), precision, op_types)
+    sens = sens.model_copy(update={"unaddressable": unaddressable(sens.exclude, set(op_types) - {""})})
     return write(sens, out / "sensitivity", listed, recipe=candidate is None)
 
 

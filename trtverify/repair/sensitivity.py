@@ -99,6 +99,9 @@ class Sensitivity(Record):
     seconds: float
     stopped: str | None = optional("why the trials ended before the table was complete")
     files: dict[str, str] = omitted(dict, "the exclusion list as each tool takes it: tool -> file")
+    unaddressable: dict[str, str] = omitted(
+        dict, "nodes of the exclusion list a tool cannot address by name (unnamed, or a comma for trtexec), and why"
+    )
 
 
 @dataclass
@@ -361,6 +364,20 @@ def _exclusion(
             "suspects (raise the bound, or see the op types)"
         ),
     )
+
+
+def unaddressable(names: Sequence[str], model_names: set[str]) -> dict[str, str]:
+    """The names ModelOpt or trtexec cannot take: a node without a name (trtverify labels it `<op_type>_<index>`),
+    or a name with a comma (trtexec splits --layerPrecisions at commas)."""
+    out = {}
+    for n in names:
+        if n not in model_names:
+            out[n] = "an unnamed node (trtverify's label): name it in the ONNX file for ModelOpt and trtexec"
+        elif "," in n:
+            out[n] = (
+                "a comma in its name: trtexec's --layerPrecisions cannot give it (use ModelOpt or the repaired ONNX)"
+            )
+    return out
 
 
 def write(sens: Sensitivity, folder: Path, exports: dict[str, object], recipe: bool) -> Sensitivity:

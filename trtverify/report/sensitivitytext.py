@@ -47,6 +47,8 @@ def sensitivity_lines(s: Sensitivity) -> list[str]:
     out.append(f"            exclusion list ({verdict}: {s.exclude_why}): {', '.join(s.exclude) or 'nothing'}")
     for tool, path in s.files.items():
         out.append(f"            {tool}: {path}")
+    for name, why in s.unaddressable.items():
+        out.append(f"            cannot be given by name: {name}: {why}")
     if s.not_tried:
         first = "; ".join(f"{k}: {v}" for k, v in list(s.not_tried.items())[:3])
         out.append(f"            not tried: {count(len(s.not_tried), 'entry')} ({first})")
