@@ -107,6 +107,24 @@ LOWERED = ["fp16", "bf16", "int8", "fp8", "int4"]
     type=click.Path(path_type=Path, file_okay=False),
     help="Output folder [default: reports/repair-<reference name>-<precision>].",
 )
+@click.option(
+    "--sensitivity",
+    is_flag=True,
+    help="After the search, the sensitivity table: each suspect node and op type kept alone in FP32 and lowered "
+    "alone, ranked by its share of the output error; its exclusion list written for ModelOpt, trtexec and trtverify.",
+)
+@click.option("--sensitivity-suspects", type=click.IntRange(min=1), default=10, show_default=True,
+              help="--sensitivity: at most N suspect nodes tried.")  # fmt: skip
+@click.option("--sensitivity-trials", type=click.IntRange(min=1), default=40, show_default=True,
+              help="--sensitivity: at most N evaluations.")  # fmt: skip
+@click.option("--sensitivity-seconds", type=click.FloatRange(min=0, min_open=True), default=300, show_default=True,
+              metavar="S", help="--sensitivity: stop trying after S seconds.")  # fmt: skip
+@click.option(
+    "--suspects-from",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    metavar="RESULTS.json",
+    help="--sensitivity: try first the first divergence and root causes of this layerwise run's results.json.",
+)
 @PLUGIN
 @QUIET
 def repair(
@@ -124,13 +142,19 @@ def repair(
     method: str,
     holdout: float,
     out_dir: Path | None,
+    sensitivity: bool,
+    sensitivity_suspects: int,
+    sensitivity_trials: int,
+    sensitivity_seconds: float,
+    suspects_from: Path | None,
     plugins: tuple[str, ...],
     quiet: bool,
 ) -> None:
     """Find the smallest set of nodes to keep in FP32 so REFERENCE lowered to --precision passes, and verify it.
 
     Writes the repaired ONNX model and repair.json (the keep-list, before and after, its check on held-out
-    rows, its cost, and the keep-list for ONNX Runtime, Polygraphy, trtexec and ModelOpt). Exit 0 when the
+    rows, its cost, and the keep-list for ONNX Runtime, Polygraphy, trtexec and ModelOpt; with --sensitivity, the
+    sensitivity table and its exclusion lists in repair-PRECISION/sensitivity/). Exit 0 when the
     repaired model passes on the search's rows and the held-out ones, 1 when not (the best keep-list is
     reported, with why the search ended there), 2 for usage errors.
     """
@@ -173,6 +197,15 @@ def repair(
             f"--precision {precision}: trtverify lowers to fp16 and int8 itself; pass the {precision} model ModelOpt "
             "made as --candidate, or --tool modelopt (docs/making-candidates.md)"
         )
+    table: dict[str, Any] = {"suspects": sensitivity_suspects, "max_trials": sensitivity_trials,
+                             "seconds": sensitivity_seconds}  # fmt: skip
+    if suspects_from is not None:
+        if not sensitivity:
+            raise UsageError("--suspects-from goes with --sensitivity (it names the table's first suspects)")
+        from trtverify.repair.sensitivity import layerwise_suspects
+
+        layerwise_suspects(suspects_from)  # a file that is not a layerwise run's results: exit 2 before anything runs
+        table["suspects_from"] = str(suspects_from.resolve())
     path = repair_suite(
         out,
         reference,
@@ -188,6 +221,7 @@ def repair(
         holdout=holdout,
         plugins=plugin_map(plugins),
         method="auto" if tool == "modelopt" else method,
+        sensitivity=table if sensitivity else None,
     )
     execute(load_suite(path), out, RunOptions(stages=("repair",)), quiet=quiet)
 

@@ -132,6 +132,21 @@ class LayerwiseStage(Strict):
                                             "compared box to box, and their checks")  # fmt: skip
 
 
+class Sensitivity(Strict):
+    """After the search, the sensitivity table: each suspect node and op type kept alone in FP32 and lowered alone,
+    ranked by the share of the output error it accounts for (docs/stages/repair.md#sensitivity)."""
+
+    suspects: int = Field(default=10, ge=1, description="at most this many suspect nodes tried (the rest are listed)")
+    max_trials: int = Field(default=40, ge=1, description="bound on the evaluations of the table")
+    seconds: float = Field(default=300.0, gt=0, description="bound on the table's time, in seconds")
+    op_types: bool = Field(default=True, description="also each lowered op type, all its nodes at once")
+    suspects_from: Annotated[FilePath, AfterValidator(suffix(".json"))] | None = Field(
+        default=None,
+        description="the results.json of a layerwise run of this candidate: its first divergence and root causes are "
+        "tried first",
+    )
+
+
 class RepairStage(Strict):
     """The smallest set of nodes to keep in FP32 so the reference lowered to `precision` passes, verified."""
 
@@ -176,6 +191,11 @@ class RepairStage(Strict):
         description="int8 made here (no candidate): the calibration method, as `convert --method`; auto calibrates "
         "with each of minmax, entropy and percentile on the first 3/4 of the calibration rows and keeps the one with "
         "the smallest output rel_l2 on the rest",
+    )
+    sensitivity: Sensitivity | None = Field(
+        default=None,
+        description="after the search, the sensitivity table and its exclusion lists (ModelOpt, trtexec, keep-list); "
+        "judged on the checks (or the precision's defaults with target: e2e)",
     )
 
     @model_validator(mode="after")

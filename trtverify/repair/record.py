@@ -15,6 +15,7 @@ from trtverify.config.backends import OnnxRuntimeOptions
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.repair.evaluate import Evaluation
 from trtverify.repair.search import Search
+from trtverify.repair.sensitivity import Sensitivity
 from trtverify.stages.layerwise.reference import infer_with_feed
 from trtverify.util.errors import BackendError
 from trtverify.util.record import Record, omitted
@@ -107,6 +108,11 @@ class RepairRecord(Record):
         description="int8 made here: how it was calibrated (method, calibration_rows; auto: chosen_by, held_out_rows "
         "and each method's worst rel_l2 on them over the judged tensors, figures; judged, judged_why; skipped: "
         "methods stopped by auto's budget)",
+    )
+    sensitivity: Sensitivity | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="the sensitivity table and its exclusion lists (stages.repair.sensitivity, repair --sensitivity)",
     )
     pending: list[str] = omitted(
         list,

@@ -11,10 +11,12 @@ import numpy as np
 
 from trtverify.config.backends import OnnxRuntimeOptions
 from trtverify.config.checks import Check
+from trtverify.config.stages import Sensitivity as SensitivityOptions
 from trtverify.lint.linter import precision_label, precision_parts
 from trtverify.repair.evaluate import Reference, evaluate
-from trtverify.repair.record import RepairRecord, checked, cost, record, with_latency
-from trtverify.repair.search import Progress, search
+from trtverify.repair.record import RepairRecord, checked, cost, exports, record, with_latency
+from trtverify.repair.search import Lowering, Progress, Search, search
+from trtverify.repair.sensitivity import Sensitivity, layerwise_suspects, table, unaddressable, write
 from trtverify.util.fsutil import atomic_write_text, to_json
 from trtverify.util.words import count
 
@@ -36,18 +38,65 @@ def repair(
     holdout: Sequence[dict[str, np.ndarray]] = (),
     onnxruntime: OnnxRuntimeOptions | None = None,
     method: str = "auto",
+    sensitivity: SensitivityOptions | None = None,
+    sensitivity_checks: Sequence[Check] = (),
 ) -> RepairRecord:
     """Search on `samples`; the repaired model is then verified on `holdout` (rows the search never saw) when
     there are any, and the latencies measured in ONNX Runtime with `onnxruntime` (the suite's options).
 
     OUT/repair.json is written as soon as the search ends (`pending` lists what is still to come), and again at the
     end. Interrupted during the search, it holds the best keep-list so far, and the interruption goes on up with
-    that record as its `repair_record`."""
+    that record as its `repair_record`. With `sensitivity`, the sensitivity table follows, judged on
+    `sensitivity_checks` (default: `checks`), on the search's rows (repair/sensitivity.py)."""
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trtverify-repair-ref-") as tmp:
-        return _repair(reference, precision, samples, checks, out, tensors, calibration, candidate, max_evaluations,
-                       progress, extra, target, holdout, t0, Path(tmp), onnxruntime, method)  # fmt: skip
+        rec, made = _repair(reference, precision, samples, checks, out, tensors, calibration, candidate,
+                            max_evaluations, progress, extra, target, holdout, t0, Path(tmp), onnxruntime,
+                            method)  # fmt: skip
+        if sensitivity is None:
+            return rec
+        ref, result = made
+        progress("sensitivity table")
+        before = out / f"{reference.stem}_{precision}.onnx"
+        sens = _table(reference, precision, candidate, before, ref, result, samples, list(sensitivity_checks or checks),
+                      tensors, sensitivity, out, progress, Path(tmp))  # fmt: skip
+        rec = rec.model_copy(update={"sensitivity": sens})
+        _write(out, rec)
+        return rec
+
+
+def _table(
+    reference: Path,
+    precision: str,
+    candidate: Path | None,
+    lowered: Path,
+    ref: Reference,
+    result: Search,
+    samples: Sequence[dict[str, np.ndarray]],
+    checks: list[Check],
+    tensors: str,
+    opts: SensitivityOptions,
+    out: Path,
+    progress: Progress,
+    work: Path,
+) -> Sensitivity:
+    """The table of the model the search lowered: FP16 made again from the reference (no calibration), the INT8
+    made here read back from the lowered file the search wrote (calibrated once), or the given candidate."""
+    from trtverify.convert.islands import lowered_nodes
+
+    given = candidate if candidate is not None else (lowered if precision != "fp16" else None)
+    lowering = Lowering(reference, precision, [], work, given)
+    lowerable = lowered_nodes(lowering.qdq, lowering.reference) if lowering.qdq is not None else lowering.labels
+    assert result.before is not None
+    sens = table(ref, lowering, lowerable, samples, checks, tensors, result.before, result.seeds,
+                 bound=opts.suspects, max_trials=opts.max_trials, seconds=opts.seconds, op_types=opts.op_types,
+                 layerwise=layerwise_suspects(opts.suspects_from) if opts.suspects_from else None,
+                 progress=progress)  # fmt: skip
+    op_types = {n.name: n.op_type for n in lowering.reference.graph.node}
+    listed = exports(sens.exclude, Path(), precision, op_types)
+    sens = sens.model_copy(update={"unaddressable": unaddressable(sens.exclude, set(op_types) - {""})})
+    return write(sens, out / "sensitivity", listed, recipe=candidate is None)
 
 
 def _repair(
@@ -68,7 +117,7 @@ def _repair(
     work: Path,
     onnxruntime: OnnxRuntimeOptions | None,
     method: str,
-) -> RepairRecord:
+) -> tuple[RepairRecord, tuple[Reference, Search]]:
     import onnx
 
     # one reference pass for the search's rows and the held-out ones (their activation ranges stay unseen by the
@@ -129,7 +178,7 @@ def _repair(
         }
     )
     _write(out, rec)
-    return rec
+    return rec, (ref, result)
 
 
 _LATER = ("the verification on held-out rows", "the latencies")

@@ -213,15 +213,24 @@ def _next(ref: Reference, ev: Evaluation, keep: Sequence[str], allowed: set[str]
             if node not in keep and node in allowed:
                 return node
     best, best_added = None, 0.0
+    for node, added in added_errors(ref, ev).items():
+        if node not in keep and node in allowed and added > best_added:
+            best, best_added = node, added
+    return best
+
+
+def added_errors(ref: Reference, ev: Evaluation) -> dict[str, float]:
+    """Each node's added error in `ev` (the amplification ranking of the layerwise stage): its output's rel_l2 minus
+    the largest of its inputs', the largest over its outputs; node -> added error, in the reference's order."""
+    out: dict[str, float] = {}
     for t, err in ev.errors.items():
         p = ref.graph.producers.get(t)
-        if p is None or p.node in keep or p.node not in allowed:
+        if p is None:
             continue
         inputs = [ev.errors.get(i, 0.0) for i in ref.graph.nodes[p.index].input if i]
         added = err - max(inputs, default=0.0)
-        if added > best_added:
-            best, best_added = p.node, added
-    return best
+        out[p.node] = max(out.get(p.node, added), added)
+    return out
 
 
 def search(

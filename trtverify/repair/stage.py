@@ -17,6 +17,7 @@ from trtverify.config.models import Inputs
 from trtverify.data.inputs import build_samples
 from trtverify.repair.record import Checked, Cost, CurvePoint, RepairRecord
 from trtverify.repair.run import repair
+from trtverify.repair.sensitivity import Sensitivity
 from trtverify.stages.base import StageContext, StageResult, Status, status_of
 from trtverify.stages.e2e.stage import gate_checks, task_metrics
 from trtverify.util.record import optional
@@ -47,6 +48,9 @@ class RepairResult(StageResult):
     stopped: str | None = optional("where nothing passed: why the search ended there")
     calibration: dict[str, object] | None = optional(
         "int8 made here: how it was calibrated (method, calibration_rows; auto: chosen_by, held_out_rows, figures)"
+    )
+    sensitivity: Sensitivity | None = optional(
+        "the sensitivity table and its exclusion lists (stages.repair.sensitivity)"
     )
 
 
@@ -108,6 +112,8 @@ def run(ctx: StageContext) -> RepairResult:
                 holdout=holdout,
                 onnxruntime=suite.backends.onnxruntime,
                 method=cfg.method,
+                sensitivity=cfg.sensitivity,
+                sensitivity_checks=cfg.target_checks(),
             )
         except KeyboardInterrupt as exc:  # the search's best so far goes into results.json with the interruption
             partial = getattr(exc, "repair_record", None)
@@ -194,7 +200,7 @@ def _result(
         status=status,
         checks=checks,
         notes=notes,
-        timings={"search_s": rec.seconds},
+        timings={"search_s": rec.seconds, **({"sensitivity_s": rec.sensitivity.seconds} if rec.sensitivity else {})},
         precision=rec.precision,
         keep=rec.keep,
         repaired_model=rec.repaired_model,
@@ -212,6 +218,7 @@ def _result(
         verified=rec.verified,
         stopped=rec.stopped,
         calibration=rec.calibration,
+        sensitivity=rec.sensitivity,
     )
 
 

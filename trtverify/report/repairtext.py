@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trtverify.repair.stage import RepairResult
+from trtverify.report.sensitivitytext import sensitivity_lines
 from trtverify.report.text import latency_text
 from trtverify.util.words import count
 
@@ -61,4 +62,6 @@ def repair_lines(s: RepairResult) -> list[str]:
     out.append(f"          {count(s.evaluations, 'evaluation')}; {latency_text(s.cost)}")
     out += _exports(s.exports or {})
     out.append(f"          repaired: {s.repaired_model}")
+    if s.sensitivity is not None:
+        out += sensitivity_lines(s.sensitivity)
     return out

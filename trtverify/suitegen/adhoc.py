@@ -269,6 +269,7 @@ def repair_suite(
     holdout: float = 0.25,
     plugins: dict[str, str] | None = None,
     method: str = "auto",
+    sensitivity: dict[str, Any] | None = None,
 ) -> Path:
     """Write `out/suite.yaml` for `trtverify repair` (stage repair) and return its path."""
     reference = reference.resolve()
@@ -290,6 +291,8 @@ def repair_suite(
         stage["calibration"] = str(calibration.resolve())
     if method != "auto":
         stage["method"] = method
+    if sensitivity is not None:
+        stage["sensitivity"] = sensitivity
     models: dict[str, Any] = {"reference": str(reference)}
     if candidate is not None:
         models["candidates"] = {precision: str(candidate.resolve())}
