@@ -127,7 +127,9 @@ def reduce_results(
         f"{count(cn['adapters'], 'cast')} at the cut) ({time.perf_counter() - t0:.2f} s)"
     )
     if rn["subgraph"] * 10 > rn["model"]:
-        click.echo(f"  the subgraph holds more than a tenth of the model: {rn['subgraph']} of {rn['model']} nodes")
+        click.echo(
+            f"  the subgraph holds more than a tenth of the model: {rn['subgraph']} of {count(rn['model'], 'node')}"
+        )
     if not quiet:
         click.echo(f"bundle: {out} (REPORT.md, COMMANDS.sh)", err=True)
     return 0

@@ -22,7 +22,7 @@ from typing import Any
 
 from trtverify.util import native
 
-COMMANDS = frozenset({"run", "layerwise", "repair", "convert"})  # the commands that run or convert models
+COMMANDS = frozenset({"run", "layerwise", "repair", "convert", "reduce"})  # the commands that run or convert models
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 MAX_RESTARTS = 16  # each restart handles one more crash; a run that crashes more often than this stops
 
