@@ -22,7 +22,7 @@ def _share(value: float | None) -> str:
 def _row(r: Trial, width: int) -> str:
     return (
         f"            {r.rank:>4}  {r.name:<{width}}  {_err(r.kept_alone, r.kept_alone_passes):<18}"
-        f"{_err(r.lowered_alone, r.lowered_alone_passes):<18}{_share(r.share_kept):>6} {_share(r.share_lowered):>6}"
+        f"{_err(r.lowered_alone, r.lowered_alone_passes):<18}{_share(r.share_kept):>11} {_share(r.share_lowered):>7}"
     )
 
 
@@ -35,7 +35,7 @@ def sensitivity_lines(s: Sensitivity) -> list[str]:
     shown = s.nodes[:SHOWN]
     width = max((len(r.name) for r in shown), default=4)
     if shown:
-        head = f"{'kept alone':<18}{'lowered alone':<18}{'kept':>6} {'alone':>6}"
+        head = f"{'kept alone':<18}{'lowered alone':<18}{'share: kept':>11} {'lowered':>7}"
         out.append(f"            {'rank':>4}  {'node':<{width}}  {head}")
         out += [_row(r, width) for r in shown]
     if len(s.nodes) > SHOWN:
