@@ -13,7 +13,7 @@ command crashed (exit 4) or a failed convert left a file.
 
     PYTHONPATH=$PWD .venv/bin/python bench/onnx_test_models.py [--folder simple ...] [--json out.json] [-v]
 
-tests/program/test_onnx_test_models.py runs the same sweep (tests/program/onnx_sweep.py) as a test.
+tests/program/files/test_onnx_test_models.py runs the same sweep (tests/program/files/onnx_sweep.py) as a test.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.program.onnx_sweep import FOLDERS, models, sweep_model  # noqa: E402
+from tests.program.files.onnx_sweep import FOLDERS, models, sweep_model  # noqa: E402
 
 
 def main() -> int:

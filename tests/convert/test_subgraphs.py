@@ -19,7 +19,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from tests.program.onnx_sweep import call, data_root
+from tests.program.files.onnx_sweep import call, data_root
 from trtverify.convert.output import ConversionBug, save_checked
 from trtverify.graph.onnxgraph import subgraphs
 
@@ -170,11 +170,10 @@ def test_torchvision_ssdlite_converts_to_fp16_that_loads_and_compares(tmp_path: 
 def test_a_model_onnx_checker_passes_but_this_onnx_runtime_cannot_load_is_written_with_a_warning(
     gated: Path, tmp_path: Path
 ):
-    """ONNX Runtime 1.30 (the GPU machine's) refuses the FP16 encoder of tests/program/test_native_crash.py: 'Type
-    Error:
-    Type (tensor(float)) of output arg (InsertedPrecisionFreeCast_...)', its own inserted casts mistyped; 1.32, the
-    one here, loads it. That refusal cannot happen here, so the verdict is given its message as 1.30 wrote it: a
-    well-typed file is written with a warning naming ONNX Runtime's version, not called a bug in trtverify."""
+    """ONNX Runtime 1.30 (the GPU machine's) refuses the FP16 encoder of tests/program/faults/test_native_crash.py:
+    'Type Error: Type (tensor(float)) of output arg (InsertedPrecisionFreeCast_...)', its own inserted casts mistyped;
+    1.32, the one here, loads it. That refusal cannot happen here, so the verdict is given its message as 1.30 wrote
+    it: a well-typed file is written with a warning naming ONNX Runtime's version, not called a bug in trtverify."""
     from trtverify.convert.output import Problems, _verdict
 
     message = (

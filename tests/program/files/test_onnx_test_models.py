@@ -1,5 +1,5 @@
 """Models no one here wrote: the ONNX package's own test models (onnx/backend/test/data) through `layerwise M M`,
-`convert M --precision fp16` and `layerwise M M16`, in this process (tests/program/onnx_sweep.py, which
+`convert M --precision fp16` and `layerwise M M16`, in this process (tests/program/files/onnx_sweep.py, which
 bench/onnx_test_models.py also runs). No command may crash (exit 4) on any; a model ONNX Runtime cannot load is
 exit 2 naming the file, with nothing written at -o; one it loads converts to a model it loads.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from tests.program.onnx_sweep import FOLDERS, Row, data_root, models, sweep_model
+from tests.program.files.onnx_sweep import FOLDERS, Row, data_root, models, sweep_model
 from trtverify.convert.output import problems
 
 SUBSET = {
@@ -103,7 +103,7 @@ def test_an_input_declared_without_a_shape(tmp_path: Path):
     onnx.checker rejects such a file below IR version 4 (`Field 'shape' of 'type' is required but missing`), ONNX
     Runtime loads it. convert writes the FP16 model, saying the reference fails the checker too; layerwise, which
     cannot generate an input of unknown rank, is exit 2 asking for --inputs."""
-    from tests.program.onnx_sweep import call
+    from tests.program.files.onnx_sweep import call
 
     model = onnx.load(str(data_root() / "pytorch-converted" / "test_Conv2d" / "model.onnx"))
     model.graph.input[0].type.tensor_type.ClearField("shape")

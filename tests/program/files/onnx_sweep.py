@@ -1,5 +1,6 @@
 """The ONNX package's own test models through layerwise (self vs self), convert --precision fp16 and layerwise
-(FP32 vs FP16), in this process: shared by bench/onnx_test_models.py and tests/program/test_onnx_test_models.py."""
+(FP32 vs FP16), in this process: shared by bench/onnx_test_models.py and
+tests/program/files/test_onnx_test_models.py."""
 
 from __future__ import annotations
 

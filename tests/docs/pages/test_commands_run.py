@@ -400,9 +400,27 @@ def _runnable(page: Path) -> bool:
     return any(not _skip_reason(s) for s in page_steps(page)[0])
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", [p for p in PAGES if _runnable(p)], ids=_rel)
-def test_doc_lines_run_and_exit_as_documented(page: Path, tmp_path: Path):
+# the pages are run in three rooms of their own (tests/docs/run_*/), each under a minute on two cores
+COMMAND_PAGES = {"README.md", "docs/cli.md", "docs/reduce.md", "docs/ci.md", "docs/results.md", "docs/report.md"}
+
+
+def group_of(page: Path) -> str:
+    """Which room runs the page's lines: `stages` (docs/stages/), `commands` (COMMAND_PAGES) or `guides` (the rest)."""
+    rel = _rel(page)
+    return "stages" if rel.startswith("docs/stages/") else "commands" if rel in COMMAND_PAGES else "guides"
+
+
+def runnable_pages(group: str) -> list[Path]:
+    return [p for p in PAGES if _runnable(p) and group_of(p) == group]
+
+
+def test_every_runnable_page_is_run_by_one_room():
+    rooms = {d.name.removeprefix("run_") for d in (ROOT / "tests" / "docs").glob("run_*") if d.is_dir()}
+    assert {group_of(p) for p in PAGES if _runnable(p)} <= rooms == {"stages", "commands", "guides"}
+
+
+def run_page(page: Path, tmp_path: Path) -> None:
+    """Run every command line of `page` in page order in a fresh workspace; each exits as documented."""
     steps, problems = page_steps(page)
     assert not problems, "\n".join(problems)
     folder = tmp_path / "ws"

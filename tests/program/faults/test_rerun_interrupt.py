@@ -1,5 +1,5 @@
 """Nothing lost on Ctrl-C during a rerun (issue 45, item 7), with real processes and real signals on the faults
-suite of tests/program/test_faults.py (layerwise, then e2e whose preprocess hook sleeps): the finished run stays
+suite of tests/program/faults/test_faults.py (layerwise, then e2e whose preprocess hook sleeps): the finished run stays
 until the
 new one has a stage to replace it with, results.json and report.html always agree, a run stopped before anything
 was written still leaves a results.json that says so, and `--stage` keeps the other stages' results."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.program.test_faults import SCHEMA, _start, _wait_for_stage, suite  # noqa: F401  (suite: a fixture)
+from tests.program.faults.test_faults import SCHEMA, _start, _wait_for_stage, suite  # noqa: F401  (suite: a fixture)
 
 
 def _results(out: Path) -> dict:

@@ -283,7 +283,7 @@ search.evaluate = _slow
 def test_ctrl_c_during_the_repair_search_records_the_best_keep_list_so_far(tmp_path: Path):
     """Each evaluation made to take a second more (a prelude wrapping the evaluation: it stands in for a model whose
     evaluations take seconds), so that SIGINT lands during the third of the demo's three."""
-    from tests.program.test_faults import _default_sigint
+    from tests.program.faults.test_faults import _default_sigint
 
     code = "import sys\n" + SLOW_EVALUATIONS + "from trtverify.cli.main import main\nmain(sys.argv[1:])\n"
     out = tmp_path / "o"
