@@ -1,7 +1,7 @@
 """Issue 36, item 7: a model file that is not ONNX (empty, cut short, text, a folder, missing) is a usage error
 (exit 2) naming the file, at every command that takes one and at `validate` (every model the suite names, each
 with its line, all at once), before anything is written. A candidate that is ONNX but cannot be run stays the
-model under test failing (exit 1, tests/cli/test_commands.py)."""
+model under test failing (exit 1, tests/cli/commands/test_commands.py)."""
 
 from __future__ import annotations
 

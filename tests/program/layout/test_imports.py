@@ -84,7 +84,7 @@ def test_a_layerwise_run_needs_none_of_the_other_stages_modules(tmp_path):
     """The results document and the report load a stage's module only where its result is present: a layerwise
     run writes results.json and its report with the build-log parser, the repair search, the e2e tasks and the
     engine audit unimportable (about 0.1 s of imports it no longer pays); reading the results back needs them."""
-    from tests.cli.test_commands import DEMO
+    from tests.cli.commands.test_commands import DEMO
 
     fp32, fp16 = (str(DEMO / f"fashion_cnn_{p}.onnx") for p in ("fp32", "fp16"))
     others = ("trtverify.buildlog", "trtverify.repair", "trtverify.stages.e2e", "trtverify.engine", "trtverify.tasks")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.cli.test_init import _examples, _uncomment
+from tests.cli.commands.test_init import _examples, _uncomment
 from tests.conftest import DATA, ROOT, TINY, main_in_process
 
 SSD = DATA / "detector" / "ssd_tiny.onnx"
