@@ -199,8 +199,9 @@ def test_hostile_names_are_escaped_everywhere(hostile_run: Path):
     # outside the bundled libraries (minified code compares `a<b`): no markup of the names
     pages = re.sub(r"<script>.*?</script>", "", html, flags=re.S)
     assert not re.search(r"<(img|b)\b", pages, re.I) and 'onerror="' not in html
-    # Chart.js, the chart's data, the graph's data, dagre with the graph view, the page script
-    assert html.count("<script") == html.count("</script>") == 5
+    # Chart.js, the chart's data, the graph's data, dagre with the graph view, the line that draws the graph, the
+    # page script
+    assert html.count("<script") == html.count("</script>") == 6
     # the data blocks give the names back unchanged
     d = blobs(html)["lw-data-0-0"]
     graph = json.loads(

@@ -369,6 +369,12 @@
     box.querySelector(".graph-controls").hidden = false;
   };
 
+  // Each box is drawn by the one-line script right after it, as the page is parsed: before the tables below it,
+  // which on a model of thousands of tensors take the browser seconds. A box nobody drew is drawn here.
   window.trtverifyGraphs = [];
-  document.querySelectorAll(".graph-view").forEach(function (box) { window.trtverifyGraphs.push(new View(box)); });
+  window.trtverifyGraph = function (id) {
+    var box = document.getElementById(id);
+    if (box && !box.dataset.view) { box.dataset.view = "1"; window.trtverifyGraphs.push(new View(box)); }
+  };
+  document.querySelectorAll(".graph-view").forEach(function (box) { window.trtverifyGraph(box.id); });
 })();
