@@ -261,9 +261,31 @@ def isolate_ranking(local: dict[str, Local], ev: Evidence) -> list[RootCause]:
     return out
 
 
+# Ops that cannot make an elementwise difference larger (|f(a) - f(b)| <= |a - b|, or they move values without
+# computing): their output's *relative* error can exceed their input's where they shrink the values (a Relu zeroing
+# most of them), but not the absolute error. Judged by mean |difference|, they add error only where it grows.
+NONEXPANSIVE = frozenset(
+    {"Relu", "Clip", "Sigmoid", "Tanh", "Abs", "Neg", "Softsign", "Softplus", "HardSigmoid", "Identity", "Reshape",
+     "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Dropout"}
+)  # fmt: skip
+ROUNDING = 1e-3  # mean |difference| may grow this much (the op's own rounding) and still add nothing
+
+
+def _adds_nothing(row: Row, inputs: list[Row]) -> bool:
+    """A non-expansive op whose mean |difference| is no larger than its data input's (same number of elements)."""
+    if row.op_type not in NONEXPANSIVE or not inputs or row.shape is None:
+        return False
+    data = inputs[0]
+    out, inp = row.metrics.get("mean_abs"), data.metrics.get("mean_abs")
+    if out is None or inp is None or data.shape is None or math.prod(data.shape) != math.prod(row.shape):
+        return False
+    return out <= inp * (1 + ROUNDING)
+
+
 def amplification_ranking(ev: Evidence) -> list[RootCause]:
     """Suspects by the error each layer adds to the largest error of its inputs; a layer whose output turns
-    non-finite from finite inputs scores +inf, one that inherits non-finite inputs scores 0."""
+    non-finite from finite inputs scores +inf, one that inherits non-finite inputs scores 0; a non-expansive op
+    (NONEXPANSIVE) whose mean |difference| does not grow scores 0, however its relative error grew."""
     by_tensor = {row.tensor: row for row in ev.rows}
     out = []
     for row in ev.rows:
@@ -285,7 +307,8 @@ def amplification_ranking(ev: Evidence) -> list[RootCause]:
             continue
         else:
             added = out_err - in_err
-            score = added
+            inputs = [by_tensor[t] for t in ev.ref.input_tensors(row.tensor) if t in by_tensor]
+            score = 0.0 if _adds_nothing(row, inputs) else added
             fields = {
                 "added_rel_l2": added,
                 "amplification": (out_err / in_err) if in_err > 0 else (math.inf if out_err > 0 else 1.0),
