@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import Field
 
 from trtverify.engine.exports import EngineLayer
+from trtverify.graph.onnxgraph import reachable
 from trtverify.plugins.registry import BUILTIN
 from trtverify.util.record import Record
 
@@ -149,22 +150,11 @@ class Flow:
 
     def upstream(self, i: int) -> set[int]:
         """Every layer whose output reaches layer i."""
-        return self._walk(i, lambda k: [self.producer[t] for t in self.inputs[k] if t in self.producer])
+        return reachable([i], lambda k: [self.producer[t] for t in self.inputs[k] if t in self.producer])
 
     def downstream(self, i: int) -> set[int]:
         """Every layer that reads what layer i writes, directly or not."""
-        return self._walk(i, lambda k: [c for t in self.outputs[k] for c in self.consumers.get(t, [])])
-
-    @staticmethod
-    def _walk(start: int, step: Any) -> set[int]:
-        seen: set[int] = set()
-        todo = [start]
-        while todo:
-            for j in step(todo.pop()):
-                if j not in seen:
-                    seen.add(j)
-                    todo.append(j)
-        return seen
+        return reachable([i], lambda k: [c for t in self.outputs[k] for c in self.consumers.get(t, [])])
 
 
 def next_to(i: int, layers: list[EngineLayer], flow: Flow) -> dict[int, tuple[str, str]]:

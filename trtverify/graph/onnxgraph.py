@@ -12,7 +12,7 @@ It says, without running anything and without the weights' values being needed:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,19 @@ def topological(nodes: list[Any], available: set[str]) -> list[Any]:
             break
         pending = rest
     return order
+
+
+def reachable(start: Iterable[int], step: Callable[[int], Iterable[int]]) -> set[int]:
+    """The nodes `step` leads to from `start`, directly or not: its producers, say, for everything upstream (a start
+    node is in it only where a path comes back to it). Any graph of numbered nodes: ONNX, an engine's layers."""
+    seen: set[int] = set()
+    todo = list(start)
+    while todo:
+        for j in step(todo.pop()):
+            if j not in seen:
+                seen.add(j)
+                todo.append(j)
+    return seen
 
 
 @dataclass

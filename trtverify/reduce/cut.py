@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trtverify.graph.lightmodel import LightModel
-from trtverify.graph.onnxgraph import GraphIndex, nested_nodes, subgraphs
+from trtverify.graph.onnxgraph import GraphIndex, nested_nodes, reachable, subgraphs
 
 ADAPTER = "reduce/"  # the name prefix of the Cast/Identity nodes a cut adds at its inputs and output
 
@@ -90,23 +90,14 @@ def between(info: GraphIndex, start: str, target: str) -> set[int]:
     """Nodes on a path from the producer of `start` to the producer of `target` (both included); the target's
     producer alone where `start` is not upstream of it."""
     end = info.producers[target].index
-    up = _walk(info, [end], lambda i: (info.producers[n].index for n in reads(info, i) if n in info.producers))
+    up = {end} | reachable([end], lambda i: (info.producers[n].index for n in reads(info, i) if n in info.producers))
     first = info.producers.get(start)
     if first is None or first.index not in up:
         return {end}
-    down = _walk(info, [first.index], lambda i: (c for o in info.nodes[i].output if o for c, _ in info.consumers[o]))
+    down = {first.index} | reachable(
+        [first.index], lambda i: (c for o in info.nodes[i].output if o for c, _ in info.consumers[o])
+    )
     return up & down
-
-
-def _walk(info: GraphIndex, start: list[int], step: Any) -> set[int]:
-    seen = set(start)
-    stack = list(start)
-    while stack:
-        for j in step(stack.pop()):
-            if j not in seen:
-                seen.add(j)
-                stack.append(j)
-    return seen
 
 
 def match(cand: GraphIndex, cut: Cut, pairs: Mapping[str, str], outside: set[str]) -> Matched | str:
