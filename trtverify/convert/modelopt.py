@@ -35,6 +35,14 @@ def available() -> bool:
 
 
 # trtverify's calibration method -> ModelOpt's --calibration_method (int8, fp8)
+def exact_patterns(names: Sequence[str]) -> list[str]:
+    """Node names as ModelOpt `--nodes_to_exclude` patterns for exactly those nodes: ModelOpt matches each with
+    re.match, so a bare name would also exclude every node whose name starts with it."""
+    import re
+
+    return [f"^{re.escape(n)}$" for n in names]
+
+
 METHODS = {"minmax": "max", "entropy": "entropy"}
 
 
@@ -74,7 +82,6 @@ def make(
         )
     if precision in ("int8", "fp8", "int4") and not calibration:
         raise UsageError(f"ModelOpt's {precision} quantization needs calibration rows (--calibration X.npz)")
-    import re
 
     with tempfile.TemporaryDirectory(prefix="trtverify-modelopt-") as tmp:
         work = Path(tmp)
@@ -106,7 +113,7 @@ def make(
             ]
             data = ["--calibration_data", str(work / "calib.npz")] if calibration else []
             if exclude:
-                cmd += ["--nodes_to_exclude", *(f"^{re.escape(n)}$" for n in exclude)]
+                cmd += ["--nodes_to_exclude", *exact_patterns(exclude)]
         else:
             cmd += ["modelopt.onnx.quantization", "--quantize_mode", precision, "--calibration_eps", "cpu"]
             if calibration_method:

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from trtverify.backends.onnxruntime import OnnxRuntimeBackend
 from trtverify.config.backends import OnnxRuntimeOptions
+from trtverify.convert.modelopt import exact_patterns
 from trtverify.graph.onnxgraph import GraphIndex
 from trtverify.repair.evaluate import Evaluation
 from trtverify.repair.search import Search
@@ -128,7 +129,6 @@ def checked(ev: Evaluation) -> Checked:
 def exports(
     keep: Sequence[str], repaired: Path, precision: str, op_types: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    import re
 
     names = list(keep)
     kinds = sorted({(op_types or {}).get(n, "") for n in names} - {""})
@@ -138,7 +138,7 @@ def exports(
         "onnxruntime_quantization_nodes_to_exclude": names,
         # AutoCast keeps a node FP32 by regex; ModelOpt's quantizer excludes nodes from Q/DQ only (its FP16 rest
         # still lowers them): an FP32 node there takes --op_types_to_exclude_fp16 (every node of the type)
-        "modelopt_autocast": f"--nodes_to_exclude {' '.join(f'^{re.escape(n)}$' for n in names)}" if names else "",
+        "modelopt_autocast": f"--nodes_to_exclude {' '.join(exact_patterns(names))}" if names else "",
         "modelopt_quantization": (
             f"--nodes_to_exclude {' '.join(names)} --op_types_to_exclude_fp16 {' '.join(kinds)}" if names else ""
         ),

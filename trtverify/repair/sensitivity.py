@@ -34,7 +34,6 @@ last colon, and TensorRT's ONNX parser names each layer after its ONNX node) and
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ import numpy as np
 from pydantic import Field
 
 from trtverify.config.checks import Check
+from trtverify.convert.modelopt import exact_patterns
 from trtverify.repair.calibrate import judged_tensors
 from trtverify.repair.evaluate import Evaluation, Reference, evaluate
 from trtverify.repair.search import Lowering, Progress, added_errors
@@ -391,7 +391,7 @@ def write(sens: Sensitivity, folder: Path, exports: dict[str, object], recipe: b
         "trtexec": folder / "trtexec_layer_precisions.txt",
         "trtverify": folder / "keep.yaml",
     }
-    atomic_write_text(files["modelopt"], "".join(f"^{re.escape(n)}$\n" for n in names))
+    atomic_write_text(files["modelopt"], "".join(f"{p}\n" for p in exact_patterns(names)))
     atomic_write_text(files["trtexec"], f"{exports.get('trtexec') or ''}\n")
     import yaml
 
